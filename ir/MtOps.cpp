@@ -1,0 +1,241 @@
+//===- MtOps.cpp - verifiers of the graph-level primitives ----------------===//
+//
+// Each verifier checks what the runtime kernel will assume: ranks, the dims
+// the math contracts or broadcasts over, and the result shape.
+//
+//===----------------------------------------------------------------------===//
+#include "ir/MtOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Dialect/Traits.h"
+
+using namespace mlir;
+using namespace mt;
+
+namespace {
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+std::string str(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (auto [i, d] : llvm::enumerate(shape))
+    s += (i ? "," : "") + std::to_string(d);
+  return s + "]";
+}
+
+LogicalResult expectShape(Operation *op, Value v, ArrayRef<int64_t> expected,
+                          StringRef what) {
+  if (shapeOf(v) != expected)
+    return op->emitOpError() << what << " has shape " << str(shapeOf(v))
+                             << ", expected " << str(expected);
+  return success();
+}
+
+LogicalResult expectStatic(Operation *op) {
+  auto check = [&](TypeRange types) -> LogicalResult {
+    for (Type t : types)
+      if (auto rt = dyn_cast<RankedTensorType>(t); rt && !rt.hasStaticShape())
+        return op->emitOpError("needs static shapes, got ") << t;
+    return success();
+  };
+  return failure(failed(check(op->getOperandTypes())) ||
+                 failed(check(op->getResultTypes())));
+}
+
+// A per-feature vector (norm weight, bias) must match the last dim.
+LogicalResult expectFeatureVector(Operation *op, Value v, int64_t dim,
+                                  StringRef what) {
+  if (!v)
+    return success();
+  return expectShape(op, v, {dim}, what);
+}
+
+LogicalResult verifyElementwise(Operation *op) {
+  if (failed(expectStatic(op)))
+    return failure();
+  return expectShape(op, op->getResult(0), shapeOf(op->getOperand(0)),
+                     "result");
+}
+
+LogicalResult verifyBroadcast(Operation *op) {
+  if (failed(expectStatic(op)))
+    return failure();
+  SmallVector<int64_t> shape;
+  if (!OpTrait::util::getBroadcastedShape(shapeOf(op->getOperand(0)),
+                                          shapeOf(op->getOperand(1)), shape))
+    return op->emitOpError("operands ")
+           << str(shapeOf(op->getOperand(0))) << " and "
+           << str(shapeOf(op->getOperand(1))) << " do not broadcast";
+  return expectShape(op, op->getResult(0), shape, "result");
+}
+
+} // namespace
+
+LogicalResult LinearOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  if (getWLayout() != "out_in" && getWLayout() != "in_out")
+    return emitOpError("w_layout must be out_in or in_out, not ")
+           << getWLayout();
+  auto x = shapeOf(getX()), w = shapeOf(getW());
+  if (x.empty() || w.size() != 2)
+    return emitOpError("needs x of rank >= 1 and a 2-d weight");
+  int64_t k = isInOut() ? w[0] : w[1], n = isInOut() ? w[1] : w[0];
+  if (x.back() != k)
+    return emitOpError("x has ") << x.back() << " features, weight "
+                                 << str(w) << " (" << getWLayout()
+                                 << ") expects " << k;
+  if (failed(expectFeatureVector(*this, getBias(), n, "bias")))
+    return failure();
+  SmallVector<int64_t> y(x.begin(), x.end());
+  y.back() = n;
+  return expectShape(*this, getY(), y, "result");
+}
+
+LogicalResult RmsNormOp::verify() {
+  if (failed(verifyElementwise(*this)))
+    return failure();
+  if (shapeOf(getX()).empty())
+    return emitOpError("needs x of rank >= 1");
+  if (getEps().convertToDouble() < 0)
+    return emitOpError("eps must be non-negative");
+  return expectFeatureVector(*this, getWeight(), shapeOf(getX()).back(),
+                             "weight");
+}
+
+LogicalResult LayerNormOp::verify() {
+  if (failed(verifyElementwise(*this)))
+    return failure();
+  if (shapeOf(getX()).empty())
+    return emitOpError("needs x of rank >= 1");
+  if (getEps().convertToDouble() < 0)
+    return emitOpError("eps must be non-negative");
+  int64_t d = shapeOf(getX()).back();
+  if (failed(expectFeatureVector(*this, getWeight(), d, "weight")))
+    return failure();
+  return expectFeatureVector(*this, getBias(), d, "bias");
+}
+
+LogicalResult RopeOp::verify() {
+  if (failed(verifyElementwise(*this)))
+    return failure();
+  auto x = shapeOf(getX());
+  if (x.size() != 4)
+    return emitOpError("x must be 4-d ([B,H,S,D] or [B,S,H,D])");
+  int64_t seqAxis = getSeqAxis(), r = getRotaryDim();
+  if (seqAxis != 1 && seqAxis != 2)
+    return emitOpError("seq_axis must be 1 or 2, not ") << seqAxis;
+  if (r <= 0 || r % 2 || r > x[3])
+    return emitOpError("rotary_dim ")
+           << r << " must be even and in (0, " << x[3] << "]";
+  if (failed(expectShape(*this, getCos(), {x[seqAxis], r}, "cos")))
+    return failure();
+  return expectShape(*this, getSin(), {x[seqAxis], r}, "sin");
+}
+
+LogicalResult AttentionOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto q = shapeOf(getQ()), k = shapeOf(getK()), v = shapeOf(getV());
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4)
+    return emitOpError("q, k and v must be 4-d [B, heads, S, head_dim]");
+  if (k != v)
+    return emitOpError("k ") << str(k) << " and v " << str(v) << " differ";
+  if (q[0] != k[0] || q[2] != k[2] || q[3] != k[3])
+    return emitOpError("q ") << str(q) << " and k " << str(k)
+                             << " disagree on batch, sequence or head_dim";
+  if (k[1] <= 0 || q[1] % k[1])
+    return emitOpError("query heads (")
+           << q[1] << ") must be a multiple of KV heads (" << k[1] << ")";
+  return expectShape(*this, getY(), q, "result");
+}
+
+LogicalResult SiluOp::verify() { return verifyElementwise(*this); }
+
+LogicalResult GeluOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return emitOpError("approximate must be none or tanh, not ")
+           << getApproximate();
+  return verifyElementwise(*this);
+}
+
+LogicalResult SwigluOp::verify() {
+  if (failed(verifyElementwise(*this)))
+    return failure();
+  return expectShape(*this, getUp(), shapeOf(getGate()), "up");
+}
+
+LogicalResult AddOp::verify() { return verifyBroadcast(*this); }
+LogicalResult MulOp::verify() { return verifyBroadcast(*this); }
+LogicalResult ScaleOp::verify() { return verifyElementwise(*this); }
+
+LogicalResult EmbedOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto table = shapeOf(getTable());
+  if (table.size() != 2)
+    return emitOpError("table must be 2-d [vocab, dim]");
+  SmallVector<int64_t> y(shapeOf(getIds()));
+  y.push_back(table[1]);
+  return expectShape(*this, getY(), y, "result");
+}
+
+LogicalResult PositionEmbedOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto table = shapeOf(getTable()), y = shapeOf(getY());
+  if (table.size() != 2 || y.size() != 2 || y[1] != table[1])
+    return emitOpError("maps a [P, D] table to [S, D]");
+  if (getOffset() < 0 || getOffset() + y[0] > table[0])
+    return emitOpError("positions ")
+           << getOffset() << ".." << getOffset() + y[0] - 1
+           << " exceed the table's " << table[0] << " rows";
+  return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto logits = shapeOf(getLogits());
+  if (logits.empty() || shapeOf(getTargets()) != logits.drop_back())
+    return emitOpError("targets ")
+           << str(shapeOf(getTargets())) << " must be the logits' shape "
+           << str(logits) << " without the vocab dim";
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto x = cast<RankedTensorType>(getX().getType());
+  auto y = cast<RankedTensorType>(getY().getType());
+  if (x.getNumElements() != y.getNumElements())
+    return emitOpError("cannot reshape ")
+           << str(x.getShape()) << " into " << str(y.getShape());
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto x = shapeOf(getX());
+  ArrayRef<int64_t> perm = getPerm();
+  if (perm.size() != x.size())
+    return emitOpError("perm has ") << perm.size() << " entries for rank "
+                                    << x.size();
+  SmallVector<bool> seen(x.size(), false);
+  SmallVector<int64_t> y;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(x.size()) || seen[p])
+      return emitOpError("perm is not a permutation");
+    seen[p] = true;
+    y.push_back(x[p]);
+  }
+  return expectShape(*this, getY(), y, "result");
+}
+
+#define GET_OP_CLASSES
+#include "ir/MtOps.cpp.inc"

@@ -1,0 +1,401 @@
+//===- MtOps.td - graph- and model-level ops of mt -------------*- tablegen -*-===//
+
+#ifndef MT_OPS_TD
+#define MT_OPS_TD
+
+include "ir/MtDialect.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+
+def Mt_FloatTensor : RankedTensorOf<[F32]>;
+def Mt_IdTensor : RankedTensorOf<[I32, I64]>;
+
+//===----------------------------------------------------------------------===//
+// Model level
+//===----------------------------------------------------------------------===//
+
+def Mt_ParamOp : Mt_Op<"param", [Symbol]> {
+  let summary = "a model parameter, named after its ONNX initializer";
+  let description = [{
+    Declares one parameter of the model. Its symbol is the ONNX initializer
+    name, so gradients and exports can be keyed by it. The tensor type is the
+    fp32 master type; `storage` records the ONNX element type when it is not
+    f32. A param `tied to` another shares the other's storage (optionally
+    transposed) and has no gradient of its own. A `frozen` param is a constant
+    the model reads (a RoPE table, say) and is never trained.
+
+    ```mlir
+    mt.param @"model.embed_tokens.weight" : tensor<256x64xf32>
+    mt.param @"onnx::MatMul_711" tied to @"model.embed_tokens.weight" {transposed} : tensor<64x256xf32>
+    mt.param @"rope.cos" {frozen} : tensor<16x16xf32>
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Mt_FloatTensor>:$type,
+                       OptionalAttr<FlatSymbolRefAttr>:$tie,
+                       UnitAttr:$transposed,
+                       UnitAttr:$frozen,
+                       OptionalAttr<StrAttr>:$storage);
+  let assemblyFormat = [{
+    $sym_name (`tied` `to` $tie^)? attr-dict `:` $type
+  }];
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
+  let summary = "a stateless layer template: weights are block arguments";
+  let description = [{
+    A region of primitives computing one streaming block (the embedding, one
+    decoder layer, the head). The first `num_inputs` block arguments are
+    activations; the rest are the weights, bound per application by
+    `mt.apply`. `kind` is `embedding`, `layer`, `head` or `graph` (a whole
+    graph, not split into blocks).
+
+    ```mlir
+    mt.template @layer0 kind "layer" (%x: tensor<2x16x64xf32>)
+        params (%w: tensor<64xf32>) -> (tensor<2x16x64xf32>) {
+      %y = mt.rms_norm %x, %w {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+      mt.yield %y : tensor<2x16x64xf32>
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       StrAttr:$kind,
+                       TypeAttrOf<FunctionType>:$function_type,
+                       I64Attr:$num_inputs);
+  let regions = (region SizedRegion<1>:$body);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBlock() { return getBody().front(); }
+    unsigned getNumParams() {
+      return getFunctionType().getNumInputs() - getNumInputs();
+    }
+    ::mlir::BlockArgument getParamArg(unsigned i) {
+      return getBlock().getArgument(getNumInputs() + i);
+    }
+  }];
+}
+
+def Mt_YieldOp : Mt_Op<"yield", [Pure, Terminator, HasParent<"TemplateOp">]> {
+  let summary = "returns a template's results";
+  let description = [{
+    ```mlir
+    mt.yield %y : tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$results);
+  let assemblyFormat = "($results^ `:` type($results))? attr-dict";
+  let hasVerifier = 1;
+}
+
+def Mt_ModelOp : Mt_Op<"model", [Symbol, IsolatedFromAbove]> {
+  let summary = "the training step's forward: template applications and the loss";
+  let description = [{
+    Takes the token ids and the targets of one step and returns the mean
+    next-token loss. Its body holds only `mt.apply`, `mt.cross_entropy` and
+    `mt.return`.
+
+    ```mlir
+    mt.model @main(%tokens: tensor<2x16xi32>, %targets: tensor<2x16xi32>) -> tensor<f32> {
+      %h = mt.apply @embedding(%tokens) params(@wte) : (tensor<2x16xi32>) -> tensor<2x16x64xf32>
+      ...
+      mt.return %loss : tensor<f32>
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<FunctionType>:$function_type);
+  let regions = (region SizedRegion<1>:$body);
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBlock() { return getBody().front(); }
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_ReturnOp : Mt_Op<"return", [Pure, Terminator, HasParent<"ModelOp">]> {
+  let summary = "returns the model's results";
+  let description = [{
+    ```mlir
+    mt.return %loss : tensor<f32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$results);
+  let assemblyFormat = "($results^ `:` type($results))? attr-dict";
+}
+
+def Mt_ApplyOp : Mt_Op<"apply", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "applies a template to activations with one layer's params bound";
+  let description = [{
+    Binds the params named in `params` to the template's weight arguments, in
+    order, and applies it. `layer` is the decoder layer index, absent for the
+    embedding and the head.
+
+    ```mlir
+    %y = mt.apply @decoder(%x) layer(3) params(@"l3.ln", @"l3.wq") : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$callee,
+                       Variadic<AnyRankedTensor>:$inputs,
+                       OptionalAttr<I64Attr>:$layer,
+                       TypedArrayAttrBase<FlatSymbolRefAttr, "param symbols">:$params);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let assemblyFormat = [{
+    $callee `(` $inputs `)` (`layer` `(` $layer^ `)`)? `params` custom<SymbolList>($params)
+      attr-dict `:` functional-type($inputs, $results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Graph level: primitives. Each has a forward and a backward kernel in the
+// runtime and a VJP rule in mt-derive-backward. docs/primitives.md gives the
+// exact math.
+//===----------------------------------------------------------------------===//
+
+class Mt_PrimOp<string mnemonic, list<Trait> traits = []>
+    : Mt_Op<mnemonic, !listconcat([Pure], traits)> {
+  let hasVerifier = 1;
+}
+
+def Mt_LinearOp : Mt_PrimOp<"linear"> {
+  let summary = "y = x·Wᵀ + b (w_layout out_in) or y = x·W + b (in_out)";
+  let description = [{
+    Contracts the last dim of `x` with the weight. `w_layout = "out_in"` (the
+    default, PyTorch's nn.Linear) takes W as [N, K]; `"in_out"` (folded
+    transposes, Conv1D) takes W as [K, N]. The bias is optional.
+
+    ```mlir
+    %y = mt.linear %x, %w : (tensor<2x16x64xf32>, tensor<128x64xf32>) -> tensor<2x16x128xf32>
+    %z = mt.linear %x, %w2, %b {w_layout = "in_out"} : (tensor<2x16x64xf32>, tensor<64x32xf32>, tensor<32xf32>) -> tensor<2x16x32xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$w,
+                       Optional<Mt_FloatTensor>:$bias,
+                       DefaultValuedStrAttr<StrAttr, "out_in">:$w_layout);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = [{
+    $x `,` $w (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let extraClassDeclaration = [{
+    bool isInOut() { return getWLayout() == "in_out"; }
+  }];
+}
+
+def Mt_RmsNormOp : Mt_PrimOp<"rms_norm"> {
+  let summary = "y = x / sqrt(mean(x²) + eps) · w over the last dim";
+  let description = [{
+    ```mlir
+    %y = mt.rms_norm %x, %w {eps = 1.0e-06 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, Optional<Mt_FloatTensor>:$weight,
+                       F64Attr:$eps);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = [{
+    $x (`,` $weight^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Mt_LayerNormOp : Mt_PrimOp<"layer_norm", [AttrSizedOperandSegments]> {
+  let summary = "y = (x - mean) / sqrt(var + eps) · w + b over the last dim";
+  let description = [{
+    Biased variance, as in PyTorch. Weight and bias are optional.
+
+    ```mlir
+    %y = mt.layer_norm %x, %w, %b {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, Optional<Mt_FloatTensor>:$weight,
+                       Optional<Mt_FloatTensor>:$bias, F64Attr:$eps);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = [{
+    $x (`,` $weight^)? (`,` `bias` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Mt_RopeOp : Mt_PrimOp<"rope"> {
+  let summary = "rotary position embedding, rotate-half form, full or partial";
+  let description = [{
+    `x` is [B, H, S, D] (`seq_axis = 2`) or [B, S, H, D] (`seq_axis = 1`);
+    `cos` and `sin` are [S, R] with R = `rotary_dim` ≤ D. With
+    h = R/2: y[..., :R] = x[..., :R]·cos + cat(-x[..., h:R], x[..., :h])·sin,
+    and y[..., R:] = x[..., R:].
+
+    ```mlir
+    %y = mt.rope %x, %cos, %sin {rotary_dim = 16 : i64, seq_axis = 2 : i64} : (tensor<2x4x16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$cos,
+                       Mt_FloatTensor:$sin, I64Attr:$rotary_dim, I64Attr:$seq_axis);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x `,` $cos `,` $sin attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_AttentionOp : Mt_PrimOp<"attention"> {
+  let summary = "causal scaled dot-product attention with grouped KV heads";
+  let description = [{
+    q is [B, H, S, D]; k and v are [B, Hkv, S, D] with H a multiple of Hkv
+    (query head h reads KV head h / (H / Hkv)). y[b, h, i] =
+    Σ_{j ≤ i} softmax_j(scale · q_i · k_j) · v_j.
+
+    ```mlir
+    %y = mt.attention %q, %k, %v {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>) -> tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$q, Mt_FloatTensor:$k, Mt_FloatTensor:$v,
+                       F64Attr:$scale);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+}
+
+class Mt_UnaryOp<string mnemonic> : Mt_PrimOp<mnemonic> {
+  let arguments = (ins Mt_FloatTensor:$x);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_SiluOp : Mt_UnaryOp<"silu"> {
+  let summary = "y = x · sigmoid(x)";
+  let description = [{
+    ```mlir
+    %y = mt.silu %x : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+}
+
+def Mt_GeluOp : Mt_PrimOp<"gelu"> {
+  let summary = "GELU, exact (erf) or tanh-approximated";
+  let description = [{
+    `approximate = "none"`: y = x/2 · (1 + erf(x/√2)); `"tanh"`:
+    y = x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³))).
+
+    ```mlir
+    %y = mt.gelu %x {approximate = "tanh"} : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_SwigluOp : Mt_PrimOp<"swiglu"> {
+  let summary = "y = silu(gate) · up";
+  let description = [{
+    ```mlir
+    %y = mt.swiglu %gate, %up : (tensor<2x16x128xf32>, tensor<2x16x128xf32>) -> tensor<2x16x128xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$gate, Mt_FloatTensor:$up);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` functional-type(operands, results)";
+}
+
+class Mt_BinaryOp<string mnemonic> : Mt_PrimOp<mnemonic> {
+  let arguments = (ins Mt_FloatTensor:$lhs, Mt_FloatTensor:$rhs);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_AddOp : Mt_BinaryOp<"add"> {
+  let summary = "elementwise sum with NumPy broadcasting";
+  let description = [{
+    ```mlir
+    %y = mt.add %x, %r : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+}
+
+def Mt_MulOp : Mt_BinaryOp<"mul"> {
+  let summary = "elementwise product with NumPy broadcasting";
+  let description = [{
+    ```mlir
+    %y = mt.mul %a, %b : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+}
+
+def Mt_ScaleOp : Mt_PrimOp<"scale"> {
+  let summary = "y = factor · x";
+  let description = [{
+    ```mlir
+    %y = mt.scale %x {factor = 8.0 : f64} : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, F64Attr:$factor);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_EmbedOp : Mt_PrimOp<"embed"> {
+  let summary = "gathers table rows by token id";
+  let description = [{
+    ids [B, S] and table [V, D] give [B, S, D].
+
+    ```mlir
+    %h = mt.embed %ids, %wte : (tensor<2x16xi32>, tensor<256x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_IdTensor:$ids, Mt_FloatTensor:$table);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$ids `,` $table attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_PositionEmbedOp : Mt_PrimOp<"position_embed"> {
+  let summary = "the learned position embeddings of positions offset .. offset+S-1";
+  let description = [{
+    table [P, D] gives [S, D] = table[offset : offset + S].
+
+    ```mlir
+    %p = mt.position_embed %wpe {offset = 0 : i64} : (tensor<64x64xf32>) -> tensor<16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$table, DefaultValuedAttr<I64Attr, "0">:$offset);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$table attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_CrossEntropyOp : Mt_PrimOp<"cross_entropy"> {
+  let summary = "mean cross-entropy of logits [..., V] against integer targets [...]";
+  let description = [{
+    ```mlir
+    %l = mt.cross_entropy %logits, %targets : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$logits, Mt_IdTensor:$targets);
+  let results = (outs 0DTensorOf<[F32]>:$loss);
+  let assemblyFormat = "$logits `,` $targets attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_ReshapeOp : Mt_PrimOp<"reshape"> {
+  let summary = "reinterprets a row-major tensor with another shape";
+  let description = [{
+    ```mlir
+    %y = mt.reshape %x : (tensor<2x16x64xf32>) -> tensor<2x16x4x16xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_TransposeOp : Mt_PrimOp<"transpose"> {
+  let summary = "permutes dims: y.shape[i] = x.shape[perm[i]]";
+  let description = [{
+    ```mlir
+    %y = mt.transpose %x {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x16xf32>) -> tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, DenseI64ArrayAttr:$perm);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+}
+
+#endif // MT_OPS_TD

@@ -1,0 +1,144 @@
+//===- Kernels.h - CPU forward/backward kernels of every primitive -*- C++ -*-===//
+//
+// The readable reference implementation of the mt primitives (see
+// docs/primitives.md for the math), llm.c style: contiguous row-major fp32
+// buffers, a forward `op_forward(out, in..., dims)` and a backward
+// `op_backward(d_in..., d_out, in..., dims)` per primitive.
+//
+// Conventions every kernel follows:
+//  - Backward kernels ACCUMULATE (+=) into every gradient they write, so fan-out
+//    and gradient accumulation need no extra adds; callers zero buffers first.
+//  - A null gradient pointer means "not needed" and is skipped.
+//  - Backward kernels get the forward's inputs and recompute what they need
+//    (norm statistics, softmax): nothing is saved between the two.
+//  - Results are deterministic: no atomics, reduction order independent of
+//    thread timing, so two runs give bitwise-equal results.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MEGATRAIN_RUNTIME_KERNELS_KERNELS_H
+#define MEGATRAIN_RUNTIME_KERNELS_KERNELS_H
+
+#include <cstdint>
+
+namespace mtrt::cpu {
+
+// ---- linear ---------------------------------------------------------------
+// x (M, K); w (N, K) when !w_in_out (y = x·wᵀ), (K, N) when w_in_out (y = x·w);
+// b (N) or null; y (M, N).
+void linear_forward(float *y, const float *x, const float *w, const float *b,
+                    int64_t M, int64_t K, int64_t N, bool w_in_out);
+void linear_backward(float *dx, float *dw, float *db, const float *dy,
+                     const float *x, const float *w, int64_t M, int64_t K,
+                     int64_t N, bool w_in_out);
+
+// ---- norms over the last dim ----------------------------------------------
+// x, y (M, D); w, b (D) or null.
+void rms_norm_forward(float *y, const float *x, const float *w, int64_t M,
+                      int64_t D, float eps);
+void rms_norm_backward(float *dx, float *dw, const float *dy, const float *x,
+                       const float *w, int64_t M, int64_t D, float eps);
+void layer_norm_forward(float *y, const float *x, const float *w,
+                        const float *b, int64_t M, int64_t D, float eps);
+void layer_norm_backward(float *dx, float *dw, float *db, const float *dy,
+                         const float *x, const float *w, int64_t M, int64_t D,
+                         float eps);
+
+// ---- rotary embedding (rotate-half), full or partial ----------------------
+// x, y (B, H, S, D) when seq_axis == 2, (B, S, H, D) when seq_axis == 1;
+// cos, sin (S, R), R even, R <= D. Dims past R pass through.
+void rope_forward(float *y, const float *x, const float *cos, const float *sin,
+                  int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
+                  int seq_axis);
+void rope_backward(float *dx, const float *dy, const float *cos,
+                   const float *sin, int64_t B, int64_t H, int64_t S,
+                   int64_t D, int64_t R, int seq_axis);
+
+// ---- causal attention with grouped KV heads -------------------------------
+// q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0; query head h reads KV
+// head h / (H / Hkv). Memory beyond the inputs is O(S) per worker thread.
+void attention_forward(float *y, const float *q, const float *k,
+                       const float *v, int64_t B, int64_t H, int64_t Hkv,
+                       int64_t S, int64_t D, float scale);
+void attention_backward(float *dq, float *dk, float *dv, const float *dy,
+                        const float *q, const float *k, const float *v,
+                        int64_t B, int64_t H, int64_t Hkv, int64_t S,
+                        int64_t D, float scale);
+
+// ---- activations (n elements) ---------------------------------------------
+void silu_forward(float *y, const float *x, int64_t n);
+void silu_backward(float *dx, const float *dy, const float *x, int64_t n);
+// approximate_tanh: GELU's tanh form instead of the exact erf form.
+void gelu_forward(float *y, const float *x, int64_t n, bool approximate_tanh);
+void gelu_backward(float *dx, const float *dy, const float *x, int64_t n,
+                   bool approximate_tanh);
+// y = silu(gate) · up
+void swiglu_forward(float *y, const float *gate, const float *up, int64_t n);
+void swiglu_backward(float *dgate, float *dup, const float *dy,
+                     const float *gate, const float *up, int64_t n);
+void scale_forward(float *y, const float *x, int64_t n, float factor);
+void scale_backward(float *dx, const float *dy, int64_t n, float factor);
+
+// ---- broadcasting elementwise binaries ------------------------------------
+// NumPy broadcasting, described by the output shape (rank <= kMaxRank) and
+// each operand's strides in elements over the output's dims (0 on a dim the
+// operand broadcasts over). Backward reduces over broadcast dims.
+constexpr int kMaxRank = 6;
+struct Broadcast {
+  int rank;
+  int64_t shape[kMaxRank];
+  int64_t lhs_stride[kMaxRank];
+  int64_t rhs_stride[kMaxRank];
+};
+/// Builds the description from the two operand shapes (right-aligned, as in
+/// NumPy); returns false when they do not broadcast or the rank exceeds
+/// kMaxRank.
+bool make_broadcast(Broadcast &bc, const int64_t *lhs_shape, int lhs_rank,
+                    const int64_t *rhs_shape, int rhs_rank);
+void add_forward(float *y, const float *a, const float *b, const Broadcast &bc);
+void add_backward(float *da, float *db, const float *dy, const Broadcast &bc);
+void mul_forward(float *y, const float *a, const float *b, const Broadcast &bc);
+void mul_backward(float *da, float *db, const float *dy, const float *a,
+                  const float *b, const Broadcast &bc);
+
+// ---- embeddings -----------------------------------------------------------
+// ids (N) with 0 <= id < V (the caller validates); table (V, D); y (N, D).
+void embed_forward(float *y, const int32_t *ids, const float *table, int64_t N,
+                   int64_t V, int64_t D);
+void embed_backward(float *dtable, const float *dy, const int32_t *ids,
+                    int64_t N, int64_t V, int64_t D);
+// y (S, D) = table[offset : offset + S].
+void position_embed_forward(float *y, const float *table, int64_t S, int64_t D,
+                            int64_t offset);
+void position_embed_backward(float *dtable, const float *dy, int64_t S,
+                             int64_t D, int64_t offset);
+
+// ---- loss -----------------------------------------------------------------
+// logits (N, V), targets (N). Returns sum over rows of -log softmax(row)[t];
+// the caller divides by the number of targets of the step. Rows are processed
+// independently, so the loss over a sequence may be computed in chunks.
+double cross_entropy_forward(const float *logits, const int32_t *targets,
+                             int64_t N, int64_t V);
+// dlogits += dloss · (softmax(row) - onehot(t)); dloss is d(step loss)/d(sum),
+// i.e. 1 / (targets in the step) for a mean loss.
+void cross_entropy_backward(float *dlogits, const float *logits,
+                            const int32_t *targets, int64_t N, int64_t V,
+                            float dloss);
+
+// ---- layout ---------------------------------------------------------------
+// y.shape[i] = x.shape[perm[i]], rank <= kMaxRank.
+void transpose_forward(float *y, const float *x, const int64_t *x_shape,
+                       const int64_t *perm, int rank);
+// dx += transpose of dy by the inverse permutation.
+void transpose_backward(float *dx, const float *dy, const int64_t *x_shape,
+                        const int64_t *perm, int rank);
+
+// ---- numerics helpers -----------------------------------------------------
+/// Rounds each value to the nearest bfloat16 (ties to even), in place; NaN
+/// stays NaN. This is how --precision bf16 emulates the GPU's storage.
+void round_to_bf16(float *x, int64_t n);
+/// Sum of squares, accumulated in double in a fixed order.
+double sum_squares(const float *x, int64_t n);
+
+} // namespace mtrt::cpu
+
+#endif // MEGATRAIN_RUNTIME_KERNELS_KERNELS_H
