@@ -88,8 +88,11 @@ LogicalResult LinearOp::verify() {
     return emitOpError("x has ") << x.back() << " features, weight "
                                  << str(w) << " (" << getWLayout()
                                  << ") expects " << k;
-  if (failed(expectFeatureVector(*this, getBias(), n, "bias")))
-    return failure();
+  // A bias is [N], or [1, N] as Gemm's C often is.
+  if (Value b = getBias(); b && shapeOf(b) != ArrayRef<int64_t>{n} &&
+                           shapeOf(b) != ArrayRef<int64_t>{1, n})
+    return emitOpError("bias has shape ") << str(shapeOf(b)) << ", expected ["
+                                          << n << "]";
   SmallVector<int64_t> y(x.begin(), x.end());
   y.back() = n;
   return expectShape(*this, getY(), y, "result");
@@ -215,6 +218,24 @@ LogicalResult ReshapeOp::verify() {
   if (x.getNumElements() != y.getNumElements())
     return emitOpError("cannot reshape ")
            << str(x.getShape()) << " into " << str(y.getShape());
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto x = shapeOf(getX()), y = shapeOf(getY());
+  int64_t axis = getAxis(), start = getStart();
+  if (x.size() != y.size() || axis < 0 || axis >= static_cast<int64_t>(x.size()))
+    return emitOpError("axis ") << axis << " is out of range, or ranks differ";
+  for (size_t k = 0; k < x.size(); ++k)
+    if (static_cast<int64_t>(k) != axis && x[k] != y[k])
+      return emitOpError("result ") << str(y) << " differs from x " << str(x)
+                                    << " off the sliced axis";
+  if (start < 0 || start + y[axis] > x[axis])
+    return emitOpError("range ") << start << ".." << start + y[axis] - 1
+                                 << " exceeds dim " << axis << " of size "
+                                 << x[axis];
   return success();
 }
 

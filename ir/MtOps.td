@@ -386,6 +386,20 @@ def Mt_ReshapeOp : Mt_PrimOp<"reshape"> {
   let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
 }
 
+def Mt_SliceOp : Mt_PrimOp<"slice"> {
+  let summary = "a contiguous range of one dim: y = x[.., start : start + n, ..]";
+  let description = [{
+    n is the result's size along `axis`. Splits a fused projection, say.
+
+    ```mlir
+    %q = mt.slice %qkv {axis = 2 : i64, start = 0 : i64} : (tensor<2x16x192xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, I64Attr:$axis, I64Attr:$start);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+}
+
 def Mt_TransposeOp : Mt_PrimOp<"transpose"> {
   let summary = "permutes dims: y.shape[i] = x.shape[perm[i]]";
   let description = [{

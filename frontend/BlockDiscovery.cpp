@@ -1,0 +1,215 @@
+//===- BlockDiscovery.cpp - layers between residual-stream cuts -----------===//
+//
+// Walking the primitives in topological order, a value is a cut when it is
+// the only activation still waiting for a reader: then every path from the
+// input to the logits passes through it (the residual stream between two
+// sublayers, the final norm's output). The graph between consecutive cuts is
+// a segment; a segment is residual when its output is a sum that includes
+// its input. Segments before the first residual one form the embedding,
+// those after the last the head, and the residual ones group into decoder
+// layers, each starting where attention does. Layers are deduplicated by a
+// structural signature (ops, attributes, shapes and wiring, never names), so
+// N identical layers become one template applied N times.
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/BlockDiscovery.h"
+
+#include "frontend/Error.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+namespace mt::onnx_import {
+
+std::vector<Node *> topologicalOrder(Graph &g) {
+  std::vector<Node *> order;
+  std::set<Node *> visited;
+  // Iterative DFS: a 100-layer model nests a few thousand producers deep.
+  std::vector<std::pair<Node *, size_t>> stack;
+  for (Value *out : g.outputs) {
+    if (!out->producer || !visited.insert(out->producer).second)
+      continue;
+    stack.push_back({out->producer, 0});
+    while (!stack.empty()) {
+      auto &[n, next] = stack.back();
+      if (next < n->inputs.size()) {
+        Value *v = n->inputs[next++];
+        if (v && v->producer && visited.insert(v->producer).second)
+          stack.push_back({v->producer, 0});
+        continue;
+      }
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+namespace {
+
+bool isParam(Value *v) { return v && !v->producer && !v->fromInput; }
+
+// Ops, attributes, shapes and wiring of `b`, numbering activations by
+// definition and params by first use.
+void sign(Block &b) {
+  std::map<Value *, int64_t> act, param;
+  act[b.input] = 0;
+  std::string s;
+  for (Node *n : b.nodes) {
+    s += n->op + "(";
+    for (Value *v : n->inputs) {
+      if (!v) {
+        s += "_,";
+      } else if (isParam(v)) {
+        auto [it, fresh] = param.emplace(v, param.size());
+        if (fresh)
+          b.params.push_back(v);
+        s += "p" + std::to_string(it->second) + shapeStr(v->shape) + ",";
+      } else {
+        auto it = act.find(v);
+        if (it == act.end())
+          fail("internal: block input '{}' is not the block's input", v->name);
+        s += "a" + std::to_string(it->second) + ",";
+      }
+    }
+    s += ")";
+    for (auto &[k, a] : n->attrs) {
+      s += k + "=";
+      switch (a.kind) {
+      case Attr::Int: s += std::to_string(a.i); break;
+      case Attr::Float: s += fmt::format("{:.17g}", a.f); break;
+      case Attr::String: s += a.s; break;
+      case Attr::Ints: s += shapeStr(a.ints); break;
+      default: break;
+      }
+      s += ";";
+    }
+    for (Value *v : n->outputs) {
+      act.emplace(v, act.size());
+      s += shapeStr(v->shape);
+    }
+    s += "\n";
+  }
+  b.signature = b.kind + "\n" + s;
+}
+
+// Whether the mt.add tree computing v has `input` as a summand.
+bool sumsIn(Value *v, Value *input) {
+  if (v == input)
+    return true;
+  Node *add = v->producer;
+  return add && add->op == "mt.add" &&
+         (sumsIn(add->in(0), input) || sumsIn(add->in(1), input));
+}
+
+struct Segment {
+  Value *input, *output;
+  std::vector<Node *> nodes;
+  bool residual = false, attends = false;
+};
+
+Block makeBlock(const std::string &kind, int64_t layer,
+                std::vector<Segment>::const_iterator begin,
+                std::vector<Segment>::const_iterator end) {
+  Block b;
+  b.kind = kind;
+  b.layer = layer;
+  b.input = begin->input;
+  b.output = std::prev(end)->output;
+  for (auto it = begin; it != end; ++it)
+    b.nodes.insert(b.nodes.end(), it->nodes.begin(), it->nodes.end());
+  sign(b);
+  return b;
+}
+
+} // namespace
+
+Block wholeGraph(Graph &g) {
+  Block b;
+  b.kind = "graph";
+  b.input = g.inputs.at(0);
+  b.output = g.outputs.at(0);
+  b.nodes = topologicalOrder(g);
+  sign(b);
+  return b;
+}
+
+std::vector<Block> discoverBlocks(Graph &g) {
+  std::vector<Node *> order = topologicalOrder(g);
+  Value *input = g.inputs.at(0);
+  // Readers of each activation still to run.
+  std::map<Value *, int64_t> pending;
+  auto readers = [](Value *v) {
+    return static_cast<int64_t>(v->users.size());
+  };
+  pending[input] = readers(input);
+  std::vector<Segment> segments;
+  Segment cur{input, nullptr, {}};
+  for (Node *n : order) {
+    cur.nodes.push_back(n);
+    cur.attends |= n->op == "mt.attention";
+    for (Value *v : n->inputs)
+      if (v && pending.count(v) && --pending[v] == 0)
+        pending.erase(v);
+    for (Value *v : n->outputs)
+      if (readers(v) > 0)
+        pending[v] = readers(v);
+    Value *out = n->out();
+    if ((pending.size() == 1 && pending.begin()->first == out) ||
+        out == g.outputs[0]) {
+      cur.output = out;
+      cur.residual = out != cur.input && sumsIn(out, cur.input);
+      segments.push_back(std::move(cur));
+      cur = Segment{out, nullptr, {}};
+    }
+  }
+  if (segments.empty() || segments.back().output != g.outputs[0])
+    fail("internal: block discovery did not reach the logits");
+
+  auto firstRes = std::find_if(segments.begin(), segments.end(),
+                               [](const Segment &s) { return s.residual; });
+  if (firstRes == segments.end())
+    fail("no residual blocks found: the graph is not a decoder (no value of "
+         "the form x + f(x) on the path from the embedding to the logits)");
+  auto lastRes = std::find_if(segments.rbegin(), segments.rend(),
+                              [](const Segment &s) { return s.residual; })
+                     .base();
+  bool hasEmbed = false;
+  for (auto it = segments.begin(); it != firstRes; ++it)
+    for (Node *n : it->nodes)
+      hasEmbed |= n->op == "mt.embed";
+  if (firstRes == segments.begin() || !hasEmbed)
+    fail("the model does not start with a token embedding (a Gather of an "
+         "initializer by the token ids) before its first residual block");
+  if (lastRes == segments.end())
+    fail("the model has no head after its last residual block (the logits "
+         "are the residual stream itself)");
+
+  std::vector<Block> blocks;
+  blocks.push_back(makeBlock("embedding", -1, segments.begin(), firstRes));
+  // Layers start at each attending segment; segments before the first one
+  // join the first layer. Without attention, each segment is a layer.
+  bool anyAttention = std::any_of(firstRes, lastRes,
+                                  [](const Segment &s) { return s.attends; });
+  auto start = firstRes;
+  int64_t layer = 0;
+  for (auto it = firstRes; it != lastRes; ++it) {
+    auto next = std::next(it);
+    bool boundary = next == lastRes ||
+                    (anyAttention ? next->attends && std::any_of(start, next,
+                                                                 [](const Segment &s) {
+                                                                   return s.attends;
+                                                                 })
+                                  : true);
+    if (boundary) {
+      blocks.push_back(makeBlock("layer", layer++, start, next));
+      start = next;
+    }
+  }
+  blocks.push_back(makeBlock("head", -1, lastRes, segments.end()));
+  return blocks;
+}
+
+} // namespace mt::onnx_import

@@ -1,0 +1,46 @@
+//===- Importer.h - ONNX decoder exports to mt IR ---------------*- C++ -*-===//
+#ifndef MEGATRAIN_FRONTEND_IMPORTER_H
+#define MEGATRAIN_FRONTEND_IMPORTER_H
+
+#include "frontend/Const.h"
+#include "frontend/GraphBuilder.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace mt::onnx_import {
+
+class OnnxFile;
+
+struct ImportOptions {
+  Bindings bindings;
+  /// Split into embedding, layer templates and head (false: one "graph"
+  /// template, for looking at fused idioms in isolation).
+  bool discoverBlocks = true;
+  /// Tie initializers holding the same data (see Ties.h).
+  bool detectTies = true;
+};
+
+struct ImportedModel {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  /// The data of each param that has any, by symbol: initializers (read
+  /// lazily from the file) and frozen tables. Absent for structure-only
+  /// weights.
+  std::map<std::string, ConstPtr> paramData;
+  std::unique_ptr<OnnxFile> file; // keeps paramData's bytes mapped
+  ~ImportedModel();
+  ImportedModel();
+  ImportedModel(ImportedModel &&);
+};
+
+/// Imports `path`; throws ImportError with a message naming the culprit.
+ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
+                         const ImportOptions &options);
+
+} // namespace mt::onnx_import
+
+#endif // MEGATRAIN_FRONTEND_IMPORTER_H

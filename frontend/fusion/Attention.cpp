@@ -1,0 +1,288 @@
+//===- Attention.cpp - causal scaled dot-product attention ----------------===//
+//
+// Recognized form, q [B, H, S, D], k and v [B, Hkv, S, D]:
+//   MatMul(Softmax(mask(scale · MatMul(q, kᵀ)), last dim), v)
+// where kᵀ is a Transpose (of k, or of k's pre-transpose layout); the scale
+// is any product of Mul/Div by constants on the scores or on q and k; mask is
+// any chain of Add of a constant bias and Where(constant condition, scores,
+// fill) / Where(condition, fill, scores) that together keep exactly j <= i;
+// GQA's repeat of k and v as Unsqueeze/Reshape + Expand + Reshape is undone.
+// Also the Attention op of opset 23 (causal, no cache), 3-d or 4-d.
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/fusion/Fusion.h"
+
+#include "frontend/Error.h"
+#include "frontend/fusion/Match.h"
+
+#include <cmath>
+#include <map>
+
+namespace mt::onnx_import {
+namespace {
+
+// Values at or below this in an additive mask or a fill count as -inf.
+constexpr double kMaskedBelow = -1e4;
+
+struct MaskTerm {
+  enum Kind { Additive, KeepWhereTrue, KeepWhereFalse } kind;
+  ConstPtr condition; // Additive: the bias; Where: the condition
+  ConstPtr fill;      // Where: the masked value
+};
+
+class AttentionFusion {
+public:
+  explicit AttentionFusion(Graph &g) : g_(g) {}
+
+  void run() {
+    for (Node *n : nodesWithOp(g_, "MatMul"))
+      fuseDecomposed(n);
+    for (Node *n : nodesWithOp(g_, "Attention"))
+      fuseOp(n);
+  }
+
+private:
+  // Multiplies `scale` by constants applied to v; returns what they scale.
+  static Value *peelScale(Value *v, double &scale) {
+    for (;;) {
+      if (Node *div = producer(v, "Div"); div && constScalar(div->in(1))) {
+        scale /= *constScalar(div->in(1));
+        v = div->in(0);
+        continue;
+      }
+      auto ops = commuted(producer(v, "Mul"),
+                          [](Value *c) { return constScalar(c).has_value(); });
+      if (!ops)
+        return v;
+      scale *= *constScalar(ops->first);
+      v = ops->second;
+    }
+  }
+
+  // Peels masks and scales off the softmax input; returns the raw scores.
+  static Value *peelMasks(Value *s, std::vector<MaskTerm> &masks,
+                          double &scale) {
+    for (;;) {
+      s = peelScale(s, scale);
+      auto bias = commuted(producer(s, "Add"),
+                           [](Value *c) { return c->constant != nullptr; });
+      if (bias && isActivation(bias->second)) {
+        masks.push_back({MaskTerm::Additive, bias->first->constant, nullptr});
+        s = bias->second;
+        continue;
+      }
+      Node *where = producer(s, "Where");
+      if (where && where->in(0)->constant) {
+        if (isActivation(where->in(1)) && where->in(2)->constant) {
+          masks.push_back({MaskTerm::KeepWhereTrue, where->in(0)->constant,
+                           where->in(2)->constant});
+          s = where->in(1);
+          continue;
+        }
+        if (isActivation(where->in(2)) && where->in(1)->constant) {
+          masks.push_back({MaskTerm::KeepWhereFalse, where->in(0)->constant,
+                           where->in(1)->constant});
+          s = where->in(2);
+          continue;
+        }
+      }
+      return s;
+    }
+  }
+
+  // Whether position (i, j) of scores [B, H, S, S] at (b, h) survives the
+  // masks; throws when a mask value is neither "keep" nor "-inf".
+  static bool kept(const std::vector<MaskTerm> &masks, const Shape &scores,
+                   int64_t b, int64_t h, int64_t i, int64_t j, Node *at) {
+    int64_t s = scores[2];
+    int64_t flat = ((b * scores[1] + h) * s + i) * scores[3] + j;
+    bool keep = true;
+    for (const MaskTerm &m : masks) {
+      double c = m.condition->at(BroadcastIndex(scores, m.condition->shape)(flat));
+      if (m.kind == MaskTerm::Additive) {
+        if (c != 0 && c > kMaskedBelow)
+          fail("{}: the attention bias has value {} at query {}, key {}; only "
+               "causal masks (0 or -inf) are supported, not position biases",
+               at->describe(), c, i, j);
+        keep &= c == 0;
+        continue;
+      }
+      bool k = (c != 0) == (m.kind == MaskTerm::KeepWhereTrue);
+      if (!k) {
+        double fill = m.fill->at(BroadcastIndex(scores, m.fill->shape)(flat));
+        if (fill > kMaskedBelow)
+          fail("{}: the attention mask fills masked scores with {}, not -inf",
+               at->describe(), fill);
+      }
+      keep &= k;
+    }
+    return keep;
+  }
+
+  // Checks that the masks keep exactly the causal triangle: every row when
+  // the sequence is short, else the first and last 64 rows and 64 between,
+  // in full, at the first and last batch row and head.
+  void checkCausal(const std::vector<MaskTerm> &masks, const Shape &scores,
+                   Node *at) {
+    std::vector<const Const *> key;
+    for (const MaskTerm &m : masks)
+      key.push_back(m.condition.get());
+    if (checked_.count(key))
+      return;
+    if (masks.empty())
+      fail("{}: attention without a causal mask; decoder training needs "
+           "causal attention",
+           at->describe());
+    int64_t s = scores[2];
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < s; ++i)
+      if (s <= 256 || i < 64 || i >= s - 64 || i % (s / 64) == 0)
+        rows.push_back(i);
+    for (int64_t b : {int64_t(0), scores[0] - 1})
+      for (int64_t h : {int64_t(0), scores[1] - 1})
+        for (int64_t i : rows)
+          for (int64_t j = 0; j < s; ++j)
+            if (kept(masks, scores, b, h, i, j, at) != (j <= i))
+              fail("{}: the attention mask {} query {} to see key {}; only "
+                   "causal masks are supported",
+                   at->describe(), j <= i ? "does not allow" : "allows", i, j);
+    checked_[key] = true;
+  }
+
+  Value *transposed(Node *after, Value *x, std::vector<int64_t> perm) {
+    Shape s;
+    for (int64_t p : perm)
+      s.push_back(x->dim(p));
+    Node *t = g_.newNode("mt.transpose", after->name, {x}, after);
+    t->setInts("perm", perm);
+    Value *y = g_.addOutput(t, DType::F32, s);
+    y->fromInput = true;
+    return y;
+  }
+
+  Value *reshaped(Node *after, Value *x, Shape s) {
+    Node *r = g_.newNode("mt.reshape", after->name, {x}, after);
+    Value *y = g_.addOutput(r, DType::F32, std::move(s));
+    y->fromInput = true;
+    return y;
+  }
+
+  // k [B, H, S, D] from kᵀ [B, H, D, S].
+  Value *untranspose(Node *at, Value *kt) {
+    if (Node *t = producer(kt, "Transpose")) {
+      std::vector<int64_t> p = t->getInts("perm");
+      std::vector<int64_t> q{p[0], p[1], p[3], p[2]};
+      if (q == std::vector<int64_t>{0, 1, 2, 3})
+        return t->in(0);
+      return transposed(at, t->in(0), q);
+    }
+    return transposed(at, kt, {0, 1, 3, 2});
+  }
+
+  // kv [B, Hkv, S, D] when x is its GQA repeat to [B, Hkv·n, S, D].
+  static Value *unrepeat(Value *x) {
+    Node *reshape = producer(x, "Reshape");
+    Node *expand = reshape ? producer(reshape->in(0), "Expand") : nullptr;
+    Node *unsq = expand ? producerOneOf(expand->in(0), {"Unsqueeze", "Reshape"})
+                        : nullptr;
+    if (!unsq)
+      return x;
+    Value *kv = unsq->in(0);
+    const Shape &u = unsq->out()->shape, &e = expand->out()->shape;
+    bool ok = kv->rank() == 4 && u == Shape{kv->dim(0), kv->dim(1), 1,
+                                            kv->dim(2), kv->dim(3)} &&
+              e.size() == 5 && e[0] == u[0] && e[1] == u[1] && e[3] == u[3] &&
+              e[4] == u[4] &&
+              x->shape == Shape{e[0], e[1] * e[2], e[3], e[4]};
+    return ok ? kv : x;
+  }
+
+  void fuseDecomposed(Node *mm) {
+    Node *softmax = producer(mm->in(0), "Softmax");
+    Value *v = mm->in(1);
+    if (!softmax || !isActivation(v) || v->rank() != 4 ||
+        softmax->getInt("axis", -1) != softmax->out()->rank() - 1)
+      return;
+    std::vector<MaskTerm> masks;
+    double scale = 1.0;
+    Value *scores = peelMasks(softmax->in(0), masks, scale);
+    Node *qk = producer(scores, "MatMul");
+    if (!qk)
+      return;
+    Value *q = peelScale(qk->in(0), scale);
+    Value *kt = peelScale(qk->in(1), scale);
+    if (!isActivation(q) || !isActivation(kt) || q->rank() != 4 ||
+        kt->rank() != 4)
+      return;
+    checkCausal(masks, softmax->out()->shape, mm);
+    Value *k = unrepeat(untranspose(mm, kt));
+    v = unrepeat(v);
+    if (k->shape != v->shape || q->dim(1) % k->dim(1) || q->dim(3) != k->dim(3))
+      fail("{}: attention with q {}, k {} and v {} is not supported (k and v "
+           "must match, and query heads be a multiple of KV heads)",
+           mm->describe(), shapeStr(q->shape), shapeStr(k->shape),
+           shapeStr(v->shape));
+    Node *attn = replaceWithPrimitive(g_, mm, "mt.attention", {q, k, v},
+                                      q->shape);
+    attn->setFloat("scale", scale);
+  }
+
+  void fuseOp(Node *n) {
+    if (n->in(4) || n->in(5))
+      fail("{}: a KV cache (past_key/past_value) is not supported in training",
+           n->describe());
+    if (n->getFloat("softcap", 0) != 0)
+      fail("{}: softcap is not supported", n->describe());
+    Value *q = n->in(0), *k = n->in(1), *v = n->in(2);
+    bool threeD = q->rank() == 3;
+    if (threeD) {
+      int64_t h = n->getInt("q_num_heads", 0), hkv = n->getInt("kv_num_heads", 0);
+      if (h <= 0 || hkv <= 0 || q->dim(2) % h || k->dim(2) % hkv)
+        fail("{}: 3-d inputs need q_num_heads and kv_num_heads",
+             n->describe());
+      auto toHeads = [&](Value *x, int64_t heads) {
+        Value *r = reshaped(n, x, {x->dim(0), x->dim(1), heads, x->dim(2) / heads});
+        return transposed(r->producer, r, {0, 2, 1, 3});
+      };
+      q = toHeads(q, h);
+      k = toHeads(k, hkv);
+      v = toHeads(v, hkv);
+    }
+    Shape scores{q->dim(0), q->dim(1), q->dim(2), k->dim(2)};
+    if (Value *mask = n->in(3)) {
+      if (!mask->constant)
+        fail("{}: attn_mask must be a compile-time causal mask", n->describe());
+      MaskTerm m = mask->dtype == DType::Bool
+                       ? MaskTerm{MaskTerm::KeepWhereTrue, mask->constant,
+                                  scalarConst(DType::F32, -INFINITY)}
+                       : MaskTerm{MaskTerm::Additive, mask->constant, nullptr};
+      checkCausal({m}, scores, n);
+    } else if (!n->getInt("is_causal", 0)) {
+      fail("{}: attention without a causal mask; decoder training needs "
+           "causal attention",
+           n->describe());
+    }
+    if (k->shape != v->shape || q->dim(1) % k->dim(1))
+      fail("{}: query heads must be a multiple of KV heads and k match v",
+           n->describe());
+    double scale = n->getFloat("scale", 1.0 / std::sqrt(double(q->dim(3))));
+    Node *attn = g_.newNode("mt.attention", n->name, {q, k, v}, n);
+    attn->setFloat("scale", scale);
+    Value *y = g_.addOutput(attn, DType::F32, q->shape);
+    y->fromInput = true;
+    if (threeD) {
+      Value *t = transposed(attn, y, {0, 2, 1, 3});
+      y = reshaped(t->producer, t, n->out()->shape);
+    }
+    g_.replaceAllUses(n->out(), y);
+  }
+
+  Graph &g_;
+  std::map<std::vector<const Const *>, bool> checked_;
+};
+
+} // namespace
+
+void fuseAttention(Graph &g) { AttentionFusion(g).run(); }
+
+} // namespace mt::onnx_import

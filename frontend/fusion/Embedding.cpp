@@ -1,0 +1,89 @@
+//===- Embedding.cpp - token and position embeddings ----------------------===//
+//
+// Recognized forms (T an initializer [rows, dim]):
+//   Gather(T, ids)              ids computed from the fed token ids
+//   Gather(T, positions)        positions a compile-time arange(o, o+S),
+//                               any leading dims of size 1
+//   Slice(T, o:o+S on axis 0)   learned positions as a slice of the table
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/fusion/Fusion.h"
+
+#include "frontend/fusion/Match.h"
+
+#include <algorithm>
+
+namespace mt::onnx_import {
+namespace {
+
+std::optional<WeightView> tableOf(Value *v) {
+  auto view = weightView(v);
+  if (!view || view->transposed || view->param->rank() != 2)
+    return std::nullopt;
+  return view;
+}
+
+// The offset o when c is arange(o, o + S) laid out as [1, ..., 1, S].
+std::optional<int64_t> arangeOffset(const Const &c) {
+  for (size_t k = 0; k + 1 < c.shape.size(); ++k)
+    if (c.shape[k] != 1)
+      return std::nullopt;
+  if (c.numel == 0)
+    return std::nullopt;
+  int64_t o = toInt(c.at(0));
+  for (int64_t i = 0; i < c.numel; ++i)
+    if (c.at(i) != double(o + i))
+      return std::nullopt;
+  return o;
+}
+
+void emitPositions(Graph &g, Node *root, Value *table, int64_t offset,
+                   int64_t length) {
+  Shape out = root->out()->shape;
+  Shape flat{length, table->dim(1)};
+  Node *pe = g.newNode("mt.position_embed", root->name, {table}, root);
+  g.addOutput(pe, DType::F32, flat)->fromInput = true;
+  pe->setInt("offset", offset);
+  Value *result = pe->out();
+  if (out != flat) { // [1, S, D] and the like: the same elements
+    Node *r = g.newNode("mt.reshape", root->name, {result}, pe);
+    result = g.addOutput(r, DType::F32, out);
+    result->fromInput = true;
+  }
+  g.replaceAllUses(root->out(), result);
+}
+
+} // namespace
+
+void fuseEmbeddings(Graph &g) {
+  for (Node *n : nodesWithOp(g, "Gather")) {
+    auto table = tableOf(n->in(0));
+    if (!table || n->getInt("axis", 0) != 0)
+      continue;
+    Value *ids = n->in(1);
+    if (isActivation(ids)) {
+      replaceWithPrimitive(g, n, "mt.embed", {ids, table->param},
+                           n->out()->shape);
+    } else if (ids->constant) {
+      if (auto o = arangeOffset(*ids->constant))
+        emitPositions(g, n, table->param, *o, ids->constant->numel);
+    }
+  }
+  for (Node *n : nodesWithOp(g, "Slice")) {
+    auto table = tableOf(n->in(0));
+    if (!table)
+      continue;
+    std::vector<int64_t> start = n->getInts("starts"), step = n->getInts("steps"),
+                         size = n->getInts("sizes");
+    // Only a slice added to the token embeddings is a position table; other
+    // slices of a weight (a fused projection split by rows) are not.
+    bool addedOnly = std::all_of(n->out()->users.begin(), n->out()->users.end(),
+                                 [](Node *u) { return u->op == "Add"; });
+    if (step != std::vector<int64_t>{1, 1} || size[1] != table->param->dim(1) ||
+        !addedOnly)
+      continue;
+    emitPositions(g, n, table->param, start[0], size[0]);
+  }
+}
+
+} // namespace mt::onnx_import

@@ -1,0 +1,45 @@
+//===- Fusion.cpp - the idiom fusion pipeline -----------------------------===//
+#include "frontend/fusion/Fusion.h"
+
+#include "frontend/Error.h"
+#include "frontend/fusion/Match.h"
+
+namespace mt::onnx_import {
+
+void removeNoOps(Graph &g) {
+  for (auto &node : g.nodes()) {
+    Node *n = node.get();
+    Value *x = n->in(0);
+    if (!isActivation(x) || n->outputs.empty())
+      continue;
+    bool noOp = (n->op == "Identity" || n->op == "Dropout") && n->domain.empty();
+    // The trainer computes in f32 throughout: casts between float types (an
+    // fp16 export's upcasts around norms and softmax) change nothing, and
+    // casts between integer types only touch token ids.
+    if (n->op == "Cast" || n->op == "CastLike")
+      noOp = (isFloat(x->dtype) && isFloat(n->out()->dtype)) ||
+             (isInteger(x->dtype) && isInteger(n->out()->dtype));
+    if (noOp)
+      g.replaceAllUses(n->out(), x);
+  }
+}
+
+void fuseIdioms(Graph &g) {
+  removeNoOps(g);
+  fuseEmbeddings(g);
+  fuseNorms(g);
+  fuseActivations(g);
+  fuseRope(g);
+  fuseAttention(g);
+  fuseLinear(g);
+  g.removeDeadNodes();
+  lowerRemaining(g);
+  g.removeDeadNodes();
+  for (auto &node : g.nodes())
+    if (!node->isPrimitive())
+      fail("{} computes '{}' at run time, and no supported idiom explains "
+           "it (see docs/importer.md for the supported forms)",
+           node->describe(), node->out()->name);
+}
+
+} // namespace mt::onnx_import

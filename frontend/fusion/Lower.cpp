@@ -1,0 +1,108 @@
+//===- Lower.cpp - the remaining layout and arithmetic ops ----------------===//
+//
+// After the idioms, what is left on the activation path must map one to one
+// onto a primitive: residual and bias Adds, scalings, elementwise products,
+// reshapes, transposes and slices (a fused QKV projection split three ways).
+// Anything else is left for fuseIdioms to report.
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/fusion/Fusion.h"
+
+#include "frontend/Error.h"
+#include "frontend/fusion/Match.h"
+
+namespace mt::onnx_import {
+namespace {
+
+// An operand of an elementwise primitive: an activation or a weight.
+Value *operand(Node *n, Value *v) {
+  if (isActivation(v))
+    return v;
+  if (auto w = weightView(v); w && !w->transposed)
+    return w->param;
+  fail("{}: operand '{}' is a constant computed in the graph; only weights "
+       "(initializers) and scalars may meet activations here",
+       n->describe(), v->name);
+}
+
+void lowerBinary(Graph &g, Node *n, const char *prim) {
+  replaceWithPrimitive(g, n, prim, {operand(n, n->in(0)), operand(n, n->in(1))},
+                       n->out()->shape);
+}
+
+void lowerScale(Graph &g, Node *n, Value *x, double factor) {
+  replaceWithPrimitive(g, n, "mt.scale", {x}, n->out()->shape)
+      ->setFloat("factor", factor);
+}
+
+void lowerSlices(Graph &g, Node *n, Value *x, const std::vector<int64_t> &start,
+                 const std::vector<int64_t> &size, Value *result) {
+  Value *cur = x;
+  Node *after = n;
+  for (int64_t k = 0; k < x->rank(); ++k) {
+    if (start[k] == 0 && size[k] == x->dim(k))
+      continue;
+    Shape s = cur->shape;
+    s[k] = size[k];
+    Node *sl = g.newNode("mt.slice", n->name, {cur}, after);
+    sl->setInt("axis", k);
+    sl->setInt("start", start[k]);
+    cur = g.addOutput(sl, DType::F32, s);
+    cur->fromInput = true;
+    after = sl;
+  }
+  g.replaceAllUses(result, cur);
+}
+
+void lower(Graph &g, Node *n) {
+  const std::string &op = n->op;
+  Value *x = n->in(0);
+  if (op == "Add") {
+    lowerBinary(g, n, "mt.add");
+  } else if (op == "Mul") {
+    auto scalar = commuted(n, [](Value *c) { return constScalar(c).has_value(); });
+    if (scalar && isActivation(scalar->second))
+      lowerScale(g, n, scalar->second, *constScalar(scalar->first));
+    else
+      lowerBinary(g, n, "mt.mul");
+  } else if (op == "Div" && isActivation(x) && constScalar(n->in(1))) {
+    lowerScale(g, n, x, 1.0 / *constScalar(n->in(1)));
+  } else if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
+             op == "Flatten") {
+    replaceWithPrimitive(g, n, "mt.reshape", {x}, n->out()->shape);
+  } else if (op == "Transpose") {
+    replaceWithPrimitive(g, n, "mt.transpose", {x}, n->out()->shape)
+        ->setInts("perm", n->getInts("perm"));
+  } else if (op == "Slice") {
+    for (int64_t step : n->getInts("steps"))
+      if (step != 1)
+        fail("{}: strided slices of activations are not supported",
+             n->describe());
+    lowerSlices(g, n, x, n->getInts("starts"), n->getInts("sizes"), n->out());
+  } else if (op == "Split") {
+    int64_t axis = n->getInt("axis", 0), offset = 0;
+    std::vector<int64_t> split = n->getInts("split");
+    for (size_t k = 0; k < n->outputs.size(); ++k) {
+      std::vector<int64_t> start(x->rank(), 0);
+      Shape size = x->shape;
+      start[axis] = offset;
+      size[axis] = split[k];
+      lowerSlices(g, n, x, start, size, n->out(k));
+      offset += split[k];
+    }
+  }
+}
+
+} // namespace
+
+void lowerRemaining(Graph &g) {
+  std::vector<Node *> todo;
+  for (auto &n : g.nodes())
+    if (!n->isPrimitive() && !n->outputs.empty() && isActivation(n->out()))
+      todo.push_back(n.get());
+  for (Node *n : todo)
+    if (n->domain.empty())
+      lower(g, n);
+}
+
+} // namespace mt::onnx_import

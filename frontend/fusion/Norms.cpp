@@ -1,0 +1,202 @@
+//===- Norms.cpp - RMSNorm and LayerNorm ----------------------------------===//
+//
+// Recognized forms, normalizing over the last dim:
+//   RMSNorm   x / Sqrt(ReduceMean(x²) + eps), or x · Reciprocal(Sqrt(..)),
+//             x · Div(1, Sqrt(..)), or x · Pow(.., -0.5); x² as Pow(x, 2) or x·x; then an optional
+//             Mul by a [D] weight. Also RMSNormalization (opset 23) and
+//             com.microsoft SimplifiedLayerNormalization.
+//   LayerNorm d = x - ReduceMean(x); d / Sqrt(ReduceMean(d²) + eps) with the
+//             same variants, optional Mul by weight and Add of bias; and
+//             LayerNormalization (opset 17).
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/fusion/Fusion.h"
+
+#include "frontend/Error.h"
+#include "frontend/fusion/Match.h"
+
+namespace mt::onnx_import {
+namespace {
+
+// A ReduceMean over exactly the last dim, keeping it.
+Value *meanOverLastDim(Value *v) {
+  Node *r = producer(v, "ReduceMean");
+  if (!r || !r->getInt("keepdims", 1))
+    return nullptr;
+  Value *x = r->in(0);
+  if (r->getInts("axes") != std::vector<int64_t>{x->rank() - 1})
+    return nullptr;
+  return x;
+}
+
+// x² as Pow(x, 2) or Mul(x, x); returns x.
+Value *squared(Value *v) {
+  if (Node *p = producer(v, "Pow"))
+    return isScalar(p->in(1), 2.0) ? p->in(0) : nullptr;
+  if (Node *m = producer(v, "Mul"))
+    return m->in(0) == m->in(1) ? m->in(0) : nullptr;
+  return nullptr;
+}
+
+// Matches x · rsqrt(ms + eps) in its forms; returns x, ms and eps.
+struct Normalize {
+  Value *x = nullptr, *meanSquare = nullptr;
+  double eps = 0;
+};
+
+// ms + eps, with eps a non-negative scalar.
+bool matchAddEps(Value *s, Normalize &out) {
+  auto ops = commuted(producer(s, "Add"),
+                      [](Value *c) { return constScalar(c).has_value(); });
+  if (!ops || *constScalar(ops->first) < 0)
+    return false;
+  out.eps = *constScalar(ops->first);
+  out.meanSquare = ops->second;
+  return true;
+}
+
+// 1 / Sqrt(ms + eps) as Reciprocal(Sqrt(..)), Div(1, Sqrt(..)) (torch's
+// rsqrt) or Pow(.., -0.5).
+bool matchRsqrt(Value *r, Normalize &out) {
+  if (Node *rec = producer(r, "Reciprocal")) {
+    Node *sqrt = producer(rec->in(0), "Sqrt");
+    return sqrt && matchAddEps(sqrt->in(0), out);
+  }
+  if (Node *div = producer(r, "Div"); div && isScalar(div->in(0), 1.0)) {
+    Node *sqrt = producer(div->in(1), "Sqrt");
+    return sqrt && matchAddEps(sqrt->in(0), out);
+  }
+  Node *pow = producer(r, "Pow");
+  return pow && isScalar(pow->in(1), -0.5) && matchAddEps(pow->in(0), out);
+}
+
+std::optional<Normalize> matchNormalize(Value *v) {
+  Normalize out;
+  if (Node *div = producer(v, "Div")) {
+    Node *sqrt = producer(div->in(1), "Sqrt");
+    if (!sqrt || !matchAddEps(sqrt->in(0), out))
+      return std::nullopt;
+    out.x = div->in(0);
+    return out;
+  }
+  auto ops = commuted(producer(v, "Mul"), [](Value *r) {
+    Normalize probe;
+    return matchRsqrt(r, probe);
+  });
+  if (!ops)
+    return std::nullopt;
+  matchRsqrt(ops->first, out);
+  out.x = ops->second;
+  return out;
+}
+
+// An optional Mul by a [D] weight, then (for LayerNorm) an optional Add of a
+// [D] bias, after the normalized value `n`.
+struct Affine {
+  Node *root;
+  Value *weight = nullptr, *bias = nullptr;
+};
+
+Affine matchAffine(Node *normalized, int64_t d, bool withBias) {
+  Affine a{normalized};
+  auto isFeatureWeight = [d](Value *w) {
+    auto view = weightView(w);
+    return view && !view->transposed && view->param->shape == Shape{d};
+  };
+  Node *user = soleUser(a.root->out());
+  if (user && user->op == "Mul" && user->domain.empty()) {
+    if (auto ops = commuted(user, isFeatureWeight); ops && ops->second == a.root->out()) {
+      a.weight = weightView(ops->first)->param;
+      a.root = user;
+      user = soleUser(a.root->out());
+    }
+  }
+  if (withBias && user && user->op == "Add" && user->domain.empty()) {
+    if (auto ops = commuted(user, isFeatureWeight); ops && ops->second == a.root->out()) {
+      a.bias = weightView(ops->first)->param;
+      a.root = user;
+    }
+  }
+  return a;
+}
+
+void emitRmsNorm(Graph &g, Node *root, Value *x, Value *weight, double eps) {
+  std::vector<Value *> ins{x};
+  if (weight)
+    ins.push_back(weight);
+  replaceWithPrimitive(g, root, "mt.rms_norm", ins, x->shape)
+      ->setFloat("eps", eps);
+}
+
+void emitLayerNorm(Graph &g, Node *root, Value *x, Value *weight, Value *bias,
+                   double eps) {
+  Node *n = replaceWithPrimitive(g, root, "mt.layer_norm", {x, weight, bias},
+                                 x->shape);
+  n->setFloat("eps", eps);
+}
+
+bool lastDimOnly(Node *n) {
+  return n->getInt("axis", -1) == n->in(0)->rank() - 1;
+}
+
+void fuseDecomposed(Graph &g, Node *n) {
+  std::optional<Normalize> m = matchNormalize(n->out());
+  if (!m || !isActivation(m->x))
+    return;
+  int64_t d = m->x->dim(-1);
+  // LayerNorm: x here is the centered c = x - mean(x), and the mean square
+  // is of c (or of a second, identical Sub).
+  if (Node *center = producer(m->x, "Sub");
+      center && meanOverLastDim(center->in(1)) == center->in(0)) {
+    Value *var = meanOverLastDim(m->meanSquare);
+    Value *sqOf = var ? squared(var) : nullptr;
+    Node *again = producer(sqOf, "Sub");
+    bool sameCenter = sqOf && (sqOf == m->x ||
+                               (again && again->in(0) == center->in(0) &&
+                                again->in(1) == center->in(1)));
+    if (sameCenter) {
+      Affine a = matchAffine(n, d, true);
+      emitLayerNorm(g, a.root, center->in(0), a.weight, a.bias, m->eps);
+    }
+    return;
+  }
+  // RMSNorm: the mean square is of x itself.
+  if (Value *sq = meanOverLastDim(m->meanSquare); sq && squared(sq) == m->x) {
+    Affine a = matchAffine(n, d, false);
+    emitRmsNorm(g, a.root, m->x, a.weight, m->eps);
+  }
+}
+
+} // namespace
+
+void fuseNorms(Graph &g) {
+  for (const char *op : {"Div", "Mul"})
+    for (Node *n : nodesWithOp(g, op))
+      fuseDecomposed(g, n);
+
+  for (Node *n : nodesWithOp(g, "LayerNormalization")) {
+    if (!lastDimOnly(n))
+      fail("{}: normalizing over more than the last dim is not supported",
+           n->describe());
+    auto w = weightView(n->in(1)), b = weightView(n->in(2));
+    if (!w || (n->in(2) && !b))
+      fail("{}: scale and bias must be weights (initializers)", n->describe());
+    emitLayerNorm(g, n, n->in(0), w->param, b ? b->param : nullptr,
+                  n->getFloat("epsilon", 1e-5));
+  }
+  for (auto [op, domain] : {std::pair{"RMSNormalization", ""},
+                            std::pair{"SimplifiedLayerNormalization",
+                                      "com.microsoft"}}) {
+    for (Node *n : nodesWithOp(g, op, domain)) {
+      if (!lastDimOnly(n))
+        fail("{}: normalizing over more than the last dim is not supported",
+             n->describe());
+      auto w = weightView(n->in(1));
+      if (!w)
+        fail("{}: scale must be a weight (initializer)", n->describe());
+      emitRmsNorm(g, n, n->in(0), w->param, n->getFloat("epsilon", 1e-5));
+    }
+  }
+}
+
+} // namespace mt::onnx_import

@@ -1,0 +1,171 @@
+//===- Rope.cpp - rotary position embedding -------------------------------===//
+//
+// Recognized form, x 4-d ([B, H, S, D] or [B, S, H, D]):
+//   x · cos + rotate_half(x) · sin,   rotate_half(x) = Concat(-x2, x1) on the
+//   last dim, with x1, x2 the halves of x as two Slices or one Split;
+//   partial rotary: the above on x0[..., :R], concatenated with x0[..., R:].
+// cos and sin must fold to compile-time tables broadcast over batch and
+// heads; they become frozen [S, R] params shared by every layer that uses
+// the same table.
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/fusion/Fusion.h"
+
+#include "frontend/Error.h"
+#include "frontend/fusion/Match.h"
+
+#include <map>
+
+namespace mt::onnx_import {
+namespace {
+
+// The last-dim slice [start, start + size) of a 4-d x: the source x.
+Value *lastDimSliceOf(Value *v, int64_t start, int64_t size) {
+  Node *s = producer(v, "Slice");
+  if (!s)
+    return nullptr;
+  Value *x = s->in(0);
+  std::vector<int64_t> st = s->getInts("starts"), step = s->getInts("steps"),
+                       sz = s->getInts("sizes");
+  for (int64_t k = 0; k + 1 < x->rank(); ++k)
+    if (st[k] != 0 || step[k] != 1 || sz[k] != x->dim(k))
+      return nullptr;
+  bool ok = st.back() == start && step.back() == 1 && sz.back() == size;
+  return ok ? x : nullptr;
+}
+
+// rotate_half(x) = Concat(-x[..., h:], x[..., :h]); returns x.
+Value *rotateHalfOf(Value *v) {
+  Node *cat = producer(v, "Concat");
+  if (!cat || cat->inputs.size() != 2 || cat->getInt("axis", 0) != v->rank() - 1)
+    return nullptr;
+  Node *neg = producer(cat->in(0), "Neg");
+  if (!neg)
+    return nullptr;
+  Value *x2 = neg->in(0), *x1 = cat->in(1);
+  int64_t h = x1->dim(-1);
+  if (Node *split = producer(x1, "Split"); split && split == x2->producer) {
+    bool halves = split->outputs.size() == 2 && split->out(0) == x1 &&
+                  split->out(1) == x2 &&
+                  split->getInt("axis", 0) == x1->rank() - 1;
+    return halves ? split->in(0) : nullptr;
+  }
+  Value *a = lastDimSliceOf(x1, 0, h), *b = lastDimSliceOf(x2, h, h);
+  return a && a == b && a->dim(-1) == 2 * h ? a : nullptr;
+}
+
+class RopeFusion {
+public:
+  explicit RopeFusion(Graph &g) : g_(g) {}
+
+  void run() {
+    for (Node *n : nodesWithOp(g_, "Add"))
+      fuse(n);
+  }
+
+private:
+  // x · t in either order, t a compile-time tensor; returns (x, t).
+  static std::optional<std::pair<Value *, Value *>> scaledBy(Value *v) {
+    Node *mul = producer(v, "Mul");
+    auto ops = commuted(mul, [](Value *t) { return t->constant != nullptr; });
+    if (!ops || !isActivation(ops->second))
+      return std::nullopt;
+    return std::make_pair(ops->second, ops->first);
+  }
+
+  void fuse(Node *add) {
+    for (int k = 0; k < 2; ++k) {
+      auto direct = scaledBy(add->in(k)), rotated = scaledBy(add->in(1 - k));
+      if (!direct || !rotated || direct->first->rank() != 4 ||
+          rotateHalfOf(rotated->first) != direct->first)
+        continue;
+      Value *x = direct->first;
+      int64_t r = x->dim(-1);
+      int seqAxis = seqAxisOf(*direct->second->constant, x->shape);
+      if (seqAxis < 0 || seqAxisOf(*rotated->second->constant, x->shape) != seqAxis)
+        return;
+      Value *cos = table(add, direct->second->constant, x->shape, seqAxis, "cos");
+      Value *sin = table(add, rotated->second->constant, x->shape, seqAxis, "sin");
+      // Partial rotary: x is x0[..., :R], and the result is concatenated with
+      // x0[..., R:].
+      Node *root = add;
+      Value *src = x;
+      if (Node *cat = soleUser(add->out()); cat && cat->op == "Concat" &&
+                                            cat->inputs.size() == 2 &&
+                                            cat->in(0) == add->out()) {
+        Value *x0 = lastDimSliceOf(x, 0, r);
+        if (x0 && x0->rank() == 4 && cat->getInt("axis", 0) == 3 &&
+            lastDimSliceOf(cat->in(1), r, x0->dim(3) - r) == x0) {
+          root = cat;
+          src = x0;
+        }
+      }
+      Node *rope = replaceWithPrimitive(g_, root, "mt.rope", {src, cos, sin},
+                                        src->shape);
+      rope->setInt("rotary_dim", r);
+      rope->setInt("seq_axis", seqAxis);
+      return;
+    }
+  }
+
+  // The axis (1 or 2) of a 4-d x along which the table varies; -1 if the
+  // table is not [.., S, .., R] broadcast over batch and heads.
+  static int seqAxisOf(const Const &t, const Shape &x) {
+    if (t.shape.size() > 4)
+      return -1;
+    Shape s(4 - t.shape.size(), 1);
+    s.insert(s.end(), t.shape.begin(), t.shape.end());
+    if (s[3] != x[3] || (s[0] != 1 && s[0] != x[0]))
+      return -1;
+    bool on1 = s[1] != 1, on2 = s[2] != 1;
+    if (on1 && on2)
+      return -1;
+    if (on1)
+      return s[1] == x[1] ? 1 : -1;
+    return on2 && s[2] != x[2] ? -1 : 2;
+  }
+
+  // The [S, R] table of t; the same Value for the same source constant.
+  Value *table(Node *at, const ConstPtr &t, const Shape &x, int seqAxis,
+               const char *kind) {
+    auto it = tables_.find(t.get());
+    if (it != tables_.end())
+      return it->second;
+    int64_t seq = x[seqAxis], r = x[3];
+    Shape s(4 - t->shape.size(), 1);
+    s.insert(s.end(), t->shape.begin(), t->shape.end());
+    // Flat index of (b, seq position, r) in the aligned table.
+    auto index = [s, seqAxis](int64_t b, int64_t pos, int64_t col) {
+      int64_t c[4] = {s[0] == 1 ? 0 : b, 0, 0, col};
+      c[seqAxis] = s[seqAxis] == 1 ? 0 : pos;
+      return ((c[0] * s[1] + c[1]) * s[2] + c[2]) * s[3] + c[3];
+    };
+    for (int64_t b = 1; b < s[0]; ++b) // every batch row reads the same table
+      for (int64_t i = 0; i < seq * r; ++i)
+        if (t->at(index(b, i / r, i % r)) != t->at(index(0, i / r, i % r)))
+          fail("{}: the RoPE {} table differs between batch rows; only "
+               "positions 0..S-1 in every row are supported",
+               at->describe(), kind);
+    ConstPtr src = t;
+    int &count = kindCount_[kind];
+    std::string name = count ? fmt::format("mt.rope.{}.{}", kind, count)
+                             : fmt::format("mt.rope.{}", kind);
+    ++count;
+    Value *v = g_.newValue(name, DType::F32, {seq, r});
+    v->constant = lazyConst(DType::F32, {seq, r}, [src, index, r](int64_t i) {
+      return src->at(index(0, i / r, i % r));
+    });
+    tables_[t.get()] = v;
+    return v;
+  }
+
+  Graph &g_;
+  std::map<const Const *, Value *> tables_;
+  std::map<std::string, int> kindCount_;
+};
+
+} // namespace
+
+void fuseRope(Graph &g) { RopeFusion(g).run(); }
+
+} // namespace mt::onnx_import

@@ -1,0 +1,132 @@
+"""Softmax, normalizations, Gelu and fused Attention, per the ONNX spec."""
+
+import math
+
+import torch
+
+from .registry import OracleError, erf_gelu, norm_axis, op, tanh_gelu
+
+
+def _softmax_handler(fn):
+    """Opset < 13 coerces the input to 2-D at `axis` (default 1); 13+ works on one axis (default -1)."""
+
+    def handler(node, x):
+        if node.opset >= 13:
+            return fn(x, norm_axis(node.attr("axis", -1), x.dim()))
+        axis = norm_axis(node.attr("axis", 1), x.dim())
+        flat = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+        return fn(flat, 1).reshape(x.shape)
+
+    return handler
+
+
+op("Softmax")(_softmax_handler(torch.softmax))
+op("LogSoftmax")(_softmax_handler(torch.log_softmax))
+
+
+def _normalized_dims(node, x):
+    return list(range(norm_axis(node.attr("axis", -1), x.dim()), x.dim()))
+
+
+@op("LayerNormalization", 17)
+def _layer_norm(node, x, scale, bias=None):
+    dims = _normalized_dims(node, x)
+    mean = x.mean(dims, keepdim=True)
+    centered = x - mean
+    inv_std = torch.rsqrt((centered * centered).mean(dims, keepdim=True) + node.attr("epsilon", 1e-5))
+    y = centered * inv_std * scale
+    return [y if bias is None else y + bias, mean, inv_std]
+
+
+def _rms_norm(node, x, scale):
+    dims = _normalized_dims(node, x)
+    inv_rms = torch.rsqrt((x * x).mean(dims, keepdim=True) + node.attr("epsilon", 1e-5))
+    return x * inv_rms * scale, inv_rms
+
+
+@op("RMSNormalization", 23)
+def _rms_normalization(node, x, scale):
+    return _rms_norm(node, x, scale)[0]
+
+
+def _simplified_layer_norm(node, x, scale):
+    y, inv_rms = _rms_norm(node, x, scale)
+    return [y, inv_rms]
+
+
+# onnxruntime registers it in the default domain; converters also emit it as com.microsoft.
+op("SimplifiedLayerNormalization")(_simplified_layer_norm)
+op("SimplifiedLayerNormalization", domain="com.microsoft")(_simplified_layer_norm)
+
+
+@op("Gelu", 20)
+def _gelu(node, x):
+    approximate = node.attr("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise OracleError(f"Gelu approximate='{approximate}'")
+    return erf_gelu(x) if approximate == "none" else tanh_gelu(x)
+
+
+def _to_heads(t, num_heads):
+    """[B, S, H*D] -> [B, H, S, D]."""
+    b, s, hidden = t.shape
+    return t.reshape(b, s, num_heads, hidden // num_heads).transpose(1, 2)
+
+
+def _bias_from_mask(mask, dtype):
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
+    return mask
+
+
+@op("Attention", 23)
+def _attention(node, q, k, v, mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None):
+    """Follows the onnx reference: sqrt(scale) on Q and K, softcap before the bias,
+    causal mask aligned bottom-right (query i sees keys j <= i + past length),
+    K/V heads repeated interleaved ([h0, h0, h1, h1, ...]) for GQA."""
+    if nonpad_kv_seqlen is not None:
+        raise OracleError("Attention input nonpad_kv_seqlen is not supported")
+    three_d = q.dim() == 3
+    if three_d:
+        q_heads, kv_heads = node.attr("q_num_heads"), node.attr("kv_num_heads")
+        if not q_heads or not kv_heads:
+            raise OracleError("3-D Attention needs q_num_heads and kv_num_heads")
+        q, k, v = _to_heads(q, q_heads), _to_heads(k, kv_heads), _to_heads(v, kv_heads)
+    present_key = k if past_key is None else torch.cat([past_key, k], 2)
+    present_value = v if past_value is None else torch.cat([past_value, v], 2)
+    k, v = present_key, present_value
+    q_len, kv_len = q.shape[2], k.shape[2]
+
+    scale = node.attr("scale", None)
+    root_scale = math.sqrt(1.0 / math.sqrt(q.shape[3]) if scale is None else scale)
+    bias = torch.zeros((q_len, kv_len), dtype=q.dtype)
+    if mask is not None:
+        bias = _bias_from_mask(mask, q.dtype)
+        pad = kv_len - bias.shape[-1]  # a shorter mask leaves the trailing keys masked
+        if pad > 0:
+            bias = torch.nn.functional.pad(bias, (0, pad), value=float("-inf"))
+    if node.attr("is_causal", 0):
+        past = 0 if past_key is None else past_key.shape[2]
+        i = torch.arange(q_len).unsqueeze(1)
+        j = torch.arange(kv_len).unsqueeze(0)
+        bias = bias + torch.zeros((q_len, kv_len), dtype=q.dtype).masked_fill(j > i + past, float("-inf"))
+
+    if q.shape[1] != k.shape[1]:
+        if q.shape[1] % k.shape[1]:
+            raise OracleError(f"{q.shape[1]} query heads do not group over {k.shape[1]} kv heads")
+        groups = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(groups, 1)
+        v = v.repeat_interleave(groups, 1)
+
+    qk = torch.matmul(q * root_scale, (k * root_scale).transpose(2, 3))
+    softcap = node.attr("softcap", 0.0)
+    if softcap > 0:
+        qk = softcap * torch.tanh(qk / softcap)
+    scores = qk + bias
+    probs = torch.softmax(scores, -1)
+    y = torch.matmul(probs, v)
+    if three_d:
+        y = y.transpose(1, 2).reshape(y.shape[0], q_len, -1)
+    mode = node.attr("qk_matmul_output_mode", 0)
+    qk_out = {0: qk, 1: qk, 2: scores, 3: probs}[mode]
+    return [y, present_key, present_value, qk_out]

@@ -1,0 +1,809 @@
+"""Small ONNX graphs, each exercising one idiom form the importer fuses.
+
+    python idioms.py NAME -o FILE.onnx     write one graph
+    python idioms.py --list                names and node forms
+    python idioms.py --check               build all, run onnx.checker where it
+                                           knows the ops, and compare a NumPy
+                                           evaluation of each graph with the
+                                           fused math it claims
+
+Contract: float input `x` [batch, seq, 16] (ids-based graphs: int64 `ids`
+[batch, seq]), one output `y`, weights as seeded initializers with data,
+opset 17 unless the form needs another. Node forms are exactly as listed.
+"""
+import argparse
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[2] / "samples"))
+
+import decoder_graph as dg  # noqa: E402
+import fused_math as fm  # noqa: E402
+import onnx_eval  # noqa: E402
+from onnx_build import FLOAT, INT64, Graph  # noqa: E402
+
+HIDDEN = 16
+EPS = 1e-6
+MAX_POS = 64
+VOCAB = 256
+INF = float("inf")
+FMIN = dg.FLOAT32_MIN
+
+IDIOMS = {}
+
+
+def idiom(name, summary, opset=17, domains=None):
+    def register(build):
+        IDIOMS[name] = (build, summary, opset, domains)
+        return build
+    return register
+
+
+# -- helpers --
+
+def x_input(g):
+    return g.input("x", FLOAT, ["batch", "seq", HIDDEN])
+
+
+def ids_input(g):
+    return g.input("ids", INT64, ["batch", "seq"])
+
+
+def y_output(g, value, dim):
+    g.output(value, "y", FLOAT, ["batch", "seq", dim])
+
+
+def param(g, name, shape, std=None, mean=0.0):
+    """A seeded weight; returns its name and its values in float64 for the reference."""
+    if std is None:
+        std = shape[0] ** -0.5 if len(shape) == 2 else 0.1
+    g.weight(name, shape, std=std, mean=mean)
+    return name, g.arrays[name].astype(np.float64)
+
+
+def matmul(g, x, n_in, n_out, name):
+    w, W = param(g, name, [n_in, n_out])
+    return g.op("MatMul", x, w), W
+
+
+# -- RMSNorm --
+
+def _rms_tail(g, x, ms, weight_first=False):
+    """Add eps, Sqrt, Div(x, .), then Mul by the weight."""
+    n = g.op("Div", x, g.op("Sqrt", g.op("Add", ms, g.const(EPS))))
+    w, W = param(g, "norm.weight", [HIDDEN], mean=1.0)
+    return g.op("Mul", w, n) if weight_first else g.op("Mul", n, w), W
+
+
+@idiom("rmsnorm-pow-div", "Pow(x,2), ReduceMean(axes=[-1] attr, keepdims=1), Add eps 1e-6, Sqrt, Div(x,.), "
+       "Mul(.,w)")
+def _(g):
+    x = x_input(g)
+    y, W = _rms_tail(g, x, g.reduce_mean(g.op("Pow", x, g.const(2.0)), [-1]))
+    y_output(g, y, HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], W, EPS)
+
+
+@idiom("rmsnorm-reciprocal", "Pow(x,2), ReduceMean, Add eps, Sqrt, Reciprocal, Mul(x,.), Mul(w,.)")
+def _(g):
+    x = x_input(g)
+    ms = g.reduce_mean(g.op("Pow", x, g.const(2.0)), [-1])
+    inv = g.op("Reciprocal", g.op("Sqrt", g.op("Add", ms, g.const(EPS))))
+    w, W = param(g, "norm.weight", [HIDDEN], mean=1.0)
+    y_output(g, g.op("Mul", w, g.op("Mul", x, inv)), HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], W, EPS)
+
+
+@idiom("rmsnorm-mul-self", "Mul(x,x) instead of Pow, ReduceMean, Add eps, Sqrt, Div(x,.), Mul(.,w)")
+def _(g):
+    x = x_input(g)
+    y, W = _rms_tail(g, x, g.reduce_mean(g.op("Mul", x, x), [-1]))
+    y_output(g, y, HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], W, EPS)
+
+
+@idiom("rmsnorm-reducemean-attr-opset13", "opset 13: Pow, ReduceMean with axes attribute, Add, Sqrt, Div, "
+       "Mul(w,.)",
+       opset=13)
+def _(g):
+    x = x_input(g)
+    y, W = _rms_tail(g, x, g.op("ReduceMean", g.op("Pow", x, g.const(2.0)), axes=[-1]),
+                     weight_first=True)
+    y_output(g, y, HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], W, EPS)
+
+
+@idiom("rmsnorm-reducemean-input-opset18", "opset 18: Pow, ReduceMean with axes as 2nd input, Add, Sqrt, Div, "
+       "Mul",
+       opset=18)
+def _(g):
+    x = x_input(g)
+    ms = g.op("ReduceMean", g.op("Pow", x, g.const(2.0)), g.ints(-1), keepdims=1)
+    y, W = _rms_tail(g, x, ms)
+    y_output(g, y, HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], W, EPS)
+
+
+@idiom("rmsnorm-cast", "HF: Cast(to=FLOAT), Pow, ReduceMean, Add, Sqrt, Div(1,.), Mul(xc,.), Cast(to=FLOAT), "
+       "Mul(w,.)")
+def _(g):
+    xc = g.op("Cast", x_input(g), to=FLOAT)
+    ms = g.reduce_mean(g.op("Pow", xc, g.const(2.0)), [-1])
+    rsqrt = g.op("Div", g.const(1.0), g.op("Sqrt", g.op("Add", ms, g.const(EPS))))
+    n = g.op("Cast", g.op("Mul", xc, rsqrt), to=FLOAT)
+    w, W = param(g, "norm.weight", [HIDDEN], mean=1.0)
+    y_output(g, g.op("Mul", w, n), HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], W, EPS)
+
+
+@idiom("rmsnorm-op-opset23", "opset 23: RMSNormalization(x, w, axis=-1, epsilon=1e-6)", opset=23)
+def _(g):
+    w, W = param(g, "norm.weight", [HIDDEN], mean=1.0)
+    y_output(g, g.op("RMSNormalization", x_input(g), w, axis=-1, epsilon=EPS), HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], W, EPS)
+
+
+@idiom("rmsnorm-simplified-layernorm",
+       "SimplifiedLayerNormalization(x, w, axis=-1, epsilon=1e-6, stash_type=1), "
+       "ONNX domain (where ORT registers it)")
+def _(g):
+    w, W = param(g, "norm.weight", [HIDDEN], mean=1.0)
+    y_output(g, g.op("SimplifiedLayerNormalization", x_input(g), w, axis=-1, epsilon=EPS,
+                     stash_type=1), HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], W, EPS)
+
+
+@idiom("rmsnorm-simplified-layernorm-ms",
+       "com.microsoft SimplifiedLayerNormalization(x, w, axis=-1, "
+       "epsilon=1e-6)", domains={"com.microsoft": 1})
+def _(g):
+    w, W = param(g, "norm.weight", [HIDDEN], mean=1.0)
+    y_output(g, g.op("SimplifiedLayerNormalization", x_input(g), w, domain="com.microsoft",
+                     axis=-1, epsilon=EPS, stash_type=1), HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], W, EPS)
+
+
+@idiom("rmsnorm-no-weight", "Pow(x,2), ReduceMean, Add eps, Sqrt, Div(x,.); no weight")
+def _(g):
+    x = x_input(g)
+    ms = g.reduce_mean(g.op("Pow", x, g.const(2.0)), [-1])
+    y_output(g, g.op("Div", x, g.op("Sqrt", g.op("Add", ms, g.const(EPS)))), HIDDEN)
+    return lambda f: fm.rms_norm(f["x"], None, EPS)
+
+
+# -- LayerNorm --
+
+@idiom("layernorm-op", "LayerNormalization(x, w, b, axis=-1, epsilon=1e-5)")
+def _(g):
+    w, W = param(g, "ln.weight", [HIDDEN], mean=1.0)
+    b, B = param(g, "ln.bias", [HIDDEN])
+    y_output(g, g.op("LayerNormalization", x_input(g), w, b, axis=-1, epsilon=1e-5), HIDDEN)
+    return lambda f: fm.layer_norm(f["x"], W, B, 1e-5)
+
+
+@idiom("layernorm-op-no-bias", "LayerNormalization(x, w, axis=-1, epsilon=1e-5); no bias input")
+def _(g):
+    w, W = param(g, "ln.weight", [HIDDEN], mean=1.0)
+    y_output(g, g.op("LayerNormalization", x_input(g), w, axis=-1, epsilon=1e-5), HIDDEN)
+    return lambda f: fm.layer_norm(f["x"], W, None, 1e-5)
+
+
+@idiom("layernorm-decomposed",
+       "ReduceMean(x), Sub(x,m), Pow(d,2), ReduceMean, Add eps 1e-5, Sqrt, Div(d,.), Mul(.,w), Add(.,b)")
+def _(g):
+    x = x_input(g)
+    d = g.op("Sub", x, g.reduce_mean(x, [-1]))
+    var = g.reduce_mean(g.op("Pow", d, g.const(2.0)), [-1])
+    n = g.op("Div", d, g.op("Sqrt", g.op("Add", var, g.const(1e-5))))
+    w, W = param(g, "ln.weight", [HIDDEN], mean=1.0)
+    b, B = param(g, "ln.bias", [HIDDEN])
+    y_output(g, g.op("Add", g.op("Mul", n, w), b), HIDDEN)
+    return lambda f: fm.layer_norm(f["x"], W, B, 1e-5)
+
+
+# -- GELU and SiLU --
+
+@idiom("gelu-erf-div", "torch: Div(x,1.4142135), Erf, Add(.,1), Mul(x,.), Mul(.,0.5)")
+def _(g):
+    y_output(g, dg.gelu_erf(g, x_input(g)), HIDDEN)
+    return lambda f: fm.gelu(f["x"])
+
+
+@idiom("gelu-erf-mul", "Mul(x,0.5), Mul(x,0.70710677), Erf, Add(1,.), Mul(half,.)")
+def _(g):
+    x = x_input(g)
+    half = g.op("Mul", x, g.const(0.5))
+    e = g.op("Erf", g.op("Mul", x, g.const(1 / math.sqrt(2.0))))
+    y_output(g, g.op("Mul", half, g.op("Add", g.const(1.0), e)), HIDDEN)
+    return lambda f: fm.gelu(f["x"])
+
+
+def _gelu_tanh(g, x, cube):
+    inner = g.op("Add", x, g.op("Mul", g.const(0.044715), cube))
+    t = g.op("Tanh", g.op("Mul", g.const(math.sqrt(2 / math.pi)), inner))
+    return g.op("Mul", g.op("Mul", g.const(0.5), x), g.op("Add", g.const(1.0), t))
+
+
+@idiom("gelu-tanh-pow",
+       "HF NewGELU: Pow(x,3), Mul(0.044715,.), Add(x,.), Mul(0.7978846,.), Tanh, Add(1,.), Mul(Mul(0.5,x),.)")
+def _(g):
+    x = x_input(g)
+    y_output(g, _gelu_tanh(g, x, g.op("Pow", x, g.const(3.0))), HIDDEN)
+    return lambda f: fm.gelu(f["x"], "tanh")
+
+
+@idiom("gelu-tanh-cube-mul", "as gelu-tanh-pow with the cube as Mul(Mul(x,x),x)")
+def _(g):
+    x = x_input(g)
+    y_output(g, _gelu_tanh(g, x, g.op("Mul", g.op("Mul", x, x), x)), HIDDEN)
+    return lambda f: fm.gelu(f["x"], "tanh")
+
+
+@idiom("gelu-op-opset20", "opset 20: Gelu(x), approximate absent (none)", opset=20)
+def _(g):
+    y_output(g, g.op("Gelu", x_input(g)), HIDDEN)
+    return lambda f: fm.gelu(f["x"])
+
+
+@idiom("gelu-op-tanh-opset20", "opset 20: Gelu(x, approximate=\"tanh\")", opset=20)
+def _(g):
+    y_output(g, g.op("Gelu", x_input(g), approximate="tanh"), HIDDEN)
+    return lambda f: fm.gelu(f["x"], "tanh")
+
+
+@idiom("silu", "Mul(x, Sigmoid(x))")
+def _(g):
+    x = x_input(g)
+    y_output(g, g.op("Mul", x, g.op("Sigmoid", x)), HIDDEN)
+    return lambda f: fm.silu(f["x"])
+
+
+@idiom("swiglu", "gate=MatMul(x,Wg[16,32]), up=MatMul(x,Wu[16,32]), Mul(Mul(gate,Sigmoid(gate)),up); "
+       "y [B,S,32]")
+def _(g):
+    x = x_input(g)
+    gate, Wg = matmul(g, x, HIDDEN, 32, "mlp.gate_proj.weight")
+    up, Wu = matmul(g, x, HIDDEN, 32, "mlp.up_proj.weight")
+    y_output(g, g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up), 32)
+    return lambda f: fm.swiglu(f["x"] @ Wg, f["x"] @ Wu)
+
+
+# -- Linear --
+
+@idiom("linear-matmul", "MatMul(x, W[16,32] initializer): in_out layout")
+def _(g):
+    y, W = matmul(g, x_input(g), HIDDEN, 32, "fc.weight")
+    y_output(g, y, 32)
+    return lambda f: fm.linear(f["x"], W)
+
+
+@idiom("linear-matmul-bias", "Add(MatMul(x, W[16,32]), b[32])")
+def _(g):
+    y, W = matmul(g, x_input(g), HIDDEN, 32, "fc.weight")
+    b, B = param(g, "fc.bias", [32])
+    y_output(g, g.op("Add", y, b), 32)
+    return lambda f: fm.linear(f["x"], W, B)
+
+
+@idiom("linear-matmul-transpose", "MatMul(x, Transpose(W[32,16], perm=[1,0])): out_in layout, "
+       "unfolded torch export")
+def _(g):
+    w, W = param(g, "fc.weight", [32, HIDDEN], std=HIDDEN ** -0.5)
+    y_output(g, g.op("MatMul", x_input(g), g.op("Transpose", w, perm=[1, 0])), 32)
+    return lambda f: fm.linear(f["x"], W, None, "out_in")
+
+
+@idiom("linear-matmul-transpose-bias", "torch nn.Linear: Add(b[32], MatMul(x, Transpose(W[32,16])))")
+def _(g):
+    w, W = param(g, "fc.weight", [32, HIDDEN], std=HIDDEN ** -0.5)
+    b, B = param(g, "fc.bias", [32])
+    y = g.op("MatMul", x_input(g), g.op("Transpose", w, perm=[1, 0]))
+    y_output(g, g.op("Add", b, y), 32)
+    return lambda f: fm.linear(f["x"], W, B, "out_in")
+
+
+def _gemm_linear(g, trans_b):
+    """Reshape x to [B*S, 16], Gemm, Reshape to Concat(Shape(x)[0:2], [32])."""
+    x = x_input(g)
+    shape = [32, HIDDEN] if trans_b else [HIDDEN, 32]
+    w, W = param(g, "fc.weight", shape, std=HIDDEN ** -0.5)
+    b, B = param(g, "fc.bias", [32])
+    if trans_b:
+        flat = g.op("Reshape", x, g.ints(-1, HIDDEN))
+    else:  # x.view(-1, x.size(-1)) as torch writes it
+        flat = g.op("Reshape", x, g.shape_of(-1, g.dim(x, 2)))
+    y = g.op("Gemm", flat, w, b, alpha=1.0, beta=1.0, transB=trans_b)
+    out_shape = g.op("Concat", g.slice(g.op("Shape", x), [0], [-1], [0]), g.ints(32), axis=0)
+    y_output(g, g.op("Reshape", y, out_shape), 32)
+    return lambda f: fm.linear(f["x"], W, B, "out_in" if trans_b else "in_out")
+
+
+@idiom("linear-gemm-transb", "Reshape(x,[-1,16]), Gemm(., W[32,16], b, transB=1), Reshape(., "
+       "Concat(Slice(Shape(x),0,-1),[32]))")
+def _(g):
+    return _gemm_linear(g, 1)
+
+
+@idiom("linear-gemm", "GPT-2 Conv1D: Reshape(x, Concat([-1], Shape(x)[2])), Gemm(., W[16,32], b, transB=0), "
+       "Reshape back")
+def _(g):
+    return _gemm_linear(g, 0)
+
+
+# -- RoPE: x -> MatMul Wq[16,32] -> [B,S,4,8] -> [B,4,S,8] -> rope -> y [B,4,S,8] --
+
+H, D = 4, 8
+
+
+def _q_heads(g, x):
+    q, Wq = matmul(g, x, HIDDEN, H * D, "q_proj.weight")
+    return dg.split_heads(g, q, H, D), Wq
+
+
+def _rope_idiom(g, tables, rotary_dim=D):
+    """tables(g, x) -> (cos, sin) broadcastable to [B,H,S,D]; returns the reference."""
+    x = x_input(g)
+    q, Wq = _q_heads(g, x)
+    cos, sin = tables(g, x)
+    g.output(dg.rope(g, q, cos, sin, rotary_dim, D), "y", FLOAT, ["batch", H, "seq", D])
+
+    def ref(f):
+        cos, sin = fm.rope_tables(np.arange(f["x"].shape[1]), rotary_dim)
+        return fm.rope(fm.heads(f["x"] @ Wq, H), cos, sin, rotary_dim)
+    return ref
+
+
+def _rope_table_initializers(g):
+    cos, sin = fm.rope_tables(np.arange(MAX_POS), D)
+    return (g.tensor("rope.cos_cached", cos.astype(np.float32)),
+            g.tensor("rope.sin_cached", sin.astype(np.float32)))
+
+
+@idiom("rope-table-slice",
+       "cos/sin initializers [64,8] Slice(table,[0],S,[0]) -> [S,8]; "
+       "rotate-half Slice/Slice(end=INT64_MAX)/Neg/Concat; Add(Mul(q,cos),Mul(rot,sin))")
+def _(g):
+    def tables(g, x):
+        seq = g.dim(x, 1)
+        return tuple(g.slice(t, [0], seq, [0]) for t in _rope_table_initializers(g))
+    return _rope_idiom(g, tables)
+
+
+@idiom("rope-table-gather",
+       "cos/sin initializers [64,8] Gather(table, Unsqueeze(Range(0,S,1),0)) -> [1,S,8], "
+       "Unsqueeze(1) -> [1,1,S,8]; rotate-half")
+def _(g):
+    def tables(g, x):
+        pos = g.unsqueeze(g.op("Range", g.const(0), g.size(x, 1), g.const(1)), 0)
+        return tuple(g.unsqueeze(g.op("Gather", t, pos, axis=0), 1) for t in _rope_table_initializers(g))
+    return _rope_idiom(g, tables)
+
+
+@idiom("rope-inv-freq-matmul",
+       "inv_freq[4] initializer: MatMul(Unsqueeze(inv_freq,1), Unsqueeze(Cast(Range(0,S)),0)), "
+       "Transpose, Concat(f,f), Cos, Sin")
+def _(g):
+    def tables(g, x):
+        return dg.rotary_tables(g, g.tensor("rope.inv_freq", dg.inv_freq(D, 10000.0)), g.size(x, 1))
+    return _rope_idiom(g, tables)
+
+
+@idiom("rope-inv-freq-mul",
+       "inv_freq[4]: Mul(Unsqueeze(Cast(Range(0,S)),1) [S,1], inv_freq) [S,4], Concat(f,f), Cos, Sin")
+def _(g):
+    def tables(g, x):
+        pos = g.op("Cast", g.op("Range", g.const(0), g.size(x, 1), g.const(1)), to=FLOAT)
+        freqs = g.op("Mul", g.unsqueeze(pos, 1), g.tensor("rope.inv_freq", dg.inv_freq(D, 10000.0)))
+        emb = g.op("Concat", freqs, freqs, axis=-1)
+        return g.op("Cos", emb), g.op("Sin", emb)
+    return _rope_idiom(g, tables)
+
+
+@idiom("rope-partial",
+       "rotary_dim 4 of head_dim 8: Slice q[...,:4] and q[...,4:], rotate-half on the first, "
+       "Concat(rot, rest); tables from inv_freq[2] (MatMul form)")
+def _(g):
+    def tables(g, x):
+        return dg.rotary_tables(g, g.tensor("rope.inv_freq", dg.inv_freq(4, 10000.0)), g.size(x, 1))
+    return _rope_idiom(g, tables, rotary_dim=4)
+
+
+@idiom("rope-bshd",
+       "rope before the transpose: q [B,S,4,8], cos/sin [S,8] Unsqueeze(1) -> [S,1,8], rotate-half, "
+       "then Transpose -> [B,4,S,8]")
+def _(g):
+    x = x_input(g)
+    q, Wq = matmul(g, x, HIDDEN, H * D, "q_proj.weight")
+    q = g.op("Reshape", q, g.shape_of(g.dim(x, 0), g.dim(x, 1), H, D))
+    cos, sin = dg.rotary_tables(g, g.tensor("rope.inv_freq", dg.inv_freq(D, 10000.0)), g.size(x, 1))
+    r = dg.rope(g, q, g.unsqueeze(cos, 1), g.unsqueeze(sin, 1), D, D)
+    g.output(g.op("Transpose", r, perm=[0, 2, 1, 3]), "y", FLOAT, ["batch", H, "seq", D])
+
+    def ref(f):
+        cos, sin = fm.rope_tables(np.arange(f["x"].shape[1]), D)
+        qs = (f["x"] @ Wq).reshape(*f["x"].shape[:2], H, D)
+        return fm.rope(qs, cos, sin, D, seq_axis=1).transpose(0, 2, 1, 3)
+    return ref
+
+
+# -- Attention: x -> q/k/v -> heads -> scores -> mask -> Softmax -> .v -> merge -> o_proj --
+
+AH, AD = 4, 4  # query heads, head dim
+
+
+def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div"):
+    """mask_scores(g, scores, x) -> masked scores; scale: div | mul | qk (each by d^-1/4)."""
+    x = x_input(g)
+    q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
+    k, Wk = matmul(g, x, HIDDEN, kv_heads * AD, "attn.k_proj.weight")
+    v, Wv = matmul(g, x, HIDDEN, kv_heads * AD, "attn.v_proj.weight")
+    q, k, v = (dg.split_heads(g, t, n, AD) for t, n in ((q, AH), (k, kv_heads), (v, kv_heads)))
+    k = dg.repeat_kv(g, k, AH // kv_heads, kv_heads, AD)
+    v = dg.repeat_kv(g, v, AH // kv_heads, kv_heads, AD)
+    if scale == "qk":
+        q = g.op("Mul", q, g.const(AD ** -0.25))
+        k = g.op("Mul", k, g.const(AD ** -0.25))
+    s = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
+    if scale == "div":
+        s = g.op("Div", s, g.const(math.sqrt(AD)))
+    elif scale == "mul":
+        s = g.op("Mul", s, g.const(1 / math.sqrt(AD)))
+    p = g.op("Softmax", mask_scores(g, s, x), axis=-1)
+    y, Wo = matmul(g, dg.merge_heads(g, g.op("MatMul", p, v), AH * AD), AH * AD, HIDDEN,
+                   "attn.o_proj.weight")
+    y_output(g, y, HIDDEN)
+    return _attention_ref(Wq, Wk, Wv, Wo, kv_heads)
+
+
+def _attention_ref(Wq, Wk, Wv, Wo, kv_heads):
+    def ref(f):
+        x = f["x"]
+        a = fm.attention(fm.heads(x @ Wq, AH), fm.heads(x @ Wk, kv_heads), fm.heads(x @ Wv, kv_heads),
+                         AD ** -0.5)
+        return fm.merge(a) @ Wo
+    return ref
+
+
+def _trilu_where(g, s, x):
+    seq = g.dim(x, 1)
+    ones = g.op("ConstantOfShape", g.op("Concat", seq, seq, axis=0),
+                value=numpy_helper.from_array(np.array([True])))
+    return g.op("Where", g.op("Trilu", ones, upper=0), s, g.const(-INF))
+
+
+def _mask_table(g, fill):
+    table = np.triu(np.full((MAX_POS, MAX_POS), fill, np.float32), 1)
+    return g.tensor("attn.causal_mask", table)
+
+
+def _mask_add(fill):
+    def mask(g, s, x):
+        seq = g.dim(x, 1)
+        return g.op("Add", s, g.slice(_mask_table(g, fill), [0, 0], g.op("Concat", seq, seq, axis=0), [0, 1]))
+    return mask
+
+
+def _positions(g, x):
+    r = g.op("Range", g.const(0), g.size(x, 1), g.const(1))
+    return g.unsqueeze(r, 1), g.unsqueeze(r, 0)  # i [S,1], j [1,S]
+
+
+@idiom("attention-trilu-where",
+       "mask Trilu(ConstantOfShape([S,S], true), upper=0) lower-triangular bool; Where(mask, scores, "
+       "-inf); scale Div(scores, 2)")
+def _(g):
+    return _attention_idiom(g, _trilu_where)
+
+
+@idiom("attention-mask-add-inf",
+       "initializer [64,64] with -inf above the diagonal, Slice to [S,S] (axes 0,1), Add(scores, .); "
+       "scale Mul(scores, 0.5)")
+def _(g):
+    return _attention_idiom(g, _mask_add(-INF), scale="mul")
+
+
+@idiom("attention-mask-add-finfo-min",
+       "initializer [64,64] with finfo(float32).min above the diagonal, Slice, Add(scores, .); scale Div")
+def _(g):
+    return _attention_idiom(g, _mask_add(FMIN))
+
+
+@idiom("attention-range-greater-where",
+       "i=Unsqueeze(Range(0,S),1), j=Unsqueeze(Range,0), Where(Greater(j,i), -inf, scores); "
+       "scale Mul(q,0.7071), Mul(k,0.7071)")
+def _(g):
+    def mask(g, s, x):
+        i, j = _positions(g, x)
+        return g.op("Where", g.op("Greater", j, i), g.const(-INF), s)
+    return _attention_idiom(g, mask, scale="qk")
+
+
+@idiom("attention-range-less-where",
+       "Where(Less(i,j), finfo.min, scores) with i [S,1], j [1,S] from Range; scale Div")
+def _(g):
+    def mask(g, s, x):
+        i, j = _positions(g, x)
+        return g.op("Where", g.op("Less", i, j), g.const(FMIN), s)
+    return _attention_idiom(g, mask)
+
+
+@idiom("attention-gqa",
+       "4 query heads, 2 KV heads: k,v Unsqueeze(2), Expand [B,2,2,S,4], Reshape [B,4,S,4]; "
+       "Trilu+Where mask; scale Div")
+def _(g):
+    return _attention_idiom(g, _trilu_where, kv_heads=2)
+
+
+@idiom("attention-op-opset23-4d",
+       "opset 23: Attention(q [B,4,S,4], k, v [B,2,S,4], "
+       "is_causal=1) between split_heads and merge_heads", opset=23)
+def _(g):
+    x = x_input(g)
+    q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
+    k, Wk = matmul(g, x, HIDDEN, 2 * AD, "attn.k_proj.weight")
+    v, Wv = matmul(g, x, HIDDEN, 2 * AD, "attn.v_proj.weight")
+    a = g.op("Attention", dg.split_heads(g, q, AH, AD), dg.split_heads(g, k, 2, AD),
+             dg.split_heads(g, v, 2, AD), is_causal=1)
+    y, Wo = matmul(g, dg.merge_heads(g, a, AH * AD), AH * AD, HIDDEN, "attn.o_proj.weight")
+    y_output(g, y, HIDDEN)
+    return _attention_ref(Wq, Wk, Wv, Wo, 2)
+
+
+@idiom("attention-op-opset23-3d",
+       "opset 23: Attention(q [B,S,16], k, v [B,S,8], is_causal=1, q_num_heads=4, "
+       "kv_num_heads=2) -> [B,S,16]", opset=23)
+def _(g):
+    x = x_input(g)
+    q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
+    k, Wk = matmul(g, x, HIDDEN, 2 * AD, "attn.k_proj.weight")
+    v, Wv = matmul(g, x, HIDDEN, 2 * AD, "attn.v_proj.weight")
+    a = g.op("Attention", q, k, v, is_causal=1, q_num_heads=AH, kv_num_heads=2)
+    y, Wo = matmul(g, a, AH * AD, HIDDEN, "attn.o_proj.weight")
+    y_output(g, y, HIDDEN)
+    return _attention_ref(Wq, Wk, Wv, Wo, 2)
+
+
+# -- Embeddings (ids [batch, seq] in) --
+
+def _wte(g):
+    return param(g, "wte.weight", [VOCAB, HIDDEN], std=1.0)
+
+
+@idiom("embed-gather", "Gather(wte[256,16], ids, axis=0)")
+def _(g):
+    w, W = _wte(g)
+    y_output(g, g.op("Gather", w, ids_input(g), axis=0), HIDDEN)
+    return lambda f: W[f["ids"]]
+
+
+@idiom("embed-positions-gather", "Add(Gather(wte, ids), Gather(wpe[64,16], Unsqueeze(Range(0,S,1),0)))")
+def _(g):
+    ids = ids_input(g)
+    w, W = _wte(g)
+    p, P = param(g, "wpe.weight", [MAX_POS, HIDDEN], std=1.0)
+    pos = g.unsqueeze(g.op("Range", g.const(0), g.size(ids, 1), g.const(1)), 0)
+    y_output(g, g.op("Add", g.op("Gather", w, ids, axis=0), g.op("Gather", p, pos, axis=0)), HIDDEN)
+    return lambda f: W[f["ids"]] + P[: f["ids"].shape[1]]
+
+
+@idiom("embed-positions-slice", "Add(Gather(wte, ids), Slice(wpe[64,16], [0], S, [0]))")
+def _(g):
+    ids = ids_input(g)
+    w, W = _wte(g)
+    p, P = param(g, "wpe.weight", [MAX_POS, HIDDEN], std=1.0)
+    y_output(g, g.op("Add", g.op("Gather", w, ids, axis=0), g.slice(p, [0], g.dim(ids, 1), [0])), HIDDEN)
+    return lambda f: W[f["ids"]] + P[: f["ids"].shape[1]]
+
+
+@idiom("embed-tied-head", "h=Gather(wte[256,16], ids); y=MatMul(h, Transpose(wte, "
+       "perm=[1,0])) logits [B,S,256]")
+def _(g):
+    w, W = _wte(g)
+    h = g.op("Gather", w, ids_input(g), axis=0)
+    y_output(g, g.op("MatMul", h, g.op("Transpose", w, perm=[1, 0])), VOCAB)
+    return lambda f: W[f["ids"]] @ W.T
+
+
+# -- Blocks (ids in, logits y out) --
+
+def _decoder_idiom(g, cfg, **kw):
+    dg.decoder(g, cfg, ids_name="ids", logits_name="y", **kw)
+    return lambda f: fm.decoder({k: v.astype(np.float64) for k, v in g.arrays.items()}, cfg, f["ids"])
+
+
+BLOCK = dict(vocab=VOCAB, hidden=HIDDEN, ffn=32, heads=4, kv_heads=2)
+
+
+@idiom("decoder-prenorm-3layer",
+       "3 Llama layers as samples/structure_model.py writes them (RMSNorm, GQA 4/2, "
+       "RoPE from inv_freq, Trilu mask, SwiGLU), final norm, untied head")
+def _(g):
+    return _decoder_idiom(g, dg.DecoderShape(layers=3, **BLOCK))
+
+
+@idiom("decoder-parallel-residual",
+       "2 NeoX-style layers: x + attn(ln1(x)) + mlp(ln2(x)); LayerNormalization, qkv biases, "
+       "rotary_dim 2 of 4, GELU-erf MLP with biases")
+def _(g):
+    return _decoder_idiom(g, dg.DecoderShape(layers=2, norm="layer", mlp=("gelu", "gelu"), qkv_bias=True,
+                                             parallel_residual=True, rotary_fraction=0.5, **BLOCK))
+
+
+@idiom("decoder-mixed-mlp", "3 pre-norm layers: layers 0 and 2 SwiGLU MLP, "
+       "layer 1 GELU-erf MLP (two templates)")
+def _(g):
+    return _decoder_idiom(g, dg.DecoderShape(layers=3, mlp=("swiglu", "gelu", "swiglu"), **BLOCK))
+
+
+# -- Bad inputs, for error tests --
+
+@idiom("bad-unsupported-op", "2-layer decoder with Add(h, CumSum(h, "
+       "axis=1)) in the residual stream after layer 0 (node /model/CumSum)")
+def _(g):
+    def cumsum(g, i, h):
+        return g.op("Add", h, g.op("CumSum", h, g.const(1))) if i == 0 else h
+    dg.decoder(g, dg.DecoderShape(layers=2, **BLOCK), ids_name="ids", logits_name="y", between_layers=cumsum)
+
+
+@idiom("bad-cycle", "a=Add(x,t), t=Mul(a,w), y=Identity(a): a cycle through nodes /Add and /Mul")
+def _(g):
+    x = x_input(g)
+    w, _ = param(g, "w", [HIDDEN])
+    g.nodes.append(onnx.helper.make_node("Add", [x, "t"], ["a"], name="/Add"))
+    g.nodes.append(onnx.helper.make_node("Mul", ["a", w], ["t"], name="/Mul"))
+    g.nodes.append(onnx.helper.make_node("Identity", ["a"], ["y"], name="/Identity"))
+    g.output("y", "y", FLOAT, ["batch", "seq", HIDDEN])
+
+
+@idiom("bad-missing-external-data",
+       "MatMul(x, fc.weight[16,32]) whose data is external in FILE.missing.bin, which is never written")
+def _(g):
+    w, _ = param(g, "fc.weight", [HIDDEN, 32])
+    y_output(g, g.op("MatMul", x_input(g), w), 32)
+
+
+@idiom("bad-matmul-shape", "MatMul(x [B,S,16], W[32,8]): inner dims 16 vs 32 disagree")
+def _(g):
+    w, _ = param(g, "fc.weight", [32, 8])
+    y_output(g, g.op("MatMul", x_input(g), w), 8)
+
+
+@idiom("bad-unbound-dim", "Add(x, extra) with a second float input extra [1, \"foo\", 16]; "
+       "foo is no batch/seq flag")
+def _(g):
+    extra = g.input("extra", FLOAT, [1, "foo", HIDDEN])
+    y_output(g, g.op("Add", x_input(g), extra), HIDDEN)
+
+
+@idiom("external-data", "Add(MatMul(x, fc.weight[16,32]), "
+       "fc.bias[32]) with all initializer data in FILE.data beside it")
+def _(g):
+    y, W = matmul(g, x_input(g), HIDDEN, 32, "fc.weight")
+    b, B = param(g, "fc.bias", [32])
+    y_output(g, g.op("Add", y, b), 32)
+    return lambda f: fm.linear(f["x"], W, B)
+
+
+# -- writing and checking --
+
+def build(name):
+    build_fn, _, opset, domains = IDIOMS[name]
+    g = Graph(name, opset=opset, seed=sum(map(ord, name)), domains=domains)
+    ref = build_fn(g)
+    return g.model(producer="megatrain-idioms"), ref
+
+
+def write(name, path):
+    model, _ = build(name)
+    path = Path(path)
+    if name == "external-data":
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=path.name + ".data", size_threshold=0)
+        return
+    if name == "bad-missing-external-data":
+        missing = path.name + ".missing.bin"
+        (path.parent / missing).unlink(missing_ok=True)
+        for t in model.graph.initializer:
+            raw = t.raw_data
+            t.ClearField("raw_data")
+            t.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", missing), ("offset", "0"), ("length", str(len(raw)))):
+                t.external_data.add(key=key, value=value)
+    onnx.save(model, str(path))
+
+
+def _feeds(model, rng, batch=2, seq=8):
+    feeds = {}
+    for i in model.graph.input:
+        if i.type.tensor_type.elem_type == INT64:
+            feeds[i.name] = rng.integers(0, VOCAB, (batch, seq), dtype=np.int64)
+        else:
+            feeds[i.name] = rng.standard_normal((batch, seq, HIDDEN)).astype(np.float32)
+    return feeds
+
+
+def _knows_all_ops(model):
+    return model.opset_import[0].version <= onnx.defs.onnx_opset_version() and all(
+        onnx.defs.has(n.op_type, n.domain) for n in model.graph.node)
+
+
+def check_one(name, tmp):
+    """Returns (problems with idiom `name`, whether onnx.checker ran)."""
+    path = Path(tmp) / f"{name}.onnx"
+    write(name, path)
+    problems = []
+    if name == "bad-missing-external-data":
+        try:
+            onnx.load(str(path))
+            problems.append("loading should fail on the missing data file")
+        except (FileNotFoundError, OSError, onnx.checker.ValidationError):
+            pass
+        onnx.load(str(path), load_external_data=False)
+        return problems, False
+    model = onnx.load(str(path))
+    if name == "bad-matmul-shape":
+        try:
+            onnx.shape_inference.infer_shapes(model, strict_mode=True)
+            problems.append("shape inference should reject the MatMul")
+        except onnx.shape_inference.InferenceError:
+            pass
+        return problems, False
+    if name == "bad-cycle":
+        try:
+            onnx.checker.check_model(model)
+            problems.append("the checker should reject the cycle")
+        except onnx.checker.ValidationError:
+            pass
+        return problems, False
+    checked = _knows_all_ops(model)
+    if checked:
+        onnx.checker.check_model(model, full_check=True)
+    _, ref = build(name)
+    if ref is not None:
+        feeds = _feeds(model, np.random.default_rng(0))
+        got = onnx_eval.run(model, feeds, float64=True)["y"]
+        want = ref({k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in feeds.items()})
+        if got.shape != want.shape:
+            problems.append(f"shape {got.shape} != {want.shape}")
+        else:
+            err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+            if not err < 1e-5:
+                problems.append(f"differs from the fused math by {err:.2e}")
+    return problems, checked
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("name", nargs="?", choices=sorted(IDIOMS), metavar="NAME")
+    p.add_argument("-o", "--output", help="ONNX file to write")
+    p.add_argument("--list", action="store_true", help="list the idioms and their node forms")
+    p.add_argument("--check", action="store_true", help="build and verify every idiom")
+    args = p.parse_args()
+    if args.list:
+        for name, (_, summary, opset, _) in IDIOMS.items():
+            print(f"{name:34} {summary}")
+        return
+    if args.check:
+        failed = 0
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in IDIOMS:
+                problems, checked = check_one(name, tmp)
+                status = "FAIL " + "; ".join(problems) if problems else "ok"
+                print(f"{name:34} {status}{'' if checked else '  (onnx.checker skipped)'}")
+                failed += bool(problems)
+        sys.exit(1 if failed else 0)
+    if not args.name or not args.output:
+        p.error("NAME and -o are required")
+    write(args.name, args.output)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+//===- DialectTest.cpp - mt dialect: builders, verifiers, round trip ------===//
+#include "ir/MtDialect.h"
+#include "ir/MtOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+
+#include <gtest/gtest.h>
+
+using namespace mlir;
+
+namespace {
+
+class DialectTest : public ::testing::Test {
+protected:
+  DialectTest() { ctx.loadDialect<mt::MtDialect>(); }
+
+  // Parses `text`; returns the first diagnostic (empty when it verified).
+  std::string parseError(const std::string &text) {
+    std::string message;
+    ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &d) {
+      if (message.empty())
+        message = d.str();
+      return success();
+    });
+    OwningOpRef<ModuleOp> m = parseSourceString<ModuleOp>(text, &ctx);
+    if (m && message.empty() && failed(verify(*m)))
+      message = "verification failed";
+    return message;
+  }
+
+  std::string print(Operation *op) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    op->print(os);
+    return s;
+  }
+
+  MLIRContext ctx;
+};
+
+const char *kModel = R"mlir(
+module {
+  mt.param @wte : tensor<256x64xf32>
+  mt.param @"onnx::MatMul_9" tied to @wte {transposed} : tensor<64x256xf32>
+  mt.param @"l0.ln" : tensor<64xf32>
+  mt.param @"l0.wq" : tensor<64x64xf32>
+  mt.param @cos {frozen} : tensor<16x16xf32>
+  mt.template @embedding kind "embedding" (%ids: tensor<2x16xi32>) params (%t: tensor<256x64xf32>) -> (tensor<2x16x64xf32>) {
+    %h = mt.embed %ids, %t : (tensor<2x16xi32>, tensor<256x64xf32>) -> tensor<2x16x64xf32>
+    mt.yield %h : tensor<2x16x64xf32>
+  }
+  mt.template @layer kind "layer" (%x: tensor<2x16x64xf32>) params (%ln: tensor<64xf32>, %wq: tensor<64x64xf32>) -> (tensor<2x16x64xf32>) {
+    %n = mt.rms_norm %x, %ln {eps = 1.0e-5 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+    %q = mt.linear %n, %wq : (tensor<2x16x64xf32>, tensor<64x64xf32>) -> tensor<2x16x64xf32>
+    %y = mt.add %x, %q : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    mt.yield %y : tensor<2x16x64xf32>
+  }
+  mt.template @head kind "head" (%x: tensor<2x16x64xf32>) params (%w: tensor<64x256xf32>) -> (tensor<2x16x256xf32>) {
+    %l = mt.linear %x, %w {w_layout = "in_out"} : (tensor<2x16x64xf32>, tensor<64x256xf32>) -> tensor<2x16x256xf32>
+    mt.yield %l : tensor<2x16x256xf32>
+  }
+  mt.model @main(%tokens: tensor<2x16xi32>, %targets: tensor<2x16xi32>) -> (tensor<f32>) {
+    %h = mt.apply @embedding(%tokens) params(@wte) : (tensor<2x16xi32>) -> tensor<2x16x64xf32>
+    %h1 = mt.apply @layer(%h) layer(0) params(@"l0.ln", @"l0.wq") : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    %lg = mt.apply @head(%h1) params(@"onnx::MatMul_9") : (tensor<2x16x64xf32>) -> tensor<2x16x256xf32>
+    %loss = mt.cross_entropy %lg, %targets : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<f32>
+    mt.return %loss : tensor<f32>
+  }
+}
+)mlir";
+
+TEST_F(DialectTest, ModelRoundTrips) {
+  OwningOpRef<ModuleOp> m = parseSourceString<ModuleOp>(kModel, &ctx);
+  ASSERT_TRUE(m);
+  ASSERT_TRUE(succeeded(verify(*m)));
+  std::string once = print(*m);
+  OwningOpRef<ModuleOp> again = parseSourceString<ModuleOp>(once, &ctx);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(once, print(*again));
+}
+
+// Replaces the first occurrence of `from` in kModel.
+std::string mutate(const std::string &from, const std::string &to) {
+  std::string s = kModel;
+  size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return s.replace(at, from.size(), to);
+}
+
+TEST_F(DialectTest, ApplyChecksParamTypes) {
+  std::string bad = mutate("params(@\"l0.ln\", @\"l0.wq\")",
+                           "params(@\"l0.wq\", @\"l0.ln\")");
+  EXPECT_NE(parseError(bad).find("template expects"), std::string::npos);
+}
+
+TEST_F(DialectTest, ApplyChecksParamCount) {
+  std::string bad = mutate("params(@\"l0.ln\", @\"l0.wq\")", "params(@\"l0.ln\")");
+  EXPECT_NE(parseError(bad).find("binds 1 params"), std::string::npos);
+}
+
+TEST_F(DialectTest, ApplyChecksCallee) {
+  std::string bad = mutate("mt.apply @layer(", "mt.apply @wte(");
+  EXPECT_NE(parseError(bad).find("is not an mt.template"), std::string::npos);
+}
+
+TEST_F(DialectTest, ModelBodyOnlyHoldsApplications) {
+  std::string bad = mutate(
+      "    %loss = mt.cross_entropy",
+      "    %z = mt.scale %h {factor = 2.0 : f64} : (tensor<2x16x64xf32>) -> "
+      "tensor<2x16x64xf32>\n    %loss = mt.cross_entropy");
+  EXPECT_NE(parseError(bad).find("not allowed in a model body"),
+            std::string::npos);
+}
+
+TEST_F(DialectTest, FrozenParamCannotBeTied) {
+  std::string bad = mutate("mt.param @cos {frozen}",
+                           "mt.param @cos tied to @wte {frozen}");
+  EXPECT_NE(parseError(bad).find("frozen param cannot be tied"),
+            std::string::npos);
+}
+
+// One primitive in a graph template, for verifier tests.
+std::string graphWith(const std::string &args, const std::string &body,
+                      const std::string &result) {
+  return "mt.template @g kind \"graph\" (" + args + ") -> (" + result +
+         ") {\n" + body + "\n  mt.yield %y : " + result + "\n}";
+}
+
+TEST_F(DialectTest, LinearVerifier) {
+  const char *args = "%x: tensor<2x8xf32>, %w: tensor<4x8xf32>";
+  EXPECT_EQ(parseError(graphWith(args,
+                                 "%y = mt.linear %x, %w : (tensor<2x8xf32>, "
+                                 "tensor<4x8xf32>) -> tensor<2x4xf32>",
+                                 "tensor<2x4xf32>")),
+            "");
+  // The same weight read as [in, out] does not contract with x.
+  EXPECT_NE(parseError(graphWith(args,
+                                 "%y = mt.linear %x, %w {w_layout = \"in_out\"} "
+                                 ": (tensor<2x8xf32>, tensor<4x8xf32>) -> "
+                                 "tensor<2x8xf32>",
+                                 "tensor<2x8xf32>"))
+                .find("expects 4"),
+            std::string::npos);
+}
+
+TEST_F(DialectTest, AttentionNeedsWholeKvGroups) {
+  std::string args = "%q: tensor<1x6x4x8xf32>, %k: tensor<1x4x4x8xf32>, %v: "
+                     "tensor<1x4x4x8xf32>";
+  std::string body = "%y = mt.attention %q, %k, %v {scale = 0.5 : f64} : "
+                     "(tensor<1x6x4x8xf32>, tensor<1x4x4x8xf32>, "
+                     "tensor<1x4x4x8xf32>) -> tensor<1x6x4x8xf32>";
+  EXPECT_NE(parseError(graphWith(args, body, "tensor<1x6x4x8xf32>"))
+                .find("multiple of KV heads"),
+            std::string::npos);
+}
+
+TEST_F(DialectTest, RopeChecksTables) {
+  std::string args = "%x: tensor<1x2x4x8xf32>, %c: tensor<4x6xf32>, %s: "
+                     "tensor<4x4xf32>";
+  std::string body = "%y = mt.rope %x, %c, %s {rotary_dim = 4 : i64, seq_axis "
+                     "= 2 : i64} : (tensor<1x2x4x8xf32>, tensor<4x6xf32>, "
+                     "tensor<4x4xf32>) -> tensor<1x2x4x8xf32>";
+  EXPECT_NE(parseError(graphWith(args, body, "tensor<1x2x4x8xf32>"))
+                .find("cos has shape [4,6], expected [4,4]"),
+            std::string::npos);
+}
+
+TEST_F(DialectTest, AddBroadcasts) {
+  std::string args = "%a: tensor<2x3x4xf32>, %b: tensor<3x4xf32>";
+  EXPECT_EQ(parseError(graphWith(args,
+                                 "%y = mt.add %a, %b : (tensor<2x3x4xf32>, "
+                                 "tensor<3x4xf32>) -> tensor<2x3x4xf32>",
+                                 "tensor<2x3x4xf32>")),
+            "");
+  std::string bad = "%a: tensor<2x3x4xf32>, %b: tensor<3x5xf32>";
+  EXPECT_NE(parseError(graphWith(bad,
+                                 "%y = mt.add %a, %b : (tensor<2x3x4xf32>, "
+                                 "tensor<3x5xf32>) -> tensor<2x3x4xf32>",
+                                 "tensor<2x3x4xf32>"))
+                .find("do not broadcast"),
+            std::string::npos);
+}
+
+TEST_F(DialectTest, BuilderMakesVerifiedTemplate) {
+  OpBuilder b(&ctx);
+  Location loc = b.getUnknownLoc();
+  auto x = RankedTensorType::get({2, 4}, b.getF32Type());
+  auto w = RankedTensorType::get({4}, b.getF32Type());
+  OwningOpRef<ModuleOp> m = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(m->getBody());
+  auto tmpl = b.create<mt::TemplateOp>(
+      loc, "norm", "layer", b.getFunctionType({x, w}, {x}), /*numInputs=*/1);
+  Block *block = b.createBlock(&tmpl.getBody(), {}, {x, w}, {loc, loc});
+  b.setInsertionPointToEnd(block);
+  Value y = b.create<mt::RmsNormOp>(loc, x, block->getArgument(0),
+                                    block->getArgument(1),
+                                    b.getF64FloatAttr(1e-6));
+  b.create<mt::YieldOp>(loc, ValueRange{y});
+  EXPECT_TRUE(succeeded(verify(*m)));
+  EXPECT_EQ(tmpl.getNumParams(), 1u);
+  EXPECT_NE(print(*m).find("params (%arg1: tensor<4xf32>)"), std::string::npos);
+}
+
+} // namespace
