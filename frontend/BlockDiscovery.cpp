@@ -110,6 +110,24 @@ struct Segment {
   bool residual = false, attends = false;
 };
 
+// A residual segment computes x + f(x): its output sums in its input, and
+// something other than those sums reads the input (x + pos is no layer).
+bool isResidual(const Segment &s) {
+  if (s.output == s.input || !sumsIn(s.output, s.input))
+    return false;
+  std::set<Value *> fromInput{s.input};
+  for (Node *n : s.nodes) {
+    bool reads = std::any_of(n->inputs.begin(), n->inputs.end(),
+                             [&](Value *v) { return fromInput.count(v); });
+    if (!reads)
+      continue;
+    if (n->op != "mt.add")
+      return true;
+    fromInput.insert(n->outputs.begin(), n->outputs.end());
+  }
+  return false;
+}
+
 Block makeBlock(const std::string &kind, int64_t layer,
                 std::vector<Segment>::const_iterator begin,
                 std::vector<Segment>::const_iterator end) {
@@ -160,7 +178,8 @@ std::vector<Block> discoverBlocks(Graph &g) {
     if ((pending.size() == 1 && pending.begin()->first == out) ||
         out == g.outputs[0]) {
       cur.output = out;
-      cur.residual = out != cur.input && sumsIn(out, cur.input);
+      cur.output = out;
+      cur.residual = isResidual(cur);
       segments.push_back(std::move(cur));
       cur = Segment{out, nullptr, {}};
     }

@@ -130,12 +130,21 @@ private:
     for (auto *vi : inputs)
       if (!bindings_.inputs.count(vi->name()) && !defaultBinding(vi->name()))
         free.push_back(vi);
-    // The primary input is what a step feeds: the token ids of a model (the
-    // one named like them when several are integer [batch, seq]), or the
-    // first free input of a standalone graph.
+    // The primary input is what a step feeds: the token ids of a model
+    // (preferring an integer [batch, seq] input named like them), or for a
+    // standalone graph the input whose leading dims are dynamic.
+    auto rank = [](const onnx::ValueInfoProto *vi) {
+      const auto &t = vi->type().tensor_type();
+      const auto &dims = t.shape().dim();
+      bool ids = isInteger(dtypeFromOnnx(t.elem_type())) && dims.size() == 2;
+      bool dynamic = dims.size() >= 2 && !dims[0].has_dim_value() &&
+                     !dims[1].has_dim_value();
+      return (ids && isTokenName(vi->name()) ? 4 : 0) + (ids ? 2 : 0) +
+             (dynamic ? 1 : 0);
+    };
     const onnx::ValueInfoProto *tokens = nullptr;
     for (auto *vi : free)
-      if (!tokens || (isTokenName(vi->name()) && !isTokenName(tokens->name())))
+      if (!tokens || rank(vi) > rank(tokens))
         tokens = vi;
     if (!tokens)
       fail("'{}' has no input to feed (token ids [batch, seq])", file_.path());
@@ -281,19 +290,20 @@ private:
       if (v && v->dtype == DType::Undefined)
         ctx.error("input '{}' has an unsupported element type", v->name);
     h->infer(ctx);
-    bool fromInput = false;
-    for (Value *v : n.inputs)
+    bool allConstant = true, fromInput = false;
+    for (Value *v : n.inputs) {
+      allConstant &= !v || v->constant != nullptr;
       fromInput |= v && v->fromInput;
+    }
+    if (h->fold && allConstant) {
+      std::vector<ConstPtr> folded = h->fold(ctx);
+      for (size_t i = 0; i < folded.size() && i < n.outputs.size(); ++i)
+        n.outputs[i]->constant = folded[i];
+    }
+    // Shapes of activations are known at compile time: a folded value is
+    // no activation even when computed from one.
     for (Value *v : n.outputs)
-      v->fromInput = fromInput;
-    if (!h->fold)
-      return;
-    for (Value *v : n.inputs)
-      if (v && !v->constant)
-        return;
-    std::vector<ConstPtr> folded = h->fold(ctx);
-    for (size_t i = 0; i < folded.size() && i < n.outputs.size(); ++i)
-      n.outputs[i]->constant = folded[i];
+      v->fromInput = fromInput && !v->constant;
   }
 
   void setOutputs() {

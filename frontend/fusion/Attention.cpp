@@ -215,7 +215,8 @@ private:
         kt->rank() != 4)
       return;
     checkCausal(masks, softmax->out()->shape, mm);
-    Value *k = unrepeat(untranspose(mm, kt));
+    // A scale may also sit before kᵀ's transpose (k · d^-¼, then kᵀ).
+    Value *k = unrepeat(peelScale(untranspose(mm, kt), scale));
     v = unrepeat(v);
     if (k->shape != v->shape || q->dim(1) % k->dim(1) || q->dim(3) != k->dim(3))
       fail("{}: attention with q {}, k {} and v {} is not supported (k and v "

@@ -37,20 +37,33 @@ std::optional<int64_t> arangeOffset(const Const &c) {
   return o;
 }
 
+// The fed ids behind v, through integer reshapes (HF's input_ids.view()).
+Value *peelIdReshapes(Value *v) {
+  while (Node *r = producerOneOf(v, {"Reshape", "Squeeze", "Unsqueeze", "Flatten"})) {
+    if (!isInteger(v->dtype))
+      break;
+    v = r->in(0);
+  }
+  return v;
+}
+
+// Replaces root's output by `result`, reshaped to root's shape if needed.
+void replaceReshaped(Graph &g, Node *root, Node *last, Value *result) {
+  if (result->shape != root->out()->shape) {
+    Node *r = g.newNode("mt.reshape", root->name, {result}, last);
+    result = g.addOutput(r, DType::F32, root->out()->shape);
+    result->fromInput = true;
+  }
+  g.replaceAllUses(root->out(), result);
+}
+
 void emitPositions(Graph &g, Node *root, Value *table, int64_t offset,
                    int64_t length) {
-  Shape out = root->out()->shape;
   Shape flat{length, table->dim(1)};
   Node *pe = g.newNode("mt.position_embed", root->name, {table}, root);
   g.addOutput(pe, DType::F32, flat)->fromInput = true;
   pe->setInt("offset", offset);
-  Value *result = pe->out();
-  if (out != flat) { // [1, S, D] and the like: the same elements
-    Node *r = g.newNode("mt.reshape", root->name, {result}, pe);
-    result = g.addOutput(r, DType::F32, out);
-    result->fromInput = true;
-  }
-  g.replaceAllUses(root->out(), result);
+  replaceReshaped(g, root, pe, pe->out()); // [1, S, D] and the like
 }
 
 } // namespace
@@ -62,8 +75,12 @@ void fuseEmbeddings(Graph &g) {
       continue;
     Value *ids = n->in(1);
     if (isActivation(ids)) {
-      replaceWithPrimitive(g, n, "mt.embed", {ids, table->param},
-                           n->out()->shape);
+      ids = peelIdReshapes(ids);
+      Shape y = ids->shape;
+      y.push_back(table->param->dim(1));
+      Node *e = g.newNode("mt.embed", n->name, {ids, table->param}, n);
+      g.addOutput(e, DType::F32, y)->fromInput = true;
+      replaceReshaped(g, n, e, e->out());
     } else if (ids->constant) {
       if (auto o = arangeOffset(*ids->constant))
         emitPositions(g, n, table->param, *o, ids->constant->numel);

@@ -25,16 +25,14 @@ void removeNoOps(Graph &g) {
 }
 
 void fuseIdioms(Graph &g) {
-  removeNoOps(g);
-  fuseEmbeddings(g);
-  fuseNorms(g);
-  fuseActivations(g);
-  fuseRope(g);
-  fuseAttention(g);
-  fuseLinear(g);
-  g.removeDeadNodes();
-  lowerRemaining(g);
-  g.removeDeadNodes();
+  // Dead nodes are dropped after each step so that use counts, which the
+  // idioms consult ("used only by this Mul"), stay exact.
+  for (void (*step)(Graph &) :
+       {removeNoOps, fuseEmbeddings, fuseNorms, fuseActivations, fuseRope,
+        fuseAttention, fuseLinear, lowerRemaining}) {
+    step(g);
+    g.removeDeadNodes();
+  }
   for (auto &node : g.nodes())
     if (!node->isPrimitive())
       fail("{} computes '{}' at run time, and no supported idiom explains "

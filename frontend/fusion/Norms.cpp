@@ -184,9 +184,10 @@ void fuseNorms(Graph &g) {
     emitLayerNorm(g, n, n->in(0), w->param, b ? b->param : nullptr,
                   n->getFloat("epsilon", 1e-5));
   }
-  for (auto [op, domain] : {std::pair{"RMSNormalization", ""},
-                            std::pair{"SimplifiedLayerNormalization",
-                                      "com.microsoft"}}) {
+  for (auto [op, domain] :
+       {std::pair{"RMSNormalization", ""},
+        std::pair{"SimplifiedLayerNormalization", ""},
+        std::pair{"SimplifiedLayerNormalization", "com.microsoft"}}) {
     for (Node *n : nodesWithOp(g, op, domain)) {
       if (!lastDimOnly(n))
         fail("{}: normalizing over more than the last dim is not supported",

@@ -128,6 +128,9 @@ void addNeuralHandlers(std::vector<OpHandler> &t) {
   t.push_back({"", "Softmax", 13, inferSoftmax, nullptr});
   t.push_back({"", "LayerNormalization", 17, inferNorm, nullptr});
   t.push_back({"", "RMSNormalization", 23, inferNorm, nullptr});
+  // ONNX Runtime registers SimplifiedLayerNormalization in the default
+  // domain; older exports put it in com.microsoft.
+  t.push_back({"", "SimplifiedLayerNormalization", 1, inferNorm, nullptr});
   t.push_back({"com.microsoft", "SimplifiedLayerNormalization", 1, inferNorm,
                nullptr});
   t.push_back({"", "Gelu", 20, inferSameAsInput, nullptr});

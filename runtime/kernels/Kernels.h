@@ -131,6 +131,13 @@ void transpose_forward(float *y, const float *x, const int64_t *x_shape,
 // dx += transpose of dy by the inverse permutation.
 void transpose_backward(float *dx, const float *dy, const int64_t *x_shape,
                         const int64_t *perm, int rank);
+// x viewed as (outer, dim, inner) around the sliced axis; y (outer, n, inner)
+// = x[:, start : start + n, :], start + n <= dim.
+void slice_forward(float *y, const float *x, int64_t outer, int64_t dim,
+                   int64_t inner, int64_t start, int64_t n);
+// dx[:, start : start + n, :] += dy; the rest of dx is left alone.
+void slice_backward(float *dx, const float *dy, int64_t outer, int64_t dim,
+                    int64_t inner, int64_t start, int64_t n);
 
 // ---- numerics helpers -----------------------------------------------------
 /// Rounds each value to the nearest bfloat16 (ties to even), in place; NaN

@@ -1,0 +1,139 @@
+//===- Attention.cpp - causal attention with grouped KV heads -------------===//
+//
+// Flash-style on the CPU: the forward keeps one query row's running max, sum
+// and output (online softmax over key tiles), the backward recomputes each
+// row's probabilities. Neither stores an S x S matrix.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/kernels/Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace mtrt::cpu {
+namespace {
+
+constexpr int64_t kKeyTile = 64;
+
+float dot(const float *a, const float *b, int64_t n) {
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t d = 0; d < n; ++d)
+    sum += a[d] * b[d];
+  return sum;
+}
+
+// y += alpha · x
+void axpy(float *y, float alpha, const float *x, int64_t n) {
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d)
+    y[d] += alpha * x[d];
+}
+
+} // namespace
+
+void attention_forward(float *y, const float *q, const float *k, const float *v,
+                       int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                       float scale) {
+  const int64_t group = H / Hkv;
+#pragma omp parallel
+  {
+    std::vector<float> out(D);          // (D) unnormalized output row
+    std::vector<float> score(kKeyTile); // (kKeyTile)
+    // Row r = (b, h, i) costs O(i): dynamic chunks even the load out.
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t r = 0; r < B * H * S; ++r) {
+      const int64_t i = r % S, b = r / S / H, h = r / S % H;
+      const int64_t kv = (b * Hkv + h / group) * S * D;
+      const float *qi = q + r * D, *kh = k + kv, *vh = v + kv;
+      float running_max = -INFINITY;
+      float sum = 0.f;
+      std::fill(out.begin(), out.end(), 0.f);
+      for (int64_t j0 = 0; j0 <= i; j0 += kKeyTile) {
+        const int64_t n = std::min(kKeyTile, i + 1 - j0);
+        float tile_max = -INFINITY;
+        for (int64_t t = 0; t < n; ++t) {
+          score[t] = scale * dot(qi, kh + (j0 + t) * D, D);
+          tile_max = std::max(tile_max, score[t]);
+        }
+        // Rescale what was summed under the old max (exp(-inf) = 0 at first).
+        const float new_max = std::max(running_max, tile_max);
+        const float correction = std::exp(running_max - new_max);
+        sum *= correction;
+        for (int64_t d = 0; d < D; ++d)
+          out[d] *= correction;
+        for (int64_t t = 0; t < n; ++t) {
+          const float p = std::exp(score[t] - new_max);
+          sum += p;
+          axpy(out.data(), p, vh + (j0 + t) * D, D);
+        }
+        running_max = new_max;
+      }
+      float *yi = y + r * D;
+      for (int64_t d = 0; d < D; ++d)
+        yi[d] = out[d] / sum;
+    }
+  }
+}
+
+void attention_backward(float *dq, float *dk, float *dv, const float *dy,
+                        const float *q, const float *k, const float *v,
+                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                        float scale) {
+  if (!dq && !dk && !dv)
+    return;
+  const int64_t group = H / Hkv;
+#pragma omp parallel
+  {
+    std::vector<float> prob(S);  // (S) softmax row
+    std::vector<float> dprob(S); // (S) dy_i · v_j
+    std::vector<float> dqi(D);   // (D)
+    // A task owns one KV head and every query head reading it, hence its dk
+    // and dv slices: they are summed in a fixed order without atomics.
+#pragma omp for schedule(dynamic)
+    for (int64_t bg = 0; bg < B * Hkv; ++bg) {
+      const int64_t b = bg / Hkv, g = bg % Hkv;
+      const float *kh = k + bg * S * D, *vh = v + bg * S * D;
+      for (int64_t h = g * group; h < (g + 1) * group; ++h)
+        for (int64_t i = 0; i < S; ++i) {
+          const int64_t r = (b * H + h) * S + i;
+          const float *qi = q + r * D, *dyi = dy + r * D;
+          float row_max = -INFINITY;
+          for (int64_t j = 0; j <= i; ++j) {
+            prob[j] = scale * dot(qi, kh + j * D, D);
+            row_max = std::max(row_max, prob[j]);
+          }
+          double sum = 0.0;
+          for (int64_t j = 0; j <= i; ++j) {
+            prob[j] = std::exp(prob[j] - row_max);
+            sum += prob[j];
+          }
+          // di = Σ_j p_j (dy_i · v_j) = dy_i · y_i
+          const float inv_sum = float(1.0 / sum);
+          double di = 0.0;
+          for (int64_t j = 0; j <= i; ++j) {
+            prob[j] *= inv_sum;
+            dprob[j] = dot(dyi, vh + j * D, D);
+            di += double(prob[j]) * dprob[j];
+          }
+          std::fill(dqi.begin(), dqi.end(), 0.f);
+          for (int64_t j = 0; j <= i; ++j) {
+            // ds_j = d loss / d score_j
+            const float ds = prob[j] * (dprob[j] - float(di));
+            if (dq)
+              axpy(dqi.data(), ds, kh + j * D, D);
+            if (dk)
+              axpy(dk + bg * S * D + j * D, scale * ds, qi, D);
+            if (dv)
+              axpy(dv + bg * S * D + j * D, prob[j], dyi, D);
+          }
+          if (dq)
+            axpy(dq + r * D, scale, dqi.data(), D);
+        }
+    }
+  }
+}
+
+} // namespace mtrt::cpu

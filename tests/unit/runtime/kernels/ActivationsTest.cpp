@@ -1,0 +1,178 @@
+//===- ActivationsTest.cpp - silu, gelu (both forms), swiglu, scale -------===//
+
+#include "runtime/kernels/Kernels.h"
+#include "tests/unit/runtime/kernels/Reference.h"
+
+namespace mtrt::test {
+namespace {
+
+using namespace mtrt::cpu;
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+double silu(double x) { return x * sigmoid(x); }
+double silu_grad(double x) { return sigmoid(x) * (1 + x * (1 - sigmoid(x))); }
+
+const double kPi = 3.14159265358979323846;
+
+double gelu(double x, bool tanh_form) {
+  if (tanh_form)
+    return 0.5 * x *
+           (1 + std::tanh(std::sqrt(2 / kPi) * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+}
+
+double gelu_grad(double x, bool tanh_form) {
+  if (tanh_form) {
+    const double c = std::sqrt(2 / kPi);
+    const double t = std::tanh(c * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) +
+           0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+  }
+  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+         x * std::exp(-x * x / 2) / std::sqrt(2 * kPi);
+}
+
+// An elementwise unary op: its value and derivative in double, and its
+// kernels.
+struct Unary {
+  const char *name;
+  double (*value)(double);
+  double (*grad)(double);
+  void (*forward)(float *, const float *, int64_t);
+  void (*backward)(float *, const float *, const float *, int64_t);
+};
+
+const Unary kUnaries[] = {
+    {"silu", silu, silu_grad, silu_forward, silu_backward},
+    {"gelu", [](double x) { return gelu(x, false); },
+     [](double x) { return gelu_grad(x, false); },
+     [](float *y, const float *x, int64_t n) { gelu_forward(y, x, n, false); },
+     [](float *dx, const float *dy, const float *x, int64_t n) {
+       gelu_backward(dx, dy, x, n, false);
+     }},
+    {"gelu_tanh", [](double x) { return gelu(x, true); },
+     [](double x) { return gelu_grad(x, true); },
+     [](float *y, const float *x, int64_t n) { gelu_forward(y, x, n, true); },
+     [](float *dx, const float *dy, const float *x, int64_t n) {
+       gelu_backward(dx, dy, x, n, true);
+     }},
+    {"scale", [](double x) { return -2.5 * x; }, [](double) { return -2.5; },
+     [](float *y, const float *x, int64_t n) { scale_forward(y, x, n, -2.5f); },
+     [](float *dx, const float *dy, const float *, int64_t n) {
+       scale_backward(dx, dy, n, -2.5f);
+     }},
+};
+
+TEST(Activations, ReferenceGradientsMatchFiniteDifferences) {
+  const Doubles x = widen(random_floats(40, 61, -5.f, 5.f));
+  const Doubles dy = widen(random_floats(40, 62));
+  for (const Unary &op : kUnaries) {
+    const Forward fwd = [&](const std::vector<Doubles> &in) {
+      Doubles y(in[0].size());
+      for (size_t i = 0; i < y.size(); ++i)
+        y[i] = op.value(in[0][i]);
+      return y;
+    };
+    Doubles dx(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      dx[i] = dy[i] * op.grad(x[i]);
+    EXPECT_TRUE(matches_finite_differences(fwd, {x}, dy, {dx})) << op.name;
+  }
+}
+
+// Sizes on both sides of the kernels' parallel threshold. Values up to ±8
+// reach the tails where sigmoid and erf saturate. Each value chains a few
+// fp32 libm calls and products, each within an ulp or two: 2e-6 of the
+// largest value.
+TEST(Activations, MatchReference) {
+  for (int64_t n : {int64_t(1000), int64_t(40000)})
+    for (const Unary &op : kUnaries) {
+      const Floats x = random_floats(n, 63, -8.f, 8.f);
+      Floats y(n);
+      op.forward(y.data(), x.data(), n);
+      Doubles want(n);
+      for (int64_t i = 0; i < n; ++i)
+        want[i] = op.value(x[i]);
+      EXPECT_TRUE(close(y, want, 2e-6)) << op.name << " n=" << n;
+
+      const Floats dy = random_floats(n, 64);
+      Floats dx = random_floats(n, 65);
+      const Floats dx0 = dx;
+      op.backward(dx.data(), dy.data(), x.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        want[i] = dy[i] * op.grad(x[i]);
+      EXPECT_TRUE(close(added(dx, dx0), want, 2e-6)) << op.name << " n=" << n;
+    }
+}
+
+TEST(Activations, AccumulateAndDeterministic) {
+  const int64_t n = 50000;
+  const Floats x = random_floats(n, 66, -6.f, 6.f), dy = random_floats(n, 67);
+  for (const Unary &op : kUnaries) {
+    Floats dx(n);
+    expect_accumulates({&dx},
+                       [&] { op.backward(dx.data(), dy.data(), x.data(), n); });
+    Floats y1(n), y2(n);
+    op.forward(y1.data(), x.data(), n);
+    op.forward(y2.data(), x.data(), n);
+    EXPECT_TRUE(bitwise_equal(y1, y2)) << op.name;
+  }
+}
+
+// inputs: gate, up. Output silu(gate)·up.
+Doubles ref_swiglu(const std::vector<Doubles> &in) {
+  Doubles y(in[0].size());
+  for (size_t i = 0; i < y.size(); ++i)
+    y[i] = silu(in[0][i]) * in[1][i];
+  return y;
+}
+
+// {dgate = dy·up·silu'(gate), dup = dy·silu(gate)}
+std::vector<Doubles> ref_swiglu_backward(const Doubles &dy,
+                                         const std::vector<Doubles> &in) {
+  Doubles dg(dy.size()), du(dy.size());
+  for (size_t i = 0; i < dy.size(); ++i) {
+    dg[i] = dy[i] * in[1][i] * silu_grad(in[0][i]);
+    du[i] = dy[i] * silu(in[0][i]);
+  }
+  return {dg, du};
+}
+
+TEST(Swiglu, ReferenceBackwardMatchesFiniteDifferences) {
+  const std::vector<Doubles> in = {widen(random_floats(30, 68, -5.f, 5.f)),
+                                   widen(random_floats(30, 69))};
+  const Doubles dy = widen(random_floats(30, 70));
+  EXPECT_TRUE(matches_finite_differences(ref_swiglu, in, dy,
+                                         ref_swiglu_backward(dy, in)));
+}
+
+TEST(Swiglu, MatchesReferenceAccumulatesSkipsNull) {
+  const int64_t n = 40000;
+  const std::vector<Floats> in = {random_floats(n, 71, -8.f, 8.f),
+                                  random_floats(n, 72)};
+  Floats y(n);
+  swiglu_forward(y.data(), in[0].data(), in[1].data(), n);
+  EXPECT_TRUE(close(y, ref_swiglu(widen(in)), 2e-6));
+
+  const Floats dy = random_floats(n, 73);
+  const std::vector<Doubles> want = ref_swiglu_backward(widen(dy), widen(in));
+  Floats dg = random_floats(n, 74), du = random_floats(n, 75);
+  const Floats dg0 = dg, du0 = du;
+  const auto backward = [&](float *g, float *u) {
+    swiglu_backward(g, u, dy.data(), in[0].data(), in[1].data(), n);
+  };
+  backward(dg.data(), du.data());
+  EXPECT_TRUE(close(added(dg, dg0), want[0], 2e-6));
+  EXPECT_TRUE(close(added(du, du0), want[1], 2e-6));
+
+  expect_accumulates({&dg, &du}, [&] { backward(dg.data(), du.data()); });
+  Floats full_g(n), full_u(n), only_g(n), only_u(n);
+  backward(full_g.data(), full_u.data());
+  backward(only_g.data(), nullptr);
+  backward(nullptr, only_u.data());
+  EXPECT_TRUE(bitwise_equal(only_g, full_g));
+  EXPECT_TRUE(bitwise_equal(only_u, full_u));
+}
+
+} // namespace
+} // namespace mtrt::test

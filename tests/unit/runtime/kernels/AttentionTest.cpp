@@ -1,0 +1,185 @@
+//===- AttentionTest.cpp - causal GQA attention against an S x S reference ===//
+
+#include "runtime/kernels/Kernels.h"
+#include "tests/unit/runtime/kernels/Reference.h"
+
+namespace mtrt::test {
+namespace {
+
+using namespace mtrt::cpu;
+
+struct Dims {
+  int64_t B, H, Hkv, S, D;
+  float scale;
+};
+
+int64_t q_at(const Dims &d, int64_t b, int64_t h, int64_t i) {
+  return ((b * d.H + h) * d.S + i) * d.D;
+}
+int64_t kv_at(const Dims &d, int64_t b, int64_t h, int64_t j) {
+  const int64_t kv_head = h / (d.H / d.Hkv);
+  return ((b * d.Hkv + kv_head) * d.S + j) * d.D;
+}
+
+// The causal softmax row of query (b, h, i) over keys 0..i, from the full
+// score row.
+Doubles probabilities(const std::vector<Doubles> &in, const Dims &d, int64_t b,
+                      int64_t h, int64_t i) {
+  Doubles p(i + 1);
+  double max = -INFINITY, sum = 0.0;
+  for (int64_t j = 0; j <= i; ++j) {
+    double s = 0.0;
+    for (int64_t e = 0; e < d.D; ++e)
+      s += in[0][q_at(d, b, h, i) + e] * in[1][kv_at(d, b, h, j) + e];
+    p[j] = d.scale * s;
+    max = std::max(max, p[j]);
+  }
+  for (double &x : p)
+    sum += x = std::exp(x - max);
+  for (double &x : p)
+    x /= sum;
+  return p;
+}
+
+// inputs: q (B, H, S, D), k, v (B, Hkv, S, D).
+Doubles ref_forward(const std::vector<Doubles> &in, const Dims &d) {
+  Doubles y(in[0].size());
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < d.H; ++h)
+      for (int64_t i = 0; i < d.S; ++i) {
+        const Doubles p = probabilities(in, d, b, h, i);
+        for (int64_t j = 0; j <= i; ++j)
+          for (int64_t e = 0; e < d.D; ++e)
+            y[q_at(d, b, h, i) + e] += p[j] * in[2][kv_at(d, b, h, j) + e];
+      }
+  return y;
+}
+
+// {dq, dk, dv}: dv_j += p_ij·dy_i; ds_ij = p_ij·(dy_i·v_j - Σ_l p_il·dy_i·v_l);
+// dq_i += scale·Σ_j ds_ij·k_j; dk_j += scale·ds_ij·q_i.
+std::vector<Doubles>
+ref_backward(const Doubles &dy, const std::vector<Doubles> &in, const Dims &d) {
+  Doubles dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < d.H; ++h)
+      for (int64_t i = 0; i < d.S; ++i) {
+        const Doubles p = probabilities(in, d, b, h, i);
+        const int64_t qi = q_at(d, b, h, i);
+        Doubles dp(i + 1);
+        double expected = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t e = 0; e < d.D; ++e)
+            dp[j] += dy[qi + e] * in[2][kv_at(d, b, h, j) + e];
+          expected += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - expected);
+          const int64_t kj = kv_at(d, b, h, j);
+          for (int64_t e = 0; e < d.D; ++e) {
+            dv[kj + e] += p[j] * dy[qi + e];
+            dq[qi + e] += d.scale * ds * in[1][kj + e];
+            dk[kj + e] += d.scale * ds * in[0][qi + e];
+          }
+        }
+      }
+  return {dq, dk, dv};
+}
+
+std::vector<Floats> inputs(const Dims &d, float range = 1.f) {
+  return {random_floats(d.B * d.H * d.S * d.D, 51, -range, range),
+          random_floats(d.B * d.Hkv * d.S * d.D, 52, -range, range),
+          random_floats(d.B * d.Hkv * d.S * d.D, 53, -range, range)};
+}
+
+// Grouped (H = 4, Hkv = 2), plain multi-head (H = Hkv), multi-query (Hkv = 1).
+const Dims kHeads[] = {
+    {1, 4, 2, 5, 3, 0.6f}, {2, 2, 2, 4, 3, 0.6f}, {1, 3, 1, 4, 2, 0.7f}};
+
+TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
+  for (const Dims &d : kHeads) {
+    const std::vector<Doubles> in = widen(inputs(d));
+    const Doubles dy = widen(random_floats(in[0].size(), 54));
+    EXPECT_TRUE(matches_finite_differences(
+        [&](const std::vector<Doubles> &x) { return ref_forward(x, d); }, in,
+        dy, ref_backward(dy, in, d)))
+        << "H=" << d.H << " Hkv=" << d.Hkv;
+  }
+}
+
+void check_kernels(const Dims &d, float range, double rtol) {
+  const std::vector<Floats> in = inputs(d, range);
+  Floats y(in[0].size());
+  attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
+                    d.H, d.Hkv, d.S, d.D, d.scale);
+  EXPECT_TRUE(close(y, ref_forward(widen(in), d), rtol))
+      << "H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
+
+  const Floats dy = random_floats(y.size(), 55);
+  const std::vector<Doubles> want = ref_backward(widen(dy), widen(in), d);
+  Floats dq = random_floats(in[0].size(), 56),
+         dk = random_floats(in[1].size(), 57),
+         dv = random_floats(in[2].size(), 58);
+  const Floats dq0 = dq, dk0 = dk, dv0 = dv;
+  attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
+                     in[1].data(), in[2].data(), d.B, d.H, d.Hkv, d.S, d.D,
+                     d.scale);
+  EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
+  EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
+  EXPECT_TRUE(close(added(dv, dv0), want[2], rtol)) << "dv, H=" << d.H;
+}
+
+// S = 130 spans two full key tiles of the online softmax and a partial one.
+// Softmax sums over ≤ 130 terms of size ≤ 1 and dot products over D = 16:
+// errors stay near √S·2^-24.
+TEST(Attention, MatchesReference) {
+  for (Dims d : kHeads) {
+    d.S = 130;
+    d.D = 16;
+    d.scale = 0.25f;
+    check_kernels(d, 1.f, 1e-5);
+  }
+}
+
+// Scores near ±100: without the max subtraction exp overflows. Scores carry
+// an fp32 error of ~100·2^-24·√D, which the exponentials turn into relative
+// errors of a few 1e-5 in the outputs.
+TEST(Attention, LargeScoresStayAccurate) {
+  check_kernels({2, 4, 2, 70, 16, 1.f}, 5.f, 2e-4);
+}
+
+TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
+  const Dims d = {2, 4, 2, 33, 8, 0.35f};
+  const std::vector<Floats> in = inputs(d);
+  const Floats dy = random_floats(in[0].size(), 59);
+  const auto backward = [&](float *dq, float *dk, float *dv) {
+    attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
+                       in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale);
+  };
+  Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
+  expect_accumulates({&dq, &dk, &dv},
+                     [&] { backward(dq.data(), dk.data(), dv.data()); });
+
+  Floats fq(dq.size()), fk(dk.size()), fv(dv.size());
+  backward(fq.data(), fk.data(), fv.data());
+  Floats gq(dq.size()), gk(dk.size()), gv(dv.size());
+  backward(gq.data(), gk.data(), gv.data());
+  EXPECT_TRUE(bitwise_equal(fq, gq));
+  EXPECT_TRUE(bitwise_equal(fk, gk));
+  EXPECT_TRUE(bitwise_equal(fv, gv));
+  Floats only_q(dq.size()), only_k(dk.size()), only_v(dv.size());
+  backward(only_q.data(), nullptr, nullptr);
+  backward(nullptr, only_k.data(), nullptr);
+  backward(nullptr, nullptr, only_v.data());
+  EXPECT_TRUE(bitwise_equal(only_q, fq));
+  EXPECT_TRUE(bitwise_equal(only_k, fk));
+  EXPECT_TRUE(bitwise_equal(only_v, fv));
+
+  Floats y1(in[0].size()), y2(in[0].size());
+  for (Floats *y : {&y1, &y2})
+    attention_forward(y->data(), in[0].data(), in[1].data(), in[2].data(), d.B,
+                      d.H, d.Hkv, d.S, d.D, d.scale);
+  EXPECT_TRUE(bitwise_equal(y1, y2));
+}
+
+} // namespace
+} // namespace mtrt::test
