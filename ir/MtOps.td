@@ -55,7 +55,8 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
     decoder layer, the head). The first `num_inputs` block arguments are
     activations; the rest are the weights, bound per application by
     `mt.apply`. `kind` is `embedding`, `layer`, `head` or `graph` (a whole
-    graph, not split into blocks).
+    graph, not split into blocks). A backward template (made by
+    mt-derive-backward) names its forward template in `grad_of`.
 
     ```mlir
     mt.template @layer0 kind "layer" (%x: tensor<2x16x64xf32>)
@@ -68,7 +69,8 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
   let arguments = (ins SymbolNameAttr:$sym_name,
                        StrAttr:$kind,
                        TypeAttrOf<FunctionType>:$function_type,
-                       I64Attr:$num_inputs);
+                       I64Attr:$num_inputs,
+                       OptionalAttr<FlatSymbolRefAttr>:$grad_of);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
@@ -411,5 +413,8 @@ def Mt_TransposeOp : Mt_PrimOp<"transpose"> {
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
 }
+
+include "ir/MtGradOps.td"
+include "ir/MtScheduleOps.td"
 
 #endif // MT_OPS_TD

@@ -1,0 +1,74 @@
+//===- ScheduleOps.cpp - verifiers of the schedule-level ops --------------===//
+#include "ir/MtOps.h"
+
+using namespace mlir;
+using namespace mt;
+
+namespace {
+
+const char *const kStreams[] = {"h2d", "compute", "d2h", "host"};
+
+LogicalResult checkStream(Operation *op, StringRef stream,
+                          StringRef expected = "") {
+  if (!llvm::is_contained(kStreams, stream))
+    return op->emitOpError("stream must be h2d, compute, d2h or host, not '")
+           << stream << "'";
+  if (!expected.empty() && stream != expected)
+    return op->emitOpError("runs on the ")
+           << expected << " stream, not '" << stream << "'";
+  return success();
+}
+
+} // namespace
+
+LogicalResult UnitOp::verify() {
+  if (getOffsets() && getOffsets()->size() != getParams().size())
+    return emitOpError("has ") << getOffsets()->size() << " offsets for "
+                               << getParams().size() << " params";
+  if (getApplies().empty())
+    return emitOpError("holds no application");
+  return success();
+}
+
+LogicalResult BufferOp::verify() {
+  if (getSpace() != "device" && getSpace() != "host")
+    return emitOpError("space must be device or host");
+  if (getDtype() != "storage" && getDtype() != "f32" && getDtype() != "i32")
+    return emitOpError("dtype must be storage, f32 or i32");
+  if (getElems() < 0)
+    return emitOpError("has a negative size");
+  return success();
+}
+
+LogicalResult EventOp::verify() {
+  static const char *const kinds[] = {"param_ready", "compute_done",
+                                      "buffer_free", "grad_landed"};
+  if (!llvm::is_contained(kinds, getKind()))
+    return emitOpError("kind must be param_ready, compute_done, buffer_free "
+                       "or grad_landed");
+  return success();
+}
+
+LogicalResult LaunchOp::verify() {
+  if (getDirection() != "fwd" && getDirection() != "bwd")
+    return emitOpError("direction must be fwd or bwd");
+  if (getGrads() && getDirection() != "bwd")
+    return emitOpError("only a backward launch writes gradients");
+  return checkStream(*this, getStream(), "compute");
+}
+
+LogicalResult PackOp::verify() { return checkStream(*this, getStream(), "host"); }
+LogicalResult H2DOp::verify() { return checkStream(*this, getStream(), "h2d"); }
+LogicalResult D2HOp::verify() { return checkStream(*this, getStream(), "d2h"); }
+LogicalResult LoadBatchOp::verify() {
+  return checkStream(*this, getStream(), "host");
+}
+LogicalResult AccumulateOp::verify() {
+  return checkStream(*this, getStream(), "host");
+}
+LogicalResult GradNormOp::verify() {
+  return checkStream(*this, getStream(), "host");
+}
+LogicalResult AdamWOp::verify() { return checkStream(*this, getStream(), "host"); }
+LogicalResult RecordOp::verify() { return checkStream(*this, getStream()); }
+LogicalResult WaitOp::verify() { return checkStream(*this, getStream()); }
