@@ -56,7 +56,8 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
     activations; the rest are the weights, bound per application by
     `mt.apply`. `kind` is `embedding`, `layer`, `head` or `graph` (a whole
     graph, not split into blocks). A backward template (made by
-    mt-derive-backward) names its forward template in `grad_of`.
+    mt-derive-backward) names its forward template in `grad_of`, and lists
+    in `trained_params` the params whose gradients are its last results.
 
     ```mlir
     mt.template @layer0 kind "layer" (%x: tensor<2x16x64xf32>)
@@ -70,7 +71,8 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
                        StrAttr:$kind,
                        TypeAttrOf<FunctionType>:$function_type,
                        I64Attr:$num_inputs,
-                       OptionalAttr<FlatSymbolRefAttr>:$grad_of);
+                       OptionalAttr<FlatSymbolRefAttr>:$grad_of,
+                       OptionalAttr<DenseI64ArrayAttr>:$trained_params);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;

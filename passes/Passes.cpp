@@ -1,4 +1,33 @@
-//===- Passes.cpp - registration of MegaTrain's passes --------------------===//
+//===- Passes.cpp - registration and the training pipeline ----------------===//
 #include "passes/Passes.h"
 
-void mt::registerPasses() {}
+namespace mt {
+namespace {
+#define GEN_PASS_REGISTRATION
+#include "passes/Passes.h.inc"
+} // namespace
+
+void registerPasses() { registerMtPassesPasses(); }
+
+void buildTrainingPipeline(mlir::OpPassManager &pm,
+                           const PipelineOptions &options) {
+  // Backward templates first: partitioning and memory planning look at both
+  // directions of every template.
+  pm.addPass(createDeriveBackward());
+  // Units: what moves to the device as one DMA.
+  pm.addPass(createPartition({options.minUnitBytes, options.gpuMemLimit}));
+  // Offsets inside each unit's packed region.
+  pm.addPass(createPackWeights());
+  // The compute stream's order and the activation buffers.
+  pm.addPass(createSchedule({options.microBatches}));
+  // Copies on the h2d/d2h streams and host tasks, with slot rotation.
+  pm.addPass(createInsertTransfers({options.slots}));
+  // Events wherever two streams touch one buffer.
+  pm.addPass(createInsertEvents());
+  // Static device offsets and the budget check.
+  pm.addPass(createPlanMemory({options.gpuMemLimit}));
+  // An independent proof that the events order every conflict.
+  pm.addPass(createVerifySchedule());
+}
+
+} // namespace mt

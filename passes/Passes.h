@@ -2,12 +2,34 @@
 #ifndef MT_PASSES_PASSES_H
 #define MT_PASSES_PASSES_H
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <cstdint>
+#include <string>
 
 namespace mt {
 
+#define GEN_PASS_DECL
+#include "passes/Passes.h.inc"
+
 /// Registers every mt pass with the global registry (for megatrain-opt).
 void registerPasses();
+
+/// What the training pipeline needs from the driver's flags.
+struct PipelineOptions {
+  int64_t microBatches = 1;
+  int64_t slots = 2;
+  int64_t gpuMemLimit = 0;  // bytes; 0 = unlimited
+  int64_t minUnitBytes = 0; // merge layers smaller than this
+  std::string preset = "h200-pcie5";
+  std::string tracePath;    // predicted timeline, Chrome trace JSON
+};
+
+/// Adds the passes from the model level to a verified, simulated schedule.
+void buildTrainingPipeline(mlir::OpPassManager &pm,
+                           const PipelineOptions &options);
 
 } // namespace mt
 

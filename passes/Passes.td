@@ -1,8 +1,129 @@
 //===- Passes.td - MegaTrain's passes ---------------------------*- tablegen -*-===//
+//
+// The pipeline from the model-level IR (templates applied per layer) to the
+// schedule level (a static list of commands on four streams). Each pass is
+// one file in passes/ and has a lit test named after it.
+//
+//===----------------------------------------------------------------------===//
 
 #ifndef MT_PASSES_TD
 #define MT_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
+
+def DeriveBackward : Pass<"mt-derive-backward", "mlir::ModuleOp"> {
+  let summary = "Derives a backward template for every template";
+  let description = [{
+    For each template T (embedding, layer, head), adds `T.bwd`: it
+    recomputes T's forward from its input (the block-input checkpoint, so
+    activations inside a block are never kept across blocks) and applies
+    each primitive's VJP rule in reverse, summing gradients where a value
+    fans out. Signatures:
+      embedding.bwd(ids, dy) params(...) -> (dparams...)
+      layer.bwd(x, dy)       params(...) -> (dx, dparams...)
+      head.bwd(x, targets, dloss) params(...) -> (loss, dx, dparams...)
+    The head's backward includes the loss (mt.cross_entropy of the model),
+    so the head's weights serve its forward and backward in one visit.
+    dparams cover the params that are not frozen, in param order.
+  }];
+  let dependentDialects = [];
+}
+
+def Partition : Pass<"mt-partition", "mlir::ModuleOp"> {
+  let summary = "Groups the model's applications into streaming units";
+  let description = [{
+    Each application of the model body becomes a unit whose params are
+    fetched together; consecutive decoder layers smaller than
+    `min-unit-bytes` (in bf16) merge. A unit too large for its share of
+    `gpu-mem-limit` is an error naming the unit, its size and the budget.
+  }];
+  let options = [
+    Option<"minUnitBytes", "min-unit-bytes", "int64_t", "0",
+           "merge consecutive layers smaller than this (bf16 bytes)">,
+    Option<"gpuMemLimit", "gpu-mem-limit", "int64_t", "0",
+           "device memory budget in bytes (0: unlimited)">,
+  ];
+}
+
+def PackWeights : Pass<"mt-pack-weights", "mlir::ModuleOp"> {
+  let summary = "Lays out each unit's params in one contiguous region";
+  let description = [{
+    Assigns each param of a unit an element offset in the unit's packed
+    region (128-element aligned; the region a multiple of 2048 elements,
+    4 KiB in bf16), so one DMA moves a unit. Tied params are stored once in
+    the host store, owned by the first unit that uses them.
+  }];
+}
+
+def Schedule : Pass<"mt-schedule", "mlir::ModuleOp"> {
+  let summary = "Orders the step: forward over units, loss, backward in reverse";
+  let description = [{
+    Creates `mt.schedule @step` holding the compute stream's launches:
+    each unit's forward for all `micro-batches` micro-batches while it is
+    resident (layer-major, so tokens per weight fetch grow with M), the
+    head's fused forward, loss and backward, then the backward units in
+    reverse. Creates the activation buffers: a block-input checkpoint per
+    application and micro-batch (kept on the device), two activation-
+    gradient buffers per micro-batch, the token and loss buffers.
+  }];
+  let options = [
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "micro-batches run through each resident unit">,
+  ];
+}
+
+def InsertTransfers : Pass<"mt-insert-transfers", "mlir::ModuleOp"> {
+  let summary = "Adds packing, h2d and d2h copies with N-deep slot rotation";
+  let description = [{
+    Each unit visit fetches the unit into weight slot (visit mod `slots`)
+    through a host staging slab (packed by the host stream), and each
+    backward visit sends its gradient slot back to a host landing slab,
+    where the host stream accumulates it. The deferred optimizer update of a
+    unit (mt.adamw) precedes its first pack of the step. Adds the batch
+    load, its h2d, and the loss's d2h.
+  }];
+  let options = [
+    Option<"slots", "slots", "int64_t", "2",
+           "weight slots on the device (2: double buffering)">,
+  ];
+}
+
+def InsertEvents : Pass<"mt-insert-events", "mlir::ModuleOp"> {
+  let summary = "Adds the event records and waits that order the streams";
+  let description = [{
+    Walks the commands in issue order with vector clocks over two copies of
+    the step (the schedule repeats) and, wherever two commands on different
+    streams touch the same buffer (one writing) without a happens-before
+    edge, records an event after the first and waits on it before the
+    second: param_ready (staging or slot filled), compute_done (gradients
+    written), grad_landed (gradients copied to the host) and buffer_free
+    (a reader is done, so the buffer may be overwritten).
+  }];
+}
+
+def PlanMemory : Pass<"mt-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Assigns device buffers static offsets and checks the budget";
+  let description = [{
+    Lays out the device arena (one per element type: storage, f32, i32) and
+    computes the exact peak, with each template's workspace from a liveness
+    plan of its body. Over `gpu-mem-limit` (bf16 storage assumed), fails
+    with the breakdown and the smallest change that fits.
+  }];
+  let options = [
+    Option<"gpuMemLimit", "gpu-mem-limit", "int64_t", "0",
+           "device memory budget in bytes (0: unlimited)">,
+  ];
+}
+
+def VerifySchedule : Pass<"mt-verify-schedule", "mlir::ModuleOp"> {
+  let summary = "Proves the schedule race-free with a happens-before analysis";
+  let description = [{
+    For every two commands on different streams that touch the same buffer,
+    one writing, checks that the earlier (in issue order, across two
+    consecutive steps) happens before the later through stream order and
+    event record/wait edges. On failure, reports both commands and the
+    buffer, and the edge that is missing.
+  }];
+}
 
 #endif // MT_PASSES_TD

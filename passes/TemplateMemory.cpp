@@ -1,0 +1,119 @@
+//===- TemplateMemory.cpp - where a template's values live ----------------===//
+//
+// Scratch is assigned by liveness: values in definition order, each placed
+// at the lowest offset free over its lifetime (first fit), so a layer's
+// backward needs roughly its widest cut of live activations, not their sum.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/TemplateMemory.h"
+
+#include <map>
+
+using namespace mlir;
+
+namespace mt {
+
+bool writesParamGradient(Operation *op, unsigned i) {
+  if (isa<LinearGradOp>(op))
+    return i >= 1;
+  if (isa<RmsNormGradOp, LayerNormGradOp>(op))
+    return i >= 1;
+  return isa<EmbedGradOp, PositionEmbedGradOp>(op);
+}
+
+namespace {
+
+// Scratch offsets keep 64-element (128 B in bf16) alignment.
+constexpr int64_t kAlign = 64;
+
+int64_t alignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+} // namespace
+
+TemplatePlan planTemplate(TemplateOp tmpl) {
+  TemplatePlan plan;
+  Block &body = tmpl.getBlock();
+  int64_t numInputs = tmpl.getNumInputs();
+  for (BlockArgument arg : body.getArguments()) {
+    int64_t i = arg.getArgNumber();
+    if (i >= numInputs)
+      plan.values[arg] = {Placement::Param, i - numInputs};
+    else if (cast<RankedTensorType>(arg.getType()).getRank() == 0)
+      plan.values[arg] = {Placement::Scalar, i};
+    else
+      plan.values[arg] = {Placement::Input, i};
+  }
+
+  // Param gradients: walk each yielded one back through its sum tree.
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (std::optional<ArrayRef<int64_t>> trained = tmpl.getTrainedParams()) {
+    // The last results are the param gradients, one per trained param.
+    int64_t lead = yield.getNumOperands() - trained->size();
+    for (int64_t r = lead; r < yield.getNumOperands(); ++r) {
+      int64_t param = (*trained)[r - lead];
+      SmallVector<Value> work{yield.getOperand(r)};
+      while (!work.empty()) {
+        Value v = work.pop_back_val();
+        if (auto add = v.getDefiningOp<AddOp>();
+            add && v.hasOneUse()) {
+          plan.values[v] = {Placement::SumNode, param};
+          work.push_back(add.getLhs());
+          work.push_back(add.getRhs());
+          continue;
+        }
+        auto res = dyn_cast<OpResult>(v);
+        if (res && v.hasOneUse() &&
+            writesParamGradient(res.getOwner(), res.getResultNumber()))
+          plan.values[v] = {Placement::ParamGrad, param};
+        // Anything else is computed in scratch, then accumulated.
+      }
+    }
+  }
+
+  // Scratch for every other result, by liveness.
+  llvm::DenseMap<Operation *, int64_t> position;
+  int64_t n = 0;
+  for (Operation &op : body)
+    position[&op] = n++;
+  struct Interval {
+    Value v;
+    int64_t start, end, size;
+  };
+  std::vector<Interval> intervals;
+  for (Operation &op : body)
+    for (Value r : op.getResults()) {
+      if (plan.values.count(r))
+        continue;
+      auto type = cast<RankedTensorType>(r.getType());
+      if (type.getRank() == 0) {
+        plan.values[r] = {Placement::Loss};
+        continue;
+      }
+      int64_t end = position[&op];
+      for (Operation *user : r.getUsers())
+        end = std::max(end, position[user]);
+      intervals.push_back({r, position[&op], end, alignUp(type.getNumElements())});
+    }
+  // Active allocations by offset; first fit over the gaps.
+  std::multimap<int64_t, const Interval *> active; // end -> interval
+  std::map<int64_t, int64_t> used;                 // offset -> size
+  for (const Interval &iv : intervals) {
+    for (auto it = active.begin(); it != active.end() && it->first < iv.start;) {
+      used.erase(plan.values[it->second->v].offset);
+      it = active.erase(it);
+    }
+    int64_t at = 0;
+    for (auto [off, size] : used) {
+      if (off - at >= iv.size)
+        break;
+      at = std::max(at, off + size);
+    }
+    plan.values[iv.v] = {Placement::Workspace, -1, at};
+    used[at] = iv.size;
+    active.emplace(iv.end, &iv);
+    plan.workspaceElems = std::max(plan.workspaceElems, at + iv.size);
+  }
+  return plan;
+}
+
+} // namespace mt

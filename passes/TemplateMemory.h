@@ -1,0 +1,45 @@
+//===- TemplateMemory.h - where a template's values live --------*- C++ -*-===//
+#ifndef MT_PASSES_TEMPLATEMEMORY_H
+#define MT_PASSES_TEMPLATEMEMORY_H
+
+#include "ir/MtOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+namespace mt {
+
+/// Where one SSA value of a template lives while a launch runs.
+struct Placement {
+  enum Kind {
+    Input,     // a launch input buffer (index: input #)
+    Scalar,    // the dloss argument of a head backward
+    Param,     // a param in the weight slot (index: param #)
+    Workspace, // scratch at `offset` storage elements
+    ParamGrad, // accumulated straight into the gradient slot (index: param #)
+    SumNode,   // an mt.add of param-gradient contributions: implicit
+    Loss,      // the 0-d loss, written to the launch's loss output
+  } kind;
+  int64_t index = -1;
+  int64_t offset = -1;
+};
+
+/// The placement of every value of a template body and the scratch it needs.
+/// Param gradients accumulate into the gradient slot: the results of
+/// backward ops that produce f32 param gradients (dw, db, dtable) go there
+/// directly, and sums of contributions are implicit; other contributions
+/// (through sum_to, mul_grad) are computed in scratch and added with
+/// accumulate_f32. Yielded activations are copied to the output buffers.
+struct TemplatePlan {
+  llvm::DenseMap<mlir::Value, Placement> values;
+  int64_t workspaceElems = 0;
+};
+
+TemplatePlan planTemplate(TemplateOp tmpl);
+
+/// Whether op writes an f32 param gradient as its result #i (dw, db,
+/// dtable): such results can target the gradient slot directly.
+bool writesParamGradient(mlir::Operation *op, unsigned i);
+
+} // namespace mt
+
+#endif // MT_PASSES_TEMPLATEMEMORY_H

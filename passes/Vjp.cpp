@@ -1,0 +1,190 @@
+//===- Vjp.cpp - reverse-mode rules of the mt primitives ------------------===//
+//
+// One rule per primitive: the backward op of MtGradOps.td that produces the
+// input gradients, or a forward op when the VJP is one (scale, reshape,
+// transpose). docs/primitives.md has the math behind each.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Vjp.h"
+
+#include "ir/MtOps.h"
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+
+namespace mt {
+
+void GradientBuilder::addGradient(Value primal, Value grad) {
+  Value &slot = grads_[primal];
+  if (!slot) {
+    slot = grad;
+    return;
+  }
+  slot = b_.create<AddOp>(grad.getLoc(), primal.getType(), slot, grad);
+}
+
+Operation *GradientBuilder::create(Location loc, StringRef name,
+                                   ValueRange operands, TypeRange results,
+                                   ArrayRef<NamedAttribute> attrs) {
+  OperationState st(loc, name);
+  st.addOperands(operands);
+  st.addTypes(results);
+  st.addAttributes(attrs);
+  return b_.create(st);
+}
+
+Value GradientBuilder::sumTo(Value dy, Value primal) {
+  if (dy.getType() == primal.getType())
+    return dy;
+  return b_.create<SumToOp>(dy.getLoc(), primal.getType(), dy);
+}
+
+LogicalResult GradientBuilder::backprop(Operation *op) {
+  if (op->getNumResults() != 1)
+    return success(); // terminators and multi-result ops carry no rule here
+  Value dy = gradientOf(op->getResult(0));
+  if (!dy)
+    return success();
+  Location loc = op->getLoc();
+  auto attr = [&](StringRef name) {
+    return NamedAttribute(b_.getStringAttr(name), op->getAttr(name));
+  };
+  auto typesOf = [](ValueRange vs) {
+    SmallVector<Type> t;
+    for (Value v : vs)
+      t.push_back(v.getType());
+    return t;
+  };
+
+  if (auto lin = dyn_cast<LinearOp>(op)) {
+    SmallVector<Value> primals{lin.getX(), lin.getW()};
+    SmallVector<NamedAttribute> attrs{attr("w_layout")};
+    if (lin.getBias()) {
+      primals.push_back(lin.getBias());
+      attrs.push_back(b_.getNamedAttr("has_bias", b_.getUnitAttr()));
+    }
+    Operation *g = create(loc, "mt.linear_grad",
+                          {dy, lin.getX(), lin.getW()}, typesOf(primals), attrs);
+    for (auto [p, d] : llvm::zip(primals, g->getResults()))
+      addGradient(p, d);
+    return success();
+  }
+  if (auto n = dyn_cast<RmsNormOp>(op)) {
+    SmallVector<Value> primals{n.getX()}, operands{dy, n.getX()};
+    if (n.getWeight()) {
+      primals.push_back(n.getWeight());
+      operands.push_back(n.getWeight());
+    }
+    Operation *g = create(loc, "mt.rms_norm_grad", operands, typesOf(primals),
+                          {attr("eps")});
+    for (auto [p, d] : llvm::zip(primals, g->getResults()))
+      addGradient(p, d);
+    return success();
+  }
+  if (auto n = dyn_cast<LayerNormOp>(op)) {
+    SmallVector<Value> primals{n.getX()}, operands{dy, n.getX()};
+    SmallVector<NamedAttribute> attrs{attr("eps")};
+    if (n.getWeight()) {
+      primals.push_back(n.getWeight());
+      operands.push_back(n.getWeight());
+    }
+    if (n.getBias()) {
+      primals.push_back(n.getBias());
+      attrs.push_back(b_.getNamedAttr("has_bias", b_.getUnitAttr()));
+    }
+    Operation *g =
+        create(loc, "mt.layer_norm_grad", operands, typesOf(primals), attrs);
+    for (auto [p, d] : llvm::zip(primals, g->getResults()))
+      addGradient(p, d);
+    return success();
+  }
+  if (auto r = dyn_cast<RopeOp>(op)) {
+    // The tables are frozen: only x gets a gradient.
+    Operation *g = create(loc, "mt.rope_grad", {dy, r.getCos(), r.getSin()},
+                          {r.getX().getType()},
+                          {attr("rotary_dim"), attr("seq_axis")});
+    addGradient(r.getX(), g->getResult(0));
+    return success();
+  }
+  if (auto a = dyn_cast<AttentionOp>(op)) {
+    Operation *g = create(loc, "mt.attention_grad",
+                          {dy, a.getQ(), a.getK(), a.getV()},
+                          typesOf({a.getQ(), a.getK(), a.getV()}),
+                          {attr("scale")});
+    addGradient(a.getQ(), g->getResult(0));
+    addGradient(a.getK(), g->getResult(1));
+    addGradient(a.getV(), g->getResult(2));
+    return success();
+  }
+  if (auto s = dyn_cast<SiluOp>(op)) {
+    Operation *g = create(loc, "mt.silu_grad", {dy, s.getX()},
+                          {s.getX().getType()});
+    addGradient(s.getX(), g->getResult(0));
+    return success();
+  }
+  if (auto s = dyn_cast<GeluOp>(op)) {
+    Operation *g = create(loc, "mt.gelu_grad", {dy, s.getX()},
+                          {s.getX().getType()}, {attr("approximate")});
+    addGradient(s.getX(), g->getResult(0));
+    return success();
+  }
+  if (auto s = dyn_cast<SwigluOp>(op)) {
+    Operation *g = create(loc, "mt.swiglu_grad", {dy, s.getGate(), s.getUp()},
+                          typesOf({s.getGate(), s.getUp()}));
+    addGradient(s.getGate(), g->getResult(0));
+    addGradient(s.getUp(), g->getResult(1));
+    return success();
+  }
+  if (auto a = dyn_cast<AddOp>(op)) {
+    addGradient(a.getLhs(), sumTo(dy, a.getLhs()));
+    addGradient(a.getRhs(), sumTo(dy, a.getRhs()));
+    return success();
+  }
+  if (auto m = dyn_cast<MulOp>(op)) {
+    Operation *g = create(loc, "mt.mul_grad", {dy, m.getLhs(), m.getRhs()},
+                          typesOf({m.getLhs(), m.getRhs()}));
+    addGradient(m.getLhs(), g->getResult(0));
+    addGradient(m.getRhs(), g->getResult(1));
+    return success();
+  }
+  if (auto s = dyn_cast<ScaleOp>(op)) {
+    addGradient(s.getX(), b_.create<ScaleOp>(loc, s.getX().getType(), dy,
+                                             s.getFactorAttr()));
+    return success();
+  }
+  if (auto e = dyn_cast<EmbedOp>(op)) {
+    Operation *g = create(loc, "mt.embed_grad", {dy, e.getIds()},
+                          {e.getTable().getType()});
+    addGradient(e.getTable(), g->getResult(0));
+    return success();
+  }
+  if (auto p = dyn_cast<PositionEmbedOp>(op)) {
+    Operation *g = create(loc, "mt.position_embed_grad", {dy},
+                          {p.getTable().getType()}, {attr("offset")});
+    addGradient(p.getTable(), g->getResult(0));
+    return success();
+  }
+  if (auto r = dyn_cast<ReshapeOp>(op)) {
+    addGradient(r.getX(),
+                b_.create<ReshapeOp>(loc, r.getX().getType(), dy));
+    return success();
+  }
+  if (auto t = dyn_cast<TransposeOp>(op)) {
+    ArrayRef<int64_t> perm = t.getPerm();
+    SmallVector<int64_t> inverse(perm.size());
+    for (auto [i, p] : llvm::enumerate(perm))
+      inverse[p] = i;
+    addGradient(t.getX(), b_.create<TransposeOp>(loc, t.getX().getType(), dy,
+                                                 b_.getDenseI64ArrayAttr(inverse)));
+    return success();
+  }
+  if (auto s = dyn_cast<SliceOp>(op)) {
+    Operation *g = create(loc, "mt.slice_grad", {dy}, {s.getX().getType()},
+                          {attr("axis"), attr("start")});
+    addGradient(s.getX(), g->getResult(0));
+    return success();
+  }
+  return op->emitOpError("has no VJP rule");
+}
+
+} // namespace mt

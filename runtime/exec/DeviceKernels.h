@@ -1,0 +1,137 @@
+//===- DeviceKernels.h - the kernels a template function calls --*- C++ -*-===//
+//
+// Generated template functions call these, one per primitive direction, with
+// static shapes. A backend implements them on its compute stream: the CPU
+// backend with the reference kernels of runtime/kernels (storage = f32,
+// optionally rounded to bf16 after each op), CUDA with its own.
+//
+// Types: activations, activation gradients and weights are in the storage
+// type (void*); param gradients are f32 (the gradient slot); token ids and
+// targets are i32. Backward kernels accumulate (+=) into every gradient, as
+// in runtime/kernels/Kernels.h; generated code zeroes what must start at 0.
+// Param gradients of add and mul go through storage scratch and
+// accumulate_f32, since those operands may be activations or params.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MEGATRAIN_RUNTIME_EXEC_DEVICEKERNELS_H
+#define MEGATRAIN_RUNTIME_EXEC_DEVICEKERNELS_H
+
+#include "runtime/kernels/Kernels.h"
+
+#include <cstdint>
+
+namespace mtrt {
+
+using Broadcast = cpu::Broadcast;
+
+class DeviceKernels {
+public:
+  virtual ~DeviceKernels() = default;
+
+  /// Bytes per storage element (4 on the CPU backend, 2 for bf16).
+  virtual int64_t storage_size() const = 0;
+  void *at(void *base, int64_t elems) const {
+    return static_cast<char *>(base) + elems * storage_size();
+  }
+  const void *at(const void *base, int64_t elems) const {
+    return static_cast<const char *>(base) + elems * storage_size();
+  }
+
+  virtual void zero(void *x, int64_t n) = 0;
+  virtual void zero_f32(float *x, int64_t n) = 0;
+  virtual void copy(void *y, const void *x, int64_t n) = 0;
+  /// g += x, converting storage to f32.
+  virtual void accumulate_f32(float *g, const void *x, int64_t n) = 0;
+
+  virtual void linear_forward(void *y, const void *x, const void *w,
+                              const void *b, int64_t M, int64_t K, int64_t N,
+                              bool w_in_out) = 0;
+  virtual void linear_backward(void *dx, float *dw, float *db, const void *dy,
+                               const void *x, const void *w, int64_t M,
+                               int64_t K, int64_t N, bool w_in_out) = 0;
+  virtual void rms_norm_forward(void *y, const void *x, const void *w,
+                                int64_t M, int64_t D, float eps) = 0;
+  virtual void rms_norm_backward(void *dx, float *dw, const void *dy,
+                                 const void *x, const void *w, int64_t M,
+                                 int64_t D, float eps) = 0;
+  virtual void layer_norm_forward(void *y, const void *x, const void *w,
+                                  const void *b, int64_t M, int64_t D,
+                                  float eps) = 0;
+  virtual void layer_norm_backward(void *dx, float *dw, float *db,
+                                   const void *dy, const void *x,
+                                   const void *w, int64_t M, int64_t D,
+                                   float eps) = 0;
+  virtual void rope_forward(void *y, const void *x, const void *cos,
+                            const void *sin, int64_t B, int64_t H, int64_t S,
+                            int64_t D, int64_t R, int seq_axis) = 0;
+  virtual void rope_backward(void *dx, const void *dy, const void *cos,
+                             const void *sin, int64_t B, int64_t H, int64_t S,
+                             int64_t D, int64_t R, int seq_axis) = 0;
+  virtual void attention_forward(void *y, const void *q, const void *k,
+                                 const void *v, int64_t B, int64_t H,
+                                 int64_t Hkv, int64_t S, int64_t D,
+                                 float scale) = 0;
+  virtual void attention_backward(void *dq, void *dk, void *dv,
+                                  const void *dy, const void *q,
+                                  const void *k, const void *v, int64_t B,
+                                  int64_t H, int64_t Hkv, int64_t S,
+                                  int64_t D, float scale) = 0;
+  virtual void silu_forward(void *y, const void *x, int64_t n) = 0;
+  virtual void silu_backward(void *dx, const void *dy, const void *x,
+                             int64_t n) = 0;
+  virtual void gelu_forward(void *y, const void *x, int64_t n,
+                            bool approximate_tanh) = 0;
+  virtual void gelu_backward(void *dx, const void *dy, const void *x,
+                             int64_t n, bool approximate_tanh) = 0;
+  virtual void swiglu_forward(void *y, const void *gate, const void *up,
+                              int64_t n) = 0;
+  virtual void swiglu_backward(void *dgate, void *dup, const void *dy,
+                               const void *gate, const void *up,
+                               int64_t n) = 0;
+  virtual void scale_forward(void *y, const void *x, int64_t n,
+                             float factor) = 0;
+  virtual void add_forward(void *y, const void *a, const void *b,
+                           const Broadcast &bc) = 0;
+  /// da, db (either may be null) += dy summed over their broadcast dims.
+  virtual void add_backward(void *da, void *db, const void *dy,
+                            const Broadcast &bc) = 0;
+  virtual void mul_forward(void *y, const void *a, const void *b,
+                           const Broadcast &bc) = 0;
+  virtual void mul_backward(void *da, void *db, const void *dy, const void *a,
+                            const void *b, const Broadcast &bc) = 0;
+  virtual void embed_forward(void *y, const int32_t *ids, const void *table,
+                             int64_t N, int64_t V, int64_t D) = 0;
+  virtual void embed_backward(float *dtable, const void *dy,
+                              const int32_t *ids, int64_t N, int64_t V,
+                              int64_t D) = 0;
+  virtual void position_embed_forward(void *y, const void *table, int64_t S,
+                                      int64_t D, int64_t offset) = 0;
+  virtual void position_embed_backward(float *dtable, const void *dy,
+                                       int64_t S, int64_t D,
+                                       int64_t offset) = 0;
+  /// Writes the mean cross-entropy over the N rows to *loss (f32); the
+  /// backward adds dloss · (softmax - onehot) into dlogits. Implementations
+  /// may chunk over rows to bound memory.
+  virtual void cross_entropy_forward(float *loss, const void *logits,
+                                     const int32_t *targets, int64_t N,
+                                     int64_t V) = 0;
+  virtual void cross_entropy_backward(void *dlogits, const void *logits,
+                                      const int32_t *targets, int64_t N,
+                                      int64_t V, float dloss) = 0;
+  virtual void transpose_forward(void *y, const void *x,
+                                 const int64_t *x_shape, const int64_t *perm,
+                                 int rank) = 0;
+  virtual void transpose_backward(void *dx, const void *dy,
+                                  const int64_t *x_shape, const int64_t *perm,
+                                  int rank) = 0;
+  virtual void slice_forward(void *y, const void *x, int64_t outer,
+                             int64_t dim, int64_t inner, int64_t start,
+                             int64_t n) = 0;
+  virtual void slice_backward(void *dx, const void *dy, int64_t outer,
+                              int64_t dim, int64_t inner, int64_t start,
+                              int64_t n) = 0;
+};
+
+} // namespace mtrt
+
+#endif // MEGATRAIN_RUNTIME_EXEC_DEVICEKERNELS_H
