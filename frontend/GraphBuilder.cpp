@@ -123,6 +123,17 @@ private:
   }
 
   void addInputs() {
+    for (const auto &[name, how] : bindings_.inputs) {
+      bool exists = false;
+      for (const auto &vi : file_.graph().input())
+        exists |= vi.name() == name;
+      if (!exists)
+        fail("--bind {}={}: the model has no graph input named '{}'", name,
+             how, name);
+      if (how != "ones" && how != "zeros" && how != "arange")
+        fail("--bind {}={}: the binding must be ones, zeros or arange", name,
+             how);
+    }
     std::vector<const onnx::ValueInfoProto *> inputs, free;
     for (const auto &vi : file_.graph().input())
       if (!g_->byName.count(vi.name())) // older exports list initializers too

@@ -14,20 +14,22 @@
 namespace mt::onnx_import {
 namespace {
 
-// An operand of an elementwise primitive: an activation or a weight.
-Value *operand(Node *n, Value *v) {
+// An operand of an elementwise primitive: an activation or a weight; null
+// for anything else (a computed constant), which no primitive takes.
+Value *operand(Value *v) {
   if (isActivation(v))
     return v;
   if (auto w = weightView(v); w && !w->transposed)
     return w->param;
-  fail("{}: operand '{}' is a constant computed in the graph; only weights "
-       "(initializers) and scalars may meet activations here",
-       n->describe(), v->name);
+  return nullptr;
 }
 
+// Leaves the node alone when an operand fits no primitive: fuseIdioms then
+// reports the first unexplained node, usually where an idiom broke.
 void lowerBinary(Graph &g, Node *n, const char *prim) {
-  replaceWithPrimitive(g, n, prim, {operand(n, n->in(0)), operand(n, n->in(1))},
-                       n->out()->shape);
+  Value *a = operand(n->in(0)), *b = operand(n->in(1));
+  if (a && b)
+    replaceWithPrimitive(g, n, prim, {a, b}, n->out()->shape);
 }
 
 void lowerScale(Graph &g, Node *n, Value *x, double factor) {
@@ -69,7 +71,10 @@ void lower(Graph &g, Node *n) {
     lowerScale(g, n, x, 1.0 / *constScalar(n->in(1)));
   } else if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
              op == "Flatten") {
-    replaceWithPrimitive(g, n, "mt.reshape", {x}, n->out()->shape);
+    if (x->shape == n->out()->shape)
+      g.replaceAllUses(n->out(), x);
+    else
+      replaceWithPrimitive(g, n, "mt.reshape", {x}, n->out()->shape);
   } else if (op == "Transpose") {
     replaceWithPrimitive(g, n, "mt.transpose", {x}, n->out()->shape)
         ->setInts("perm", n->getInts("perm"));

@@ -147,20 +147,35 @@ private:
                "positions 0..S-1 in every row are supported",
                at->describe(), kind);
     ConstPtr src = t;
+    ConstPtr data = lazyConst(DType::F32, {seq, r}, [src, index, r](int64_t i) {
+      return src->at(index(0, i / r, i % r));
+    });
+    // Exports that recompute the tables in every layer yield equal tables:
+    // share one frozen param.
+    for (Value *known : kinds_[kind])
+      if (known->shape == Shape{seq, r} && sameValues(*known->constant, *data))
+        return tables_[t.get()] = known;
     int &count = kindCount_[kind];
     std::string name = count ? fmt::format("mt.rope.{}.{}", kind, count)
                              : fmt::format("mt.rope.{}", kind);
     ++count;
     Value *v = g_.newValue(name, DType::F32, {seq, r});
-    v->constant = lazyConst(DType::F32, {seq, r}, [src, index, r](int64_t i) {
-      return src->at(index(0, i / r, i % r));
-    });
+    v->constant = data;
     tables_[t.get()] = v;
+    kinds_[kind].push_back(v);
     return v;
+  }
+
+  static bool sameValues(const Const &a, const Const &b) {
+    for (int64_t i = 0; i < a.numel; ++i)
+      if (a.at(i) != b.at(i))
+        return false;
+    return true;
   }
 
   Graph &g_;
   std::map<const Const *, Value *> tables_;
+  std::map<std::string, std::vector<Value *>> kinds_;
   std::map<std::string, int> kindCount_;
 };
 

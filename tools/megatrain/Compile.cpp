@@ -1,47 +1,129 @@
 //===- Compile.cpp - megatrain compile ------------------------------------===//
 #include "tools/megatrain/Commands.h"
 #include "tools/megatrain/Flags.h"
+#include "tools/megatrain/OutputDir.h"
+#include "tools/megatrain/RuntimeConfig.h"
 
+#include "codegen/PlanJson.h"
+#include "codegen/TrainerCodegen.h"
+#include "codegen/TrainerProject.h"
+#include "codegen/WeightsWriter.h"
 #include "frontend/Error.h"
 #include "frontend/Importer.h"
 #include "ir/MtDialect.h"
+#include "ir/MtOps.h"
+#include "passes/Passes.h"
 
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdio>
+#include <fstream>
 
 namespace mt::driver {
 namespace {
 
 const char *kCompileUsage = R"(usage: megatrain compile MODEL.onnx [flags]
 
-  --batch B            sequences per micro-batch (binds the batch dim)
-  --seq-len S          tokens per sequence (binds the sequence dim)
-  --bind NAME=HOW      bind an extra graph input: ones, zeros or arange
-                       (attention_mask, position_ids, token_type_ids are
-                       bound by default)
-  --emit=KIND          ir: the model-level IR (templates and applications);
-                       graph: the fused primitives as one template, without
-                       block discovery
-  --no-tie-detect      do not tie initializers that hold the same data
-  --help               this text
+Imports an exported decoder, compiles it to a static training plan and, with
+-o, writes the plan and builds its trainer:  DIR/trainer --data FILE ...
+
+model:
+  --batch B              sequences per micro-batch (binds the batch dim)
+  --seq-len S            tokens per sequence (binds the sequence dim)
+  --bind NAME=HOW        bind an extra graph input: ones, zeros or arange
+                         (attention_mask, position_ids and token_type_ids
+                         are bound by default)
+  --no-tie-detect        do not tie initializers holding the same data
+plan:
+  --micro-batches M      micro-batches through each resident unit (default 1)
+  --slots N              device weight slots, 2 = double buffering (default 2)
+  --gpu-mem-limit SIZE   device memory budget, e.g. 24GiB (default: none)
+  --min-unit-bytes SIZE  merge consecutive layers smaller than this
+output:
+  -o DIR                 write trainer.cpp, model.mlir, plan.json, weights and
+                         build DIR/trainer (replaces an earlier output there)
+  --no-build             with -o: write the sources but do not build
+  --emit=KIND            print instead: ir (model level, the default),
+                         graph (fused primitives, no block discovery) or
+                         schedule (the final schedule-level IR)
+  --dump-ir-after=PASS   print the IR after PASS (a pass name such as
+                         mt-schedule, or all)
+  --help                 this text
 )";
+
+const char *const kPipelinePasses[] = {
+    "mt-derive-backward", "mt-partition",     "mt-pack-weights",
+    "mt-schedule",        "mt-insert-transfers", "mt-insert-events",
+    "mt-plan-memory",     "mt-verify-schedule"};
+
+void writeFile(const std::string &path, const std::string &text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out.flush())
+    onnx_import::fail("cannot write '{}'", path);
+}
+
+std::string modelNameOf(const std::string &path) {
+  return llvm::sys::path::stem(path).str();
+}
+
+// The initial weights: every param with data, tied ones under their primary.
+void writeInitialWeights(mlir::ModuleOp module,
+                         const onnx_import::ImportedModel &model,
+                         const std::string &path) {
+  std::vector<WeightsEntry> entries;
+  for (ParamOp p : module.getOps<ParamOp>()) {
+    if (p.getTie())
+      continue;
+    auto it = model.paramData.find(p.getSymName().str());
+    if (it == model.paramData.end())
+      return; // a structure-only model: the trainer needs --init random
+    onnx_import::ConstPtr data = it->second;
+    auto shape = p.getTensorType().getShape();
+    entries.push_back({p.getSymName().str(), {shape.begin(), shape.end()},
+                       [data](int64_t begin, int64_t n, float *out) {
+                         for (int64_t i = 0; i < n; ++i)
+                           out[i] = static_cast<float>(data->at(begin + i));
+                       }});
+  }
+  std::string err = writeWeights(path, entries);
+  if (!err.empty())
+    onnx_import::fail("{}", err);
+}
 
 } // namespace
 
 int runCompile(const std::vector<std::string> &args) {
-  Flags flags(args, {"--batch", "--seq-len", "--bind", "--emit"},
-              {"--no-tie-detect", "--help"});
+  Flags flags(args,
+              {"--batch", "--seq-len", "--bind", "--emit", "--micro-batches",
+               "--slots", "--gpu-mem-limit", "--min-unit-bytes",
+               "--dump-ir-after", "-o"},
+              {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
     std::fputs(kCompileUsage, stdout);
     return 0;
   }
   if (flags.positional().size() != 1)
     throw UsageError("compile takes one model file (see compile --help)");
-  std::string emit = flags.get("--emit").value_or("ir");
-  if (emit != "ir" && emit != "graph")
-    throw UsageError("--emit: '" + emit + "' is not one of ir, graph");
+  std::optional<std::string> outDir = flags.get("-o");
+  std::string emit = flags.get("--emit").value_or(outDir ? "" : "ir");
+  if (emit != "" && emit != "ir" && emit != "graph" && emit != "schedule")
+    throw UsageError("--emit: '" + emit + "' is not one of ir, graph, schedule");
+  if (outDir && !emit.empty())
+    throw UsageError("--emit and -o exclude each other");
+  std::string dumpAfter = flags.get("--dump-ir-after").value_or("");
+  if (!dumpAfter.empty() && dumpAfter != "all" &&
+      !llvm::is_contained(kPipelinePasses, dumpAfter))
+    throw UsageError("--dump-ir-after: '" + dumpAfter +
+                     "' is not a pass of the pipeline (mt-derive-backward, "
+                     "mt-partition, mt-pack-weights, mt-schedule, "
+                     "mt-insert-transfers, mt-insert-events, mt-plan-memory, "
+                     "mt-verify-schedule) or all");
 
   onnx_import::ImportOptions options;
   options.bindings.batch = flags.positiveInt("--batch");
@@ -55,17 +137,89 @@ int runCompile(const std::vector<std::string> &args) {
   options.discoverBlocks = emit != "graph";
   options.detectTies = !flags.has("--no-tie-detect");
 
+  PipelineOptions pipeline;
+  pipeline.microBatches = flags.positiveInt("--micro-batches").value_or(1);
+  pipeline.slots = flags.positiveInt("--slots").value_or(2);
+  if (pipeline.slots < 2)
+    throw UsageError("--slots: at least 2 (one slot computes while one fills)");
+  pipeline.gpuMemLimit = flags.bytes("--gpu-mem-limit").value_or(0);
+  pipeline.minUnitBytes = flags.bytes("--min-unit-bytes").value_or(0);
+
   mlir::MLIRContext ctx;
   ctx.loadDialect<MtDialect>();
+  std::string modelPath = flags.positional()[0];
   onnx_import::ImportedModel model =
-      onnx_import::importOnnx(ctx, flags.positional()[0], options);
-  model.module->print(llvm::outs());
-  llvm::outs().flush();
-  return 0;
-}
+      onnx_import::importOnnx(ctx, modelPath, options);
+  mlir::ModuleOp module = *model.module;
+  if (emit == "ir" || emit == "graph") {
+    if (dumpAfter.empty()) {
+      module.print(llvm::outs());
+      return 0;
+    }
+  }
 
-int runInspect(const std::vector<std::string> &) {
-  throw UsageError("inspect needs a compiled plan; compile with -o DIR first");
+  // Diagnostics of the passes become `error:` lines.
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
+    if (d.getSeverity() == mlir::DiagnosticSeverity::Error)
+      diagnostics += (diagnostics.empty() ? "" : "\n") + d.str();
+    return mlir::success();
+  });
+  mlir::PassManager pm(&ctx);
+  if (!dumpAfter.empty())
+    pm.enableIRPrinting(
+        [](mlir::Pass *, mlir::Operation *) { return false; },
+        [dumpAfter](mlir::Pass *p, mlir::Operation *) {
+          return dumpAfter == "all" || p->getArgument() == dumpAfter;
+        },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
+        /*printAfterOnlyOnFailure=*/false, llvm::outs());
+  buildTrainingPipeline(pm, pipeline);
+  if (mlir::failed(pm.run(module)))
+    onnx_import::fail("{}", diagnostics.empty() ? "the pass pipeline failed"
+                                                : diagnostics);
+  if (emit == "schedule") {
+    if (dumpAfter.empty())
+      module.print(llvm::outs());
+    return 0;
+  }
+  if (!outDir)
+    return 0;
+
+  std::string name = modelNameOf(modelPath);
+  mlir::FailureOr<std::string> source = emitTrainerSource(module, name);
+  if (mlir::failed(source))
+    onnx_import::fail("{}", diagnostics.empty() ? "code generation failed"
+                                                : diagnostics);
+  OutputDir out(*outDir);
+  writeFile(out.file("trainer.cpp"), *source);
+  {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    module.print(os);
+    writeFile(out.file("model.mlir"), text);
+  }
+  {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << llvm::formatv("{0:2}", llvm::json::Value(planJson(module, name)));
+    writeFile(out.file("plan.json"), text + "\n");
+  }
+  writeInitialWeights(module, model, out.file("weights.safetensors"));
+  writeFile(out.file("CMakeLists.txt"),
+            trainerCMakeLists(kMegaTrainSourceDir, kMegaTrainBuildDir));
+  if (!flags.has("--no-build")) {
+    std::fprintf(stderr, "megatrain: building %s/trainer ...\n",
+                 outDir->c_str());
+    std::string err = buildTrainer(out.staging());
+    if (!err.empty())
+      onnx_import::fail("{}", err);
+    llvm::sys::fs::remove_directories(out.file("build"));
+  }
+  out.commit();
+  std::fprintf(stderr, "megatrain: wrote %s (trainer, plan.json, model.mlir)\n",
+               outDir->c_str());
+  return 0;
 }
 
 } // namespace mt::driver

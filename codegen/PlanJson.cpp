@@ -1,0 +1,95 @@
+//===- PlanJson.cpp - plan.json: what inspect shows -----------------------===//
+#include "codegen/PlanJson.h"
+
+#include "codegen/TrainerCodegen.h"
+#include "ir/MtOps.h"
+
+using namespace mlir;
+namespace json = llvm::json;
+
+namespace mt {
+
+// Host bytes per trained parameter: fp32 master, Adam m and v, and the fp32
+// gradient accumulator.
+constexpr int64_t kHostBytesPerParam = 16;
+
+json::Object planJson(ModuleOp module, StringRef modelName) {
+  json::Object plan;
+  plan["model"] = modelName.str();
+  plan["plan_hash"] = planHash(module);
+  SymbolTable symbols(module);
+
+  int64_t trained = 0, frozen = 0;
+  for (ParamOp p : module.getOps<ParamOp>()) {
+    if (p.getTie())
+      continue;
+    (p.getFrozen() ? frozen : trained) += p.getTensorType().getNumElements();
+  }
+  plan["trained_params"] = trained;
+  plan["frozen_params"] = frozen;
+
+  json::Array units;
+  int64_t maxUnit = 0;
+  for (UnitOp u : module.getOps<UnitOp>()) {
+    int64_t params = 0;
+    for (Attribute ref : u.getParams())
+      params += symbols.lookup<ParamOp>(cast<FlatSymbolRefAttr>(ref).getValue())
+                    .getTensorType()
+                    .getNumElements();
+    json::Array applies;
+    for (int64_t a : u.getApplies())
+      applies.push_back(a);
+    int64_t elems = u.getElems() ? *u.getElems() : 0;
+    maxUnit = std::max(maxUnit, elems);
+    units.push_back(json::Object{{"name", u.getSymName()},
+                                 {"kind", u.getKind()},
+                                 {"applies", std::move(applies)},
+                                 {"params", params},
+                                 {"packed_bf16_bytes", 2 * elems}});
+  }
+  plan["units"] = std::move(units);
+
+  for (ScheduleOp step : module.getOps<ScheduleOp>()) {
+    plan["micro_batches"] =
+        step->getAttrOfType<IntegerAttr>("micro_batches").getInt();
+    json::Object device;
+    if (auto bytes = step->getAttrOfType<IntegerAttr>("device_bytes"))
+      device["bytes"] = bytes.getInt();
+    if (auto breakdown = step->getAttrOfType<DictionaryAttr>("device_breakdown")) {
+      json::Object parts;
+      for (NamedAttribute part : breakdown)
+        parts[part.getName().getValue()] =
+            cast<IntegerAttr>(part.getValue()).getInt();
+      device["breakdown"] = std::move(parts);
+    }
+    plan["device_memory"] = std::move(device);
+    if (auto sim = step->getAttrOfType<DictionaryAttr>("prediction")) {
+      json::Object pred;
+      for (NamedAttribute a : sim) {
+        if (auto f = dyn_cast<FloatAttr>(a.getValue()))
+          pred[a.getName().getValue()] = f.getValueAsDouble();
+        else if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
+          pred[a.getName().getValue()] = i.getInt();
+        else if (auto s = dyn_cast<StringAttr>(a.getValue()))
+          pred[a.getName().getValue()] = s.getValue();
+      }
+      plan["prediction"] = std::move(pred);
+    }
+  }
+
+  // Host: the store, plus staging: one packed unit per weight slot (bf16)
+  // and two f32 gradient landing slabs.
+  int64_t slots = 0;
+  for (BufferOp b : module.getOps<BufferOp>())
+    slots += b.getKind() == "weights";
+  int64_t staging = maxUnit * (2 * slots + 4 * 2);
+  json::Object host{{"store_bytes", kHostBytesPerParam * trained},
+                    {"staging_bytes", staging}};
+  if (trained > 0)
+    host["bytes_per_param"] =
+        double(kHostBytesPerParam * trained + staging) / double(trained);
+  plan["host_memory"] = std::move(host);
+  return plan;
+}
+
+} // namespace mt

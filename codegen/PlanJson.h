@@ -1,0 +1,17 @@
+//===- PlanJson.h - plan.json: what inspect shows ---------------*- C++ -*-===//
+#ifndef MT_CODEGEN_PLANJSON_H
+#define MT_CODEGEN_PLANJSON_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
+
+namespace mt {
+
+/// The plan's facts for people and tools: model shape, units (params, bytes,
+/// slot), the device memory plan, host memory per parameter and, when
+/// mt-simulate ran, the prediction.
+llvm::json::Object planJson(mlir::ModuleOp module, llvm::StringRef modelName);
+
+} // namespace mt
+
+#endif // MT_CODEGEN_PLANJSON_H

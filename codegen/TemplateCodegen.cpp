@@ -1,0 +1,413 @@
+//===- TemplateCodegen.cpp - a template as a C++ function -----------------===//
+//
+// Straight-line code: each op becomes one kernel call on the launch's
+// DeviceKernels with its shapes spelled out, reading and writing the places
+// planTemplate chose. Backward kernels accumulate, so their scratch results
+// are zeroed first; param gradients accumulate straight into the gradient
+// slot (zeroed by the runtime on a unit's first micro-batch), which also
+// sums them over micro-batches.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/TemplateCodegen.h"
+
+#include "passes/TemplateMemory.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+namespace mt {
+
+std::string templateFunctionName(StringRef symbol) {
+  std::string name = "t_";
+  for (char c : symbol)
+    name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return name;
+}
+
+namespace {
+
+std::string lit(double v) { return llvm::formatv("{0:e9}f", v).str(); }
+
+std::string ints(ArrayRef<int64_t> xs) {
+  std::string s = "{";
+  for (auto [i, x] : llvm::enumerate(xs))
+    s += (i ? ", " : "") + std::to_string(x);
+  return s + "}";
+}
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+int64_t numel(Value v) {
+  return cast<RankedTensorType>(v.getType()).getNumElements();
+}
+
+class FunctionWriter {
+public:
+  FunctionWriter(TemplateOp tmpl, const TemplatePlan &plan)
+      : tmpl_(tmpl), plan_(plan), os_(body_) {}
+
+  FailureOr<std::string> run() {
+    for (Operation &op : tmpl_.getBlock())
+      if (failed(emit(op)))
+        return failure();
+    std::string out;
+    llvm::raw_string_ostream os(out);
+    os << "// @" << tmpl_.getSymName() << "\n";
+    os << "static void " << templateFunctionName(tmpl_.getSymName())
+       << "(const mtrt::LaunchArgs &a) {\n";
+    os << "  mtrt::DeviceKernels &k = *a.k;\n" << body_ << "}\n";
+    return out;
+  }
+
+private:
+  const Placement &where(Value v) { return plan_.values.find(v)->second; }
+
+  // A C++ expression for v's memory (void*, or float* for f32 places).
+  std::string ref(Value v) {
+    const Placement &p = where(v);
+    switch (p.kind) {
+    case Placement::Input:
+      return llvm::formatv("a.inputs[{0}]", p.index).str();
+    case Placement::Scalar:
+      return "a.dloss";
+    case Placement::Param:
+      return llvm::formatv("k.at(a.weights, a.param_offsets[{0}])", p.index)
+          .str();
+    case Placement::Workspace:
+      return llvm::formatv("k.at(a.workspace, {0})", p.offset).str();
+    case Placement::ParamGrad:
+    case Placement::SumNode:
+      return llvm::formatv("(a.grads + a.param_offsets[{0}])", p.index).str();
+    case Placement::Loss:
+      return "static_cast<float *>(a.outputs[0])";
+    }
+    return "";
+  }
+  // Token ids, or the targets: a launch gets its micro-batch's tokens as
+  // B*S ids followed by B*S targets (Program.h), and the head's backward
+  // reads the targets.
+  std::string ids(Value v) {
+    std::string p = "static_cast<const int32_t *>(" + ref(v) + ")";
+    const Placement &where = plan_.values.find(v)->second;
+    if (where.kind == Placement::Input && where.index == 1 &&
+        tmpl_.getKind() == "head")
+      p += " + " + std::to_string(numel(v));
+    return p;
+  }
+  std::string opt(Value v) { return v ? ref(v) : "nullptr"; }
+  // A gradient result the kernel accumulates into: zeroed when in scratch.
+  std::string grad(Value v) {
+    if (!v)
+      return "nullptr";
+    const Placement &p = where(v);
+    if (p.kind == Placement::Workspace)
+      os_ << "  k.zero(" << ref(v) << ", " << numel(v) << ");\n";
+    return ref(v);
+  }
+  // An f32 param gradient argument (dw, db, dtable).
+  FailureOr<std::string> paramGrad(Operation *op, Value v) {
+    if (!v)
+      return std::string("nullptr");
+    Placement::Kind kind = where(v).kind;
+    if (kind != Placement::ParamGrad && kind != Placement::SumNode)
+      return op->emitOpError("param gradient is not bound to the gradient "
+                             "slot"),
+             failure();
+    return ref(v);
+  }
+  std::string broadcast(Value lhs, Value rhs) {
+    std::string name = "bc" + std::to_string(counter_++);
+    auto a = shapeOf(lhs), b = shapeOf(rhs);
+    os_ << "  static const mtrt::Broadcast " << name
+        << " = mtrt::codegen::broadcast(" << ints(a) << ", " << ints(b)
+        << ");\n";
+    return name;
+  }
+
+  LogicalResult emit(Operation &op) {
+    if (plan_.values.count(op.getNumResults() ? op.getResult(0) : Value()) &&
+        where(op.getResult(0)).kind == Placement::SumNode)
+      return success(); // sums of param gradients happen by accumulation
+    os_ << "  // " << op.getName().stripDialect();
+    for (Value r : op.getResults())
+      os_ << " " << llvm::formatv("{0}", shapeStr(shapeOf(r)));
+    os_ << "\n";
+    if (auto l = dyn_cast<LinearOp>(op)) {
+      auto [M, K, N] = linearDims(l.getX(), l.getW(), l.isInOut());
+      os_ << llvm::formatv("  k.linear_forward({0}, {1}, {2}, {3}, {4}, {5}, "
+                           "{6}, {7});\n",
+                           ref(l.getY()), ref(l.getX()), ref(l.getW()),
+                           opt(l.getBias()), M, K, N, l.isInOut());
+    } else if (auto g = dyn_cast<LinearGradOp>(op)) {
+      bool inOut = g.getWLayout() == "in_out";
+      auto [M, K, N] = linearDims(g.getX(), g.getW(), inOut);
+      auto dw = paramGrad(&op, g.getDw()), db = paramGrad(&op, g.getDb());
+      if (failed(dw) || failed(db))
+        return failure();
+      os_ << llvm::formatv("  k.linear_backward({0}, {1}, {2}, {3}, {4}, {5}, "
+                           "{6}, {7}, {8}, {9});\n",
+                           grad(g.getDx()), *dw, *db, ref(g.getDy()),
+                           ref(g.getX()), ref(g.getW()), M, K, N, inOut);
+    } else if (auto n = dyn_cast<RmsNormOp>(op)) {
+      int64_t D = shapeOf(n.getX()).back();
+      os_ << llvm::formatv("  k.rms_norm_forward({0}, {1}, {2}, {3}, {4}, {5});\n",
+                           ref(n.getY()), ref(n.getX()), opt(n.getWeight()),
+                           numel(n.getX()) / D, D,
+                           lit(n.getEps().convertToDouble()));
+    } else if (auto g = dyn_cast<RmsNormGradOp>(op)) {
+      int64_t D = shapeOf(g.getX()).back();
+      auto dw = paramGrad(&op, g.getWeight() ? g.getGrads()[1] : Value());
+      if (failed(dw))
+        return failure();
+      os_ << llvm::formatv("  k.rms_norm_backward({0}, {1}, {2}, {3}, {4}, {5}, "
+                           "{6}, {7});\n",
+                           grad(g.getGrads()[0]), *dw, ref(g.getDy()),
+                           ref(g.getX()), opt(g.getWeight()),
+                           numel(g.getX()) / D, D,
+                           lit(g.getEps().convertToDouble()));
+    } else if (auto n = dyn_cast<LayerNormOp>(op)) {
+      int64_t D = shapeOf(n.getX()).back();
+      os_ << llvm::formatv("  k.layer_norm_forward({0}, {1}, {2}, {3}, {4}, {5}, "
+                           "{6});\n",
+                           ref(n.getY()), ref(n.getX()), opt(n.getWeight()),
+                           opt(n.getBias()), numel(n.getX()) / D, D,
+                           lit(n.getEps().convertToDouble()));
+    } else if (auto g = dyn_cast<LayerNormGradOp>(op)) {
+      int64_t D = shapeOf(g.getX()).back();
+      unsigned next = 1;
+      Value dw = g.getWeight() ? g.getGrads()[next++] : Value();
+      Value db = g.getHasBias() ? g.getGrads()[next++] : Value();
+      auto dwRef = paramGrad(&op, dw), dbRef = paramGrad(&op, db);
+      if (failed(dwRef) || failed(dbRef))
+        return failure();
+      os_ << llvm::formatv("  k.layer_norm_backward({0}, {1}, {2}, {3}, {4}, "
+                           "{5}, {6}, {7}, {8});\n",
+                           grad(g.getGrads()[0]), *dwRef, *dbRef, ref(g.getDy()),
+                           ref(g.getX()), opt(g.getWeight()),
+                           numel(g.getX()) / D, D,
+                           lit(g.getEps().convertToDouble()));
+    } else if (auto r = dyn_cast<RopeOp>(op)) {
+      os_ << "  k.rope_forward(" << ref(r.getY()) << ", " << ref(r.getX())
+          << ", " << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
+          << ropeDims(r.getX(), r.getSeqAxis(), r.getRotaryDim()) << ");\n";
+    } else if (auto r = dyn_cast<RopeGradOp>(op)) {
+      std::string dx = grad(r.getDx());
+      os_ << "  k.rope_backward(" << dx << ", " << ref(r.getDy())
+          << ", " << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
+          << ropeDims(r.getDy(), r.getSeqAxis(), r.getRotaryDim()) << ");\n";
+    } else if (auto at = dyn_cast<AttentionOp>(op)) {
+      os_ << "  k.attention_forward(" << ref(at.getY()) << ", " << ref(at.getQ())
+          << ", " << ref(at.getK()) << ", " << ref(at.getV()) << ", "
+          << attentionDims(at.getQ(), at.getK(),
+                           at.getScale().convertToDouble())
+          << ");\n";
+    } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
+      std::string dq = grad(g.getDq()), dk = grad(g.getDk()),
+                  dv = grad(g.getDv());
+      os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv
+          << ", " << ref(g.getDy())
+          << ", " << ref(g.getQ()) << ", " << ref(g.getK()) << ", "
+          << ref(g.getV()) << ", "
+          << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
+          << ");\n";
+    } else if (auto s = dyn_cast<SiluOp>(op)) {
+      os_ << llvm::formatv("  k.silu_forward({0}, {1}, {2});\n", ref(s.getY()),
+                           ref(s.getX()), numel(s.getX()));
+    } else if (auto s = dyn_cast<SiluGradOp>(op)) {
+      os_ << llvm::formatv("  k.silu_backward({0}, {1}, {2}, {3});\n",
+                           grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
+                           numel(s.getX()));
+    } else if (auto s = dyn_cast<GeluOp>(op)) {
+      os_ << llvm::formatv("  k.gelu_forward({0}, {1}, {2}, {3});\n",
+                           ref(s.getY()), ref(s.getX()), numel(s.getX()),
+                           s.getApproximate() == "tanh");
+    } else if (auto s = dyn_cast<GeluGradOp>(op)) {
+      os_ << llvm::formatv("  k.gelu_backward({0}, {1}, {2}, {3}, {4});\n",
+                           grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
+                           numel(s.getX()), s.getApproximate() == "tanh");
+    } else if (auto s = dyn_cast<SwigluOp>(op)) {
+      os_ << llvm::formatv("  k.swiglu_forward({0}, {1}, {2}, {3});\n",
+                           ref(s.getY()), ref(s.getGate()), ref(s.getUp()),
+                           numel(s.getGate()));
+    } else if (auto s = dyn_cast<SwigluGradOp>(op)) {
+      os_ << llvm::formatv("  k.swiglu_backward({0}, {1}, {2}, {3}, {4}, {5});\n",
+                           grad(s.getDgate()), grad(s.getDup()), ref(s.getDy()),
+                           ref(s.getGate()), ref(s.getUp()), numel(s.getGate()));
+    } else if (auto s = dyn_cast<ScaleOp>(op)) {
+      os_ << llvm::formatv("  k.scale_forward({0}, {1}, {2}, {3});\n",
+                           ref(s.getY()), ref(s.getX()), numel(s.getX()),
+                           lit(s.getFactor().convertToDouble()));
+    } else if (auto s = dyn_cast<AddOp>(op)) {
+      std::string bc = broadcast(s.getLhs(), s.getRhs());
+      os_ << llvm::formatv("  k.add_forward({0}, {1}, {2}, {3});\n",
+                           ref(s.getY()), ref(s.getLhs()), ref(s.getRhs()), bc);
+    } else if (auto s = dyn_cast<MulOp>(op)) {
+      std::string bc = broadcast(s.getLhs(), s.getRhs());
+      os_ << llvm::formatv("  k.mul_forward({0}, {1}, {2}, {3});\n",
+                           ref(s.getY()), ref(s.getLhs()), ref(s.getRhs()), bc);
+    } else if (auto g = dyn_cast<MulGradOp>(op)) {
+      std::string bc = broadcast(g.getLhs(), g.getRhs());
+      os_ << llvm::formatv("  k.mul_backward({0}, {1}, {2}, {3}, {4}, {5});\n",
+                           grad(g.getDlhs()), grad(g.getDrhs()), ref(g.getDy()),
+                           ref(g.getLhs()), ref(g.getRhs()), bc);
+    } else if (auto s = dyn_cast<SumToOp>(op)) {
+      std::string bc = broadcast(s.getY(), s.getDy());
+      os_ << llvm::formatv("  k.add_backward({0}, nullptr, {1}, {2});\n",
+                           grad(s.getY()), ref(s.getDy()), bc);
+    } else if (auto e = dyn_cast<EmbedOp>(op)) {
+      auto t = shapeOf(e.getTable());
+      os_ << llvm::formatv("  k.embed_forward({0}, {1}, {2}, {3}, {4}, {5});\n",
+                           ref(e.getY()), ids(e.getIds()), ref(e.getTable()),
+                           numel(e.getIds()), t[0], t[1]);
+    } else if (auto g = dyn_cast<EmbedGradOp>(op)) {
+      auto t = shapeOf(g.getDtable());
+      auto dt = paramGrad(&op, g.getDtable());
+      if (failed(dt))
+        return failure();
+      os_ << llvm::formatv("  k.embed_backward({0}, {1}, {2}, {3}, {4}, {5});\n",
+                           *dt, ref(g.getDy()), ids(g.getIds()),
+                           numel(g.getIds()), t[0], t[1]);
+    } else if (auto p = dyn_cast<PositionEmbedOp>(op)) {
+      auto y = shapeOf(p.getY());
+      os_ << llvm::formatv("  k.position_embed_forward({0}, {1}, {2}, {3}, {4});\n",
+                           ref(p.getY()), ref(p.getTable()), y[0], y[1],
+                           p.getOffset());
+    } else if (auto g = dyn_cast<PositionEmbedGradOp>(op)) {
+      auto y = shapeOf(g.getDy());
+      auto dt = paramGrad(&op, g.getDtable());
+      if (failed(dt))
+        return failure();
+      os_ << llvm::formatv("  k.position_embed_backward({0}, {1}, {2}, {3}, {4});\n",
+                           *dt, ref(g.getDy()), y[0], y[1], g.getOffset());
+    } else if (auto c = dyn_cast<CrossEntropyOp>(op)) {
+      int64_t V = shapeOf(c.getLogits()).back();
+      os_ << llvm::formatv("  k.cross_entropy_forward({0}, {1}, {2}, {3}, {4});\n",
+                           ref(c.getLoss()), ref(c.getLogits()),
+                           ids(c.getTargets()), numel(c.getLogits()) / V, V);
+    } else if (auto c = dyn_cast<CrossEntropyGradOp>(op)) {
+      int64_t V = shapeOf(c.getLogits()).back();
+      os_ << llvm::formatv("  k.cross_entropy_backward({0}, {1}, {2}, {3}, {4}, "
+                           "{5});\n",
+                           grad(c.getDlogits()), ref(c.getLogits()),
+                           ids(c.getTargets()), numel(c.getLogits()) / V, V,
+                           ref(c.getDloss()));
+    } else if (auto r = dyn_cast<ReshapeOp>(op)) {
+      os_ << llvm::formatv("  k.copy({0}, {1}, {2});\n", ref(r.getY()),
+                           ref(r.getX()), numel(r.getX()));
+    } else if (auto t = dyn_cast<TransposeOp>(op)) {
+      auto x = shapeOf(t.getX());
+      os_ << "  { static const int64_t shape[] = " << ints(x)
+          << ", perm[] = " << ints(t.getPerm()) << ";\n"
+          << "    k.transpose_forward(" << ref(t.getY()) << ", " << ref(t.getX())
+          << ", shape, perm, " << x.size() << "); }\n";
+    } else if (auto s = dyn_cast<SliceOp>(op)) {
+      os_ << "  k.slice_forward(" << ref(s.getY()) << ", " << ref(s.getX())
+          << ", " << sliceDims(s.getX(), s.getY(), s.getAxis(), s.getStart())
+          << ");\n";
+    } else if (auto s = dyn_cast<SliceGradOp>(op)) {
+      std::string dx = grad(s.getDx());
+      os_ << "  k.slice_backward(" << dx << ", " << ref(s.getDy())
+          << ", " << sliceDims(s.getDx(), s.getDy(), s.getAxis(), s.getStart())
+          << ");\n";
+    } else if (auto y = dyn_cast<YieldOp>(op)) {
+      return emitYield(y);
+    } else {
+      return op.emitOpError("has no code generator");
+    }
+    return success();
+  }
+
+  // Yielded activations go to the launch's output buffers; param gradients
+  // not already in the gradient slot are accumulated there.
+  LogicalResult emitYield(YieldOp y) {
+    std::optional<ArrayRef<int64_t>> trained = tmpl_.getTrainedParams();
+    int64_t numGrads = trained ? trained->size() : 0;
+    int64_t numActs = y.getNumOperands() - numGrads;
+    int64_t out = 0;
+    for (int64_t i = 0; i < numActs; ++i) {
+      Value v = y.getOperand(i);
+      if (where(v).kind == Placement::Loss) {
+        ++out; // written in place by cross_entropy_forward
+        continue;
+      }
+      os_ << llvm::formatv("  k.copy(a.outputs[{0}], {1}, {2});\n", out++,
+                           ref(v), numel(v));
+    }
+    for (int64_t i = 0; i < numGrads; ++i)
+      accumulateGrad(y.getOperand(numActs + i), (*trained)[i]);
+    return success();
+  }
+
+  void accumulateGrad(Value v, int64_t param) {
+    const Placement &p = where(v);
+    if (p.kind == Placement::ParamGrad)
+      return;
+    if (p.kind == Placement::SumNode) {
+      Operation *add = v.getDefiningOp();
+      accumulateGrad(add->getOperand(0), param);
+      accumulateGrad(add->getOperand(1), param);
+      return;
+    }
+    os_ << llvm::formatv("  k.accumulate_f32(a.grads + a.param_offsets[{0}], "
+                         "{1}, {2});\n",
+                         param, ref(v), numel(v));
+  }
+
+  static std::tuple<int64_t, int64_t, int64_t> linearDims(Value x, Value w,
+                                                          bool inOut) {
+    auto ws = shapeOf(w);
+    int64_t K = inOut ? ws[0] : ws[1], N = inOut ? ws[1] : ws[0];
+    return {numel(x) / K, K, N};
+  }
+  static std::string ropeDims(Value x, int64_t seqAxis, int64_t rotary) {
+    auto s = shapeOf(x);
+    int64_t H = seqAxis == 2 ? s[1] : s[2], S = s[seqAxis];
+    return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}", s[0], H, S, s[3],
+                         rotary, seqAxis)
+        .str();
+  }
+  static std::string attentionDims(Value q, Value k, double scale) {
+    auto qs = shapeOf(q);
+    return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}", qs[0], qs[1],
+                         shapeOf(k)[1], qs[2], qs[3], lit(scale))
+        .str();
+  }
+  static std::string sliceDims(Value whole, Value part, int64_t axis,
+                               int64_t start) {
+    auto w = shapeOf(whole);
+    int64_t outer = 1, inner = 1;
+    for (int64_t k = 0; k < axis; ++k)
+      outer *= w[k];
+    for (int64_t k = axis + 1; k < static_cast<int64_t>(w.size()); ++k)
+      inner *= w[k];
+    return llvm::formatv("{0}, {1}, {2}, {3}, {4}", outer, w[axis], inner,
+                         start, shapeOf(part)[axis])
+        .str();
+  }
+  static std::string shapeStr(ArrayRef<int64_t> s) {
+    std::string out = "(";
+    for (auto [i, d] : llvm::enumerate(s))
+      out += (i ? ", " : "") + std::to_string(d);
+    return out + ")";
+  }
+
+  TemplateOp tmpl_;
+  const TemplatePlan &plan_;
+  std::string body_;
+  llvm::raw_string_ostream os_;
+  int counter_ = 0;
+};
+
+} // namespace
+
+FailureOr<std::string> emitTemplateFunction(TemplateOp tmpl,
+                                            int64_t &workspaceElems) {
+  TemplatePlan plan = planTemplate(tmpl);
+  workspaceElems = plan.workspaceElems;
+  return FunctionWriter(tmpl, plan).run();
+}
+
+} // namespace mt

@@ -1,0 +1,133 @@
+//===- Inspect.cpp - megatrain inspect ------------------------------------===//
+//
+// Prints what plan.json records: the units, the device memory plan, host
+// memory per parameter and the simulator's prediction, and says plainly
+// whether the plan is link-bound and which micro-batch count would hide the
+// link.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/megatrain/Commands.h"
+#include "tools/megatrain/Flags.h"
+
+#include "frontend/Error.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace json = llvm::json;
+
+namespace mt::driver {
+namespace {
+
+std::string size(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return llvm::formatv("{0:F2} {1}", bytes, units[u]).str();
+}
+
+double number(const json::Object &o, llvm::StringRef key) {
+  if (const json::Value *v = o.get(key)) {
+    if (auto d = v->getAsNumber())
+      return *d;
+  }
+  return 0;
+}
+
+} // namespace
+
+int runInspect(const std::vector<std::string> &args) {
+  Flags flags(args, {}, {"--help", "--json"});
+  if (flags.has("--help")) {
+    std::puts("usage: megatrain inspect DIR [--json]\n\n"
+              "Describes the plan compiled into DIR (by compile -o DIR).");
+    return 0;
+  }
+  if (flags.positional().size() != 1)
+    throw UsageError("inspect takes one output directory");
+  std::string path = flags.positional()[0] + "/plan.json";
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    onnx_import::fail("cannot read '{}': {} (compile with -o first)", path,
+                      buffer.getError().message());
+  llvm::Expected<json::Value> parsed = json::parse((*buffer)->getBuffer());
+  if (!parsed)
+    onnx_import::fail("'{}' is not valid JSON: {}", path,
+                      llvm::toString(parsed.takeError()));
+  const json::Object *plan = parsed->getAsObject();
+  if (!plan || !plan->get("units"))
+    onnx_import::fail("'{}' is not a megatrain plan", path);
+  llvm::raw_ostream &os = llvm::outs();
+  if (flags.has("--json")) {
+    os << llvm::formatv("{0:2}", *parsed) << "\n";
+    return 0;
+  }
+
+  double trained = number(*plan, "trained_params");
+  os << llvm::formatv("model {0}: {1:F3}B trained params, {2} micro-batch(es) "
+                      "per step\n\n",
+                      plan->getString("model").value_or("?"), trained / 1e9,
+                      number(*plan, "micro_batches"));
+  os << llvm::formatv("{0,-6} {1,-10} {2,-12} {3,14} {4,14}\n", "unit", "kind",
+                      "applies", "params", "bf16 bytes");
+  for (const json::Value &u : *plan->getArray("units")) {
+    const json::Object &unit = *u.getAsObject();
+    std::string applies;
+    for (const json::Value &a : *unit.getArray("applies"))
+      applies += (applies.empty() ? "" : ",") +
+                 std::to_string(static_cast<int64_t>(*a.getAsNumber()));
+    if (applies.size() > 12)
+      applies = applies.substr(0, 9) + "...";
+    os << llvm::formatv("{0,-6} {1,-10} {2,-12} {3,14} {4,14}\n",
+                        unit.getString("name").value_or(""),
+                        unit.getString("kind").value_or(""), applies,
+                        static_cast<int64_t>(number(unit, "params")),
+                        size(number(unit, "packed_bf16_bytes")));
+  }
+
+  if (const json::Object *dev = plan->getObject("device_memory")) {
+    os << llvm::formatv("\ndevice memory (bf16 storage): {0}\n",
+                        size(number(*dev, "bytes")));
+    if (const json::Object *parts = dev->getObject("breakdown"))
+      for (const auto &kv : *parts)
+        os << llvm::formatv("  {0,-16} {1}\n", kv.first.str(),
+                            size(*kv.second.getAsNumber()));
+  }
+  if (const json::Object *host = plan->getObject("host_memory"))
+    os << llvm::formatv("host memory: {0} store + {1} staging = {2:F2} "
+                        "bytes per trained param\n",
+                        size(number(*host, "store_bytes")),
+                        size(number(*host, "staging_bytes")),
+                        number(*host, "bytes_per_param"));
+
+  const json::Object *pred = plan->getObject("prediction");
+  if (!pred) {
+    os << "\nno prediction in this plan (mt-simulate did not run)\n";
+    return 0;
+  }
+  os << llvm::formatv("\npredicted on {0}: step {1:F3} s, {2:F0} tokens/s, "
+                      "{3:F1} model TFLOPS, GPU busy {4:F1}%\n",
+                      pred->getString("preset").value_or("?"),
+                      number(*pred, "step_s"), number(*pred, "tokens_per_s"),
+                      number(*pred, "model_tflops"),
+                      100 * number(*pred, "compute_busy_fraction"));
+  double link = number(*pred, "link_bound_fraction");
+  if (link > 0.05) {
+    os << llvm::formatv("the plan is link-bound: the GPU waits for weights "
+                        "{0:F0}% of the step",
+                        100 * link);
+    if (double m = number(*pred, "suggested_micro_batches"); m > 0)
+      os << llvm::formatv("; --micro-batches {0} would hide the link", m);
+    os << "\n";
+  } else {
+    os << "the link is hidden behind compute\n";
+  }
+  return 0;
+}
+
+} // namespace mt::driver
