@@ -13,9 +13,14 @@ namespace mt {
 // gradient accumulator.
 constexpr int64_t kHostBytesPerParam = 16;
 
-json::Object planJson(ModuleOp module, StringRef modelName) {
+json::Object planJson(ModuleOp module, StringRef modelName,
+                      const std::vector<std::string> &constantInitializers) {
   json::Object plan;
   plan["model"] = modelName.str();
+  json::Array constants;
+  for (const std::string &c : constantInitializers)
+    constants.push_back(c);
+  plan["constant_initializers"] = std::move(constants);
   plan["plan_hash"] = planHash(module);
   SymbolTable symbols(module);
 

@@ -5,12 +5,18 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/JSON.h"
 
+#include <string>
+#include <vector>
+
 namespace mt {
 
 /// The plan's facts for people and tools: model shape, units (params, bytes,
 /// slot), the device memory plan, host memory per parameter and, when
 /// mt-simulate ran, the prediction.
-llvm::json::Object planJson(mlir::ModuleOp module, llvm::StringRef modelName);
+/// `constantInitializers` lists the float initializers the importer folded
+/// as constants (buffers): they are not trained.
+llvm::json::Object planJson(mlir::ModuleOp module, llvm::StringRef modelName,
+                            const std::vector<std::string> &constantInitializers);
 
 } // namespace mt
 

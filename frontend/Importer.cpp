@@ -43,6 +43,12 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
   for (Value *p : params)
     if (p->constant)
       result.paramData[p->name] = p->constant;
+  for (const auto &t : result.file->graph().initializer()) {
+    bool isParam = std::any_of(params.begin(), params.end(),
+                               [&](Value *p) { return p->name == t.name(); });
+    if (!isParam && isFloat(dtypeFromOnnx(t.data_type())))
+      result.constantInitializers.push_back(t.name());
+  }
   result.module = emitModule(ctx, blocks, ties, path);
   return result;
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace mt::onnx_import {
 
@@ -31,6 +32,9 @@ struct ImportedModel {
   /// lazily from the file) and frozen tables. Absent for structure-only
   /// weights.
   std::map<std::string, ConstPtr> paramData;
+  /// Float initializers the model reads only as compile-time constants
+  /// (RoPE inv_freq, cos/sin caches): buffers, not trained.
+  std::vector<std::string> constantInitializers;
   std::unique_ptr<OnnxFile> file; // keeps paramData's bytes mapped
   ~ImportedModel();
   ImportedModel();

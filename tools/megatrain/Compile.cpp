@@ -44,6 +44,11 @@ plan:
   --slots N              device weight slots, 2 = double buffering (default 2)
   --gpu-mem-limit SIZE   device memory budget, e.g. 24GiB (default: none)
   --min-unit-bytes SIZE  merge consecutive layers smaller than this
+prediction (mt-simulate; see docs/schedule.md):
+  --preset NAME          machine to predict the step on: h200-pcie5 (default),
+                         gh200, a100-pcie4 or rtx3090-pcie4
+  --sim-trace FILE       write the predicted per-stream timeline as Chrome
+                         trace JSON (opens in Perfetto)
 output:
   -o DIR                 write trainer.cpp, model.mlir, plan.json, weights and
                          build DIR/trainer (replaces an earlier output there)
@@ -59,7 +64,7 @@ output:
 const char *const kPipelinePasses[] = {
     "mt-derive-backward", "mt-partition",     "mt-pack-weights",
     "mt-schedule",        "mt-insert-transfers", "mt-insert-events",
-    "mt-plan-memory",     "mt-verify-schedule"};
+    "mt-plan-memory",     "mt-verify-schedule",  "mt-simulate"};
 
 void writeFile(const std::string &path, const std::string &text) {
   std::ofstream out(path, std::ios::binary);
@@ -102,7 +107,7 @@ int runCompile(const std::vector<std::string> &args) {
   Flags flags(args,
               {"--batch", "--seq-len", "--bind", "--emit", "--micro-batches",
                "--slots", "--gpu-mem-limit", "--min-unit-bytes",
-               "--dump-ir-after", "-o"},
+               "--dump-ir-after", "--preset", "--sim-trace", "-o"},
               {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
     std::fputs(kCompileUsage, stdout);
@@ -123,7 +128,7 @@ int runCompile(const std::vector<std::string> &args) {
                      "' is not a pass of the pipeline (mt-derive-backward, "
                      "mt-partition, mt-pack-weights, mt-schedule, "
                      "mt-insert-transfers, mt-insert-events, mt-plan-memory, "
-                     "mt-verify-schedule) or all");
+                     "mt-verify-schedule, mt-simulate) or all");
 
   onnx_import::ImportOptions options;
   options.bindings.batch = flags.positiveInt("--batch");
@@ -144,6 +149,8 @@ int runCompile(const std::vector<std::string> &args) {
     throw UsageError("--slots: at least 2 (one slot computes while one fills)");
   pipeline.gpuMemLimit = flags.bytes("--gpu-mem-limit").value_or(0);
   pipeline.minUnitBytes = flags.bytes("--min-unit-bytes").value_or(0);
+  pipeline.preset = flags.get("--preset").value_or(pipeline.preset);
+  pipeline.tracePath = flags.get("--sim-trace").value_or("");
 
   mlir::MLIRContext ctx;
   ctx.loadDialect<MtDialect>();
@@ -202,7 +209,7 @@ int runCompile(const std::vector<std::string> &args) {
   {
     std::string text;
     llvm::raw_string_ostream os(text);
-    os << llvm::formatv("{0:2}", llvm::json::Value(planJson(module, name)));
+    os << llvm::formatv("{0:2}", llvm::json::Value(planJson(module, name, model.constantInitializers)));
     writeFile(out.file("plan.json"), text + "\n");
   }
   writeInitialWeights(module, model, out.file("weights.safetensors"));

@@ -5,6 +5,7 @@
         [--lr-schedule cosine|constant] [--min-lr-ratio R] [--weight-decay WD]
         [--beta1 B1] [--beta2 B2] [--eps E] [--clip-grad C]
         [--dump-grads F.safetensors] [--log-jsonl F] [--no-tie-detect]
+        [--freeze NAME[,NAME...]]
 
 Flags mirror the trainer's so a test passes both the same arguments. Exact
 semantics (the C++ trainer implements the same):
@@ -266,6 +267,9 @@ def parse_args(argv):
     p.add_argument("--dump-grads")
     p.add_argument("--log-jsonl")
     p.add_argument("--no-tie-detect", action="store_true")
+    p.add_argument("--freeze", action="append", default=[],
+                   help="an initializer to keep constant (a buffer such as a "
+                        "RoPE inv_freq; repeatable or comma-separated)")
     return p.parse_args(argv)
 
 
@@ -276,6 +280,10 @@ def main(argv=None):
         config.check()
         tokens = load_tokens(args.data, config.seq_len)
         model = OnnxModel(args.model, tie_detect=not args.no_tie_detect)
+        for name in (n for spec in args.freeze for n in spec.split(",") if n):
+            if name not in model.params:
+                raise OracleError(f"--freeze {name}: no float initializer of that name")
+            model.constants[name] = model.params.pop(name).detach()
         check_vocab(tokens, vocab_size(model), args.data)
 
         def report(r):

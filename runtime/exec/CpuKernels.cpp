@@ -1,0 +1,277 @@
+//===- CpuKernels.cpp - DeviceKernels on the CPU reference kernels --------===//
+
+#include "runtime/exec/CpuKernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace mtrt {
+
+namespace {
+float *F(void *p) { return static_cast<float *>(p); }
+const float *F(const void *p) { return static_cast<const float *>(p); }
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+int64_t product(const int64_t *shape, int rank) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i)
+    n *= shape[i];
+  return n;
+}
+
+/// Elements of a broadcast operand: the output's dims it does not broadcast.
+int64_t operand_elems(const Broadcast &bc, const int64_t *stride) {
+  int64_t n = 1;
+  for (int i = 0; i < bc.rank; ++i)
+    if (stride[i] != 0)
+      n *= bc.shape[i];
+  return n;
+}
+
+bool all_in_range(const int32_t *ids, int64_t n, int64_t V) {
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= V)
+      return false;
+  return true;
+}
+} // namespace
+
+void CpuKernels::store(void *x, int64_t n) const {
+  if (bf16_ && x)
+    cpu::round_to_bf16(F(x), n);
+}
+
+void CpuKernels::zero(void *x, int64_t n) {
+  std::memset(x, 0, size_t(n) * sizeof(float));
+}
+void CpuKernels::zero_f32(float *x, int64_t n) {
+  std::memset(x, 0, size_t(n) * sizeof(float));
+}
+void CpuKernels::copy(void *y, const void *x, int64_t n) {
+  std::memcpy(y, x, size_t(n) * sizeof(float));
+}
+void CpuKernels::accumulate_f32(float *g, const void *x, int64_t n) {
+  const float *s = F(x);
+  for (int64_t i = 0; i < n; ++i)
+    g[i] += s[i];
+}
+
+void CpuKernels::linear_forward(void *y, const void *x, const void *w,
+                                const void *b, int64_t M, int64_t K, int64_t N,
+                                bool w_in_out) {
+  cpu::linear_forward(F(y), F(x), F(w), F(b), M, K, N, w_in_out);
+  store(y, M * N);
+}
+void CpuKernels::linear_backward(void *dx, float *dw, float *db,
+                                 const void *dy, const void *x, const void *w,
+                                 int64_t M, int64_t K, int64_t N,
+                                 bool w_in_out) {
+  cpu::linear_backward(F(dx), dw, db, F(dy), F(x), F(w), M, K, N, w_in_out);
+  store(dx, M * K);
+}
+void CpuKernels::rms_norm_forward(void *y, const void *x, const void *w,
+                                  int64_t M, int64_t D, float eps) {
+  cpu::rms_norm_forward(F(y), F(x), F(w), M, D, eps);
+  store(y, M * D);
+}
+void CpuKernels::rms_norm_backward(void *dx, float *dw, const void *dy,
+                                   const void *x, const void *w, int64_t M,
+                                   int64_t D, float eps) {
+  cpu::rms_norm_backward(F(dx), dw, F(dy), F(x), F(w), M, D, eps);
+  store(dx, M * D);
+}
+void CpuKernels::layer_norm_forward(void *y, const void *x, const void *w,
+                                    const void *b, int64_t M, int64_t D,
+                                    float eps) {
+  cpu::layer_norm_forward(F(y), F(x), F(w), F(b), M, D, eps);
+  store(y, M * D);
+}
+void CpuKernels::layer_norm_backward(void *dx, float *dw, float *db,
+                                     const void *dy, const void *x,
+                                     const void *w, int64_t M, int64_t D,
+                                     float eps) {
+  cpu::layer_norm_backward(F(dx), dw, db, F(dy), F(x), F(w), M, D, eps);
+  store(dx, M * D);
+}
+void CpuKernels::rope_forward(void *y, const void *x, const void *cos,
+                              const void *sin, int64_t B, int64_t H, int64_t S,
+                              int64_t D, int64_t R, int seq_axis) {
+  cpu::rope_forward(F(y), F(x), F(cos), F(sin), B, H, S, D, R, seq_axis);
+  store(y, B * H * S * D);
+}
+void CpuKernels::rope_backward(void *dx, const void *dy, const void *cos,
+                               const void *sin, int64_t B, int64_t H,
+                               int64_t S, int64_t D, int64_t R, int seq_axis) {
+  cpu::rope_backward(F(dx), F(dy), F(cos), F(sin), B, H, S, D, R, seq_axis);
+  store(dx, B * H * S * D);
+}
+void CpuKernels::attention_forward(void *y, const void *q, const void *k,
+                                   const void *v, int64_t B, int64_t H,
+                                   int64_t Hkv, int64_t S, int64_t D,
+                                   float scale) {
+  cpu::attention_forward(F(y), F(q), F(k), F(v), B, H, Hkv, S, D, scale);
+  store(y, B * H * S * D);
+}
+void CpuKernels::attention_backward(void *dq, void *dk, void *dv,
+                                    const void *dy, const void *q,
+                                    const void *k, const void *v, int64_t B,
+                                    int64_t H, int64_t Hkv, int64_t S,
+                                    int64_t D, float scale) {
+  cpu::attention_backward(F(dq), F(dk), F(dv), F(dy), F(q), F(k), F(v), B, H,
+                          Hkv, S, D, scale);
+  store(dq, B * H * S * D);
+  store(dk, B * Hkv * S * D);
+  store(dv, B * Hkv * S * D);
+}
+void CpuKernels::silu_forward(void *y, const void *x, int64_t n) {
+  cpu::silu_forward(F(y), F(x), n);
+  store(y, n);
+}
+void CpuKernels::silu_backward(void *dx, const void *dy, const void *x,
+                               int64_t n) {
+  cpu::silu_backward(F(dx), F(dy), F(x), n);
+  store(dx, n);
+}
+void CpuKernels::gelu_forward(void *y, const void *x, int64_t n,
+                              bool approximate_tanh) {
+  cpu::gelu_forward(F(y), F(x), n, approximate_tanh);
+  store(y, n);
+}
+void CpuKernels::gelu_backward(void *dx, const void *dy, const void *x,
+                               int64_t n, bool approximate_tanh) {
+  cpu::gelu_backward(F(dx), F(dy), F(x), n, approximate_tanh);
+  store(dx, n);
+}
+void CpuKernels::swiglu_forward(void *y, const void *gate, const void *up,
+                                int64_t n) {
+  cpu::swiglu_forward(F(y), F(gate), F(up), n);
+  store(y, n);
+}
+void CpuKernels::swiglu_backward(void *dgate, void *dup, const void *dy,
+                                 const void *gate, const void *up, int64_t n) {
+  cpu::swiglu_backward(F(dgate), F(dup), F(dy), F(gate), F(up), n);
+  store(dgate, n);
+  store(dup, n);
+}
+void CpuKernels::scale_forward(void *y, const void *x, int64_t n,
+                               float factor) {
+  cpu::scale_forward(F(y), F(x), n, factor);
+  store(y, n);
+}
+void CpuKernels::add_forward(void *y, const void *a, const void *b,
+                             const Broadcast &bc) {
+  cpu::add_forward(F(y), F(a), F(b), bc);
+  store(y, product(bc.shape, bc.rank));
+}
+void CpuKernels::add_backward(void *da, void *db, const void *dy,
+                              const Broadcast &bc) {
+  cpu::add_backward(F(da), F(db), F(dy), bc);
+  store(da, operand_elems(bc, bc.lhs_stride));
+  store(db, operand_elems(bc, bc.rhs_stride));
+}
+void CpuKernels::mul_forward(void *y, const void *a, const void *b,
+                             const Broadcast &bc) {
+  cpu::mul_forward(F(y), F(a), F(b), bc);
+  store(y, product(bc.shape, bc.rank));
+}
+void CpuKernels::mul_backward(void *da, void *db, const void *dy,
+                              const void *a, const void *b,
+                              const Broadcast &bc) {
+  cpu::mul_backward(F(da), F(db), F(dy), F(a), F(b), bc);
+  store(da, operand_elems(bc, bc.lhs_stride));
+  store(db, operand_elems(bc, bc.rhs_stride));
+}
+
+void CpuKernels::embed_forward(void *y, const int32_t *ids, const void *table,
+                               int64_t N, int64_t V, int64_t D) {
+  if (all_in_range(ids, N, V)) {
+    cpu::embed_forward(F(y), ids, F(table), N, V, D);
+  } else {
+    for (int64_t n = 0; n < N; ++n) {
+      float *row = F(y) + n * D;
+      if (ids[n] >= 0 && ids[n] < V)
+        std::copy(F(table) + ids[n] * D, F(table) + (ids[n] + 1) * D, row);
+      else
+        std::fill(row, row + D, kNaN);
+    }
+  }
+  store(y, N * D);
+}
+void CpuKernels::embed_backward(float *dtable, const void *dy,
+                                const int32_t *ids, int64_t N, int64_t V,
+                                int64_t D) {
+  if (all_in_range(ids, N, V)) {
+    cpu::embed_backward(dtable, F(dy), ids, N, V, D);
+    return;
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    bool ok = ids[n] >= 0 && ids[n] < V;
+    float *row = dtable + (ok ? ids[n] : 0) * D;
+    for (int64_t j = 0; j < D; ++j)
+      row[j] += ok ? F(dy)[n * D + j] : kNaN;
+  }
+}
+void CpuKernels::position_embed_forward(void *y, const void *table, int64_t S,
+                                        int64_t D, int64_t offset) {
+  cpu::position_embed_forward(F(y), F(table), S, D, offset);
+  store(y, S * D);
+}
+void CpuKernels::position_embed_backward(float *dtable, const void *dy,
+                                         int64_t S, int64_t D,
+                                         int64_t offset) {
+  cpu::position_embed_backward(dtable, F(dy), S, D, offset);
+}
+void CpuKernels::cross_entropy_forward(float *loss, const void *logits,
+                                       const int32_t *targets, int64_t N,
+                                       int64_t V) {
+  if (!all_in_range(targets, N, V)) {
+    *loss = kNaN;
+    return;
+  }
+  double sum = cpu::cross_entropy_forward(F(logits), targets, N, V);
+  *loss = static_cast<float>(sum / double(N));
+}
+void CpuKernels::cross_entropy_backward(void *dlogits, const void *logits,
+                                        const int32_t *targets, int64_t N,
+                                        int64_t V, float dloss) {
+  if (all_in_range(targets, N, V)) {
+    cpu::cross_entropy_backward(F(dlogits), F(logits), targets, N, V, dloss);
+  } else {
+    for (int64_t n = 0; n < N; ++n) {
+      if (targets[n] >= 0 && targets[n] < V)
+        cpu::cross_entropy_backward(F(dlogits) + n * V, F(logits) + n * V,
+                                    targets + n, 1, V, dloss);
+      else
+        std::fill(F(dlogits) + n * V, F(dlogits) + (n + 1) * V, kNaN);
+    }
+  }
+  store(dlogits, N * V);
+}
+void CpuKernels::transpose_forward(void *y, const void *x,
+                                   const int64_t *x_shape, const int64_t *perm,
+                                   int rank) {
+  cpu::transpose_forward(F(y), F(x), x_shape, perm, rank);
+  store(y, product(x_shape, rank));
+}
+void CpuKernels::transpose_backward(void *dx, const void *dy,
+                                    const int64_t *x_shape,
+                                    const int64_t *perm, int rank) {
+  cpu::transpose_backward(F(dx), F(dy), x_shape, perm, rank);
+  store(dx, product(x_shape, rank));
+}
+void CpuKernels::slice_forward(void *y, const void *x, int64_t outer,
+                               int64_t dim, int64_t inner, int64_t start,
+                               int64_t n) {
+  cpu::slice_forward(F(y), F(x), outer, dim, inner, start, n);
+  store(y, outer * n * inner);
+}
+void CpuKernels::slice_backward(void *dx, const void *dy, int64_t outer,
+                                int64_t dim, int64_t inner, int64_t start,
+                                int64_t n) {
+  cpu::slice_backward(F(dx), F(dy), outer, dim, inner, start, n);
+  store(dx, outer * dim * inner);
+}
+
+} // namespace mtrt

@@ -1,0 +1,232 @@
+//===- HostStore.cpp - model state in host RAM ----------------------------===//
+
+#include "runtime/exec/HostStore.h"
+
+#include "runtime/exec/Error.h"
+#include "runtime/host/GradNorm.h"
+#include "runtime/host/ThreadPool.h"
+#include "runtime/kernels/Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace mtrt {
+
+namespace {
+
+// Elements per part when a host task is split over the pool.
+constexpr int64_t kGrain = 1 << 15;
+
+// Waking pool threads costs more than a small sweep; and on a CPU backend
+// they compete with the kernels' threads for the same cores.
+host::ThreadPool *pool_for(host::ThreadPool *pool, int64_t n) {
+  return n > 2 * kGrain ? pool : nullptr;
+}
+
+template <class Fn> void parallel(host::ThreadPool *pool, int64_t n,
+                                  int64_t grain, Fn &&fn) {
+  if (pool && n > grain)
+    pool->parallel_for(n, grain, fn);
+  else if (n > 0)
+    fn(int64_t(0), n);
+}
+
+// Round to nearest even, NaN kept NaN: the same rounding as
+// cpu::round_to_bf16, returning the 16 bits.
+uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((u | 0x00400000u) >> 16);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+} // namespace
+
+HostStore::HostStore(const Program &p, StorageFormat format,
+                     const OptimizerConfig &config)
+    : p_(p), format_(format), config_(config),
+      slot_(size_t(p.num_params), -1), constant_(size_t(p.num_params), -1),
+      runs_(size_t(p.num_units)), pending_(size_t(p.num_units), 0) {
+  // Layer-contiguous: each unit's owned params, in its `owned` order.
+  for (int u = 0; u < p.num_units; ++u) {
+    const UnitDesc &unit = p.units[u];
+    for (int i = 0; i < unit.num_owned; ++i) {
+      int q = unit.owned[i];
+      const ParamDesc &d = p.params[q];
+      if (d.frozen || d.tie >= 0 || slot_[q] >= 0)
+        continue;
+      slot_[q] = trainable_elems_;
+      bool decay = d.rank >= 2;
+      std::vector<Run> &runs = runs_[u];
+      if (!runs.empty() && runs.back().decay == decay &&
+          runs.back().begin + runs.back().n == trainable_elems_)
+        runs.back().n += d.numel;
+      else
+        runs.push_back({trainable_elems_, d.numel, decay});
+      trainable_elems_ += d.numel;
+    }
+  }
+  int64_t constant_elems = 0;
+  for (int q = 0; q < p.num_params; ++q) {
+    const ParamDesc &d = p.params[q];
+    if (d.tie >= 0)
+      continue;
+    if (d.frozen) {
+      constant_[q] = constant_elems;
+      constant_elems += d.numel;
+    } else if (slot_[q] < 0) {
+      fail("program: param '", d.name,
+           "' is trainable but no unit owns it (plan ", p.plan_hash, ")");
+    }
+  }
+  master_.assign(size_t(trainable_elems_), 0.0f);
+  m_.assign(size_t(trainable_elems_), 0.0f);
+  v_.assign(size_t(trainable_elems_), 0.0f);
+  grad_.assign(size_t(trainable_elems_), 0.0f);
+  constants_.assign(size_t(constant_elems), 0.0f);
+}
+
+float *HostStore::values(int q) {
+  if (slot_[q] >= 0)
+    return master_.data() + slot_[q];
+  if (constant_[q] >= 0)
+    return constants_.data() + constant_[q];
+  return nullptr;
+}
+
+const float *HostStore::values(int q) const {
+  return const_cast<HostStore *>(this)->values(q);
+}
+
+void HostStore::pack(int u, void *staging, host::ThreadPool *pool) const {
+  const UnitDesc &unit = p_.units[u];
+  for (int i = 0; i < unit.num_params; ++i) {
+    const ParamDesc &d = p_.params[unit.params[i]];
+    const int src_param = d.tie >= 0 ? d.tie : unit.params[i];
+    const float *src = values(src_param);
+    const int64_t offset = unit.offsets[i];
+    const bool transposed = d.tie >= 0 && d.tie_transposed;
+    // This param is (rows, cols); a transposed tie's primary is (cols, rows).
+    const int64_t rows = transposed ? d.shape[0] : 1;
+    const int64_t cols = transposed ? d.shape[1] : d.numel;
+    auto element = [&](int64_t k) {
+      return transposed ? src[(k % cols) * rows + k / cols] : src[k];
+    };
+    if (format_ == StorageFormat::Bf16) {
+      uint16_t *dst = static_cast<uint16_t *>(staging) + offset;
+      parallel(pool, d.numel, kGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t k = lo; k < hi; ++k)
+          dst[k] = bf16_bits(element(k));
+      });
+      continue;
+    }
+    float *dst = static_cast<float *>(staging) + offset;
+    const bool round = format_ == StorageFormat::F32RoundedBf16;
+    parallel(pool, d.numel, kGrain, [&](int64_t lo, int64_t hi) {
+      if (transposed)
+        for (int64_t k = lo; k < hi; ++k)
+          dst[k] = element(k);
+      else
+        std::memcpy(dst + lo, src + lo, size_t(hi - lo) * sizeof(float));
+      if (round)
+        cpu::round_to_bf16(dst + lo, hi - lo);
+    });
+  }
+}
+
+void HostStore::accumulate(int u, const float *grads, host::ThreadPool *pool) {
+  const UnitDesc &unit = p_.units[u];
+  for (int i = 0; i < unit.num_params; ++i) {
+    const ParamDesc &d = p_.params[unit.params[i]];
+    const int primary = d.tie >= 0 ? d.tie : unit.params[i];
+    if (d.frozen || !trainable(primary))
+      continue;
+    float *acc = grad(primary);
+    const float *g = grads + unit.offsets[i];
+    if (d.tie >= 0 && d.tie_transposed) {
+      // g is (rows, cols); the accumulator (cols, rows). Parts own
+      // accumulator rows, so no two threads add into one element.
+      const int64_t rows = d.shape[0], cols = d.shape[1];
+      parallel(pool, cols, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, rows)),
+               [&](int64_t lo, int64_t hi) {
+                 for (int64_t c = lo; c < hi; ++c)
+                   for (int64_t r = 0; r < rows; ++r)
+                     acc[c * rows + r] += g[r * cols + c];
+               });
+    } else {
+      parallel(pool, d.numel, kGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t k = lo; k < hi; ++k)
+          acc[k] += g[k];
+      });
+    }
+  }
+}
+
+double HostStore::compute_grad_norm(host::ThreadPool *pool) {
+  std::vector<host::GradSpan> spans;
+  for (int u = 0; u < p_.num_units; ++u)
+    for (const Run &r : runs_[u])
+      spans.push_back({grad_.data() + r.begin, r.n});
+  grad_norm_ = std::sqrt(host::grad_sum_squares(
+      spans.data(), spans.size(), pool_for(pool, trainable_elems_)));
+  return grad_norm_;
+}
+
+double HostStore::clip_scale(double norm) const {
+  if (config_.clip_grad <= 0)
+    return 1.0;
+  return std::min(1.0, config_.clip_grad / (norm + 1e-6));
+}
+
+void HostStore::schedule_update(int64_t step_count, double lr) {
+  hyper_.lr = lr;
+  hyper_.beta1 = config_.beta1;
+  hyper_.beta2 = config_.beta2;
+  hyper_.eps = config_.eps;
+  hyper_.weight_decay = config_.weight_decay;
+  hyper_.step = step_count;
+  grad_scale_ = static_cast<float>(clip_scale(grad_norm_));
+  for (int u = 0; u < p_.num_units; ++u)
+    pending_[u] = !runs_[u].empty();
+}
+
+bool HostStore::any_pending() const {
+  return std::any_of(pending_.begin(), pending_.end(),
+                     [](char c) { return c != 0; });
+}
+
+void HostStore::adamw(int u, host::ThreadPool *pool) {
+  if (!pending_[u])
+    return;
+  for (const Run &r : runs_[u]) {
+    host::AdamWHyper h = hyper_;
+    if (!r.decay)
+      h.weight_decay = 0.0;
+    host::adamw_update(master_.data() + r.begin, m_.data() + r.begin,
+                       v_.data() + r.begin, grad_.data() + r.begin, r.n, h,
+                       grad_scale_, pool_for(pool, r.n));
+    float *g = grad_.data() + r.begin;
+    parallel(pool, r.n, kGrain, [&](int64_t lo, int64_t hi) {
+      std::memset(g + lo, 0, size_t(hi - lo) * sizeof(float));
+    });
+  }
+  pending_[u] = 0;
+}
+
+void HostStore::flush(host::ThreadPool *pool) {
+  for (int u = 0; u < p_.num_units; ++u)
+    adamw(u, pool);
+}
+
+void HostStore::zero_grads() { std::fill(grad_.begin(), grad_.end(), 0.0f); }
+
+int64_t HostStore::bytes() const {
+  return int64_t(sizeof(float)) *
+         int64_t(master_.size() + m_.size() + v_.size() + grad_.size() +
+                 constants_.size());
+}
+
+} // namespace mtrt

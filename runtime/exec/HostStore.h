@@ -1,0 +1,116 @@
+//===- HostStore.h - model state in host RAM ---------------------*- C++ -*-===//
+//
+// Per trainable param (untied, not frozen: a "primary"): the fp32 master
+// weights, Adam's m and v and an fp32 gradient accumulator, each laid out
+// contiguously per owner unit, so a unit's optimizer step is a few long
+// sweeps. Frozen params (tables) keep their constant data here; tied params
+// have nothing of their own and read and write their primary.
+//
+// The optimizer step is deferred: after step t, schedule_update() makes the
+// update of step t's accumulated gradients pending, and the schedule's
+// AdamW(u), placed right before Pack(u) at the start of step t+1, applies it
+// to unit u's owned params (so it overlaps the previous unit's compute) and
+// zeroes their accumulators. flush() applies whatever is still pending
+// (before a checkpoint, an export, the end of training).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MEGATRAIN_RUNTIME_EXEC_HOSTSTORE_H
+#define MEGATRAIN_RUNTIME_EXEC_HOSTSTORE_H
+
+#include "runtime/exec/Backend.h"
+#include "runtime/exec/Program.h"
+#include "runtime/host/AdamW.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mtrt {
+
+namespace host {
+class ThreadPool;
+}
+
+struct OptimizerConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1; // only on params of rank >= 2
+  double clip_grad = 1.0;    // max global grad norm; 0 disables clipping
+};
+
+class HostStore {
+public:
+  HostStore(const Program &p, StorageFormat format,
+            const OptimizerConfig &config);
+
+  const Program &program() const { return p_; }
+  const OptimizerConfig &config() const { return config_; }
+  /// Has master weights, moments and an accumulator: untied, not frozen.
+  bool trainable(int param) const { return slot_[param] >= 0; }
+  /// A trainable param's master weights or a frozen param's constant data;
+  /// null for a tied param.
+  float *values(int param);
+  const float *values(int param) const;
+  float *adam_m(int param) { return m_.data() + slot_[param]; }
+  float *adam_v(int param) { return v_.data() + slot_[param]; }
+  const float *adam_m(int param) const { return m_.data() + slot_[param]; }
+  const float *adam_v(int param) const { return v_.data() + slot_[param]; }
+  float *grad(int param) { return grad_.data() + slot_[param]; }
+  const float *grad(int param) const { return grad_.data() + slot_[param]; }
+
+  // ---- the host tasks of a step ----------------------------------------
+  /// Writes the unit's params in packing order into `staging` at their
+  /// offsets, in the storage format (a transposed tie reads its primary
+  /// transposed).
+  void pack(int unit, void *staging, host::ThreadPool *pool) const;
+  /// Adds the unit's landed f32 gradients (laid out as the unit's region)
+  /// into their primaries' accumulators.
+  void accumulate(int unit, const float *grads, host::ThreadPool *pool);
+  /// sqrt of the sum of squares of every accumulator, in a fixed order;
+  /// remembered for the clip scale of the next schedule_update().
+  double compute_grad_norm(host::ThreadPool *pool);
+  double grad_norm() const { return grad_norm_; }
+  /// Makes the optimizer step `step_count` (from 1) of the accumulated
+  /// gradients pending for every unit, with learning rate lr and the clip
+  /// scale of the last computed norm.
+  void schedule_update(int64_t step_count, double lr);
+  bool pending(int unit) const { return pending_[unit]; }
+  bool any_pending() const;
+  /// Applies the pending step to the unit's owned params, if any is pending,
+  /// and zeroes their accumulators.
+  void adamw(int unit, host::ThreadPool *pool);
+  void flush(host::ThreadPool *pool);
+  void zero_grads();
+
+  /// The clip scale min(1, C / (norm + 1e-6)), or 1 when clipping is off.
+  double clip_scale(double norm) const;
+
+  int64_t trainable_params() const { return trainable_elems_; }
+  /// Everything this store allocates.
+  int64_t bytes() const;
+
+private:
+  /// A stretch of one unit's state updated with one AdamW call.
+  struct Run {
+    int64_t begin, n;
+    bool decay;
+  };
+
+  const Program &p_;
+  StorageFormat format_;
+  OptimizerConfig config_;
+  std::vector<int64_t> slot_;     // per param: offset in the arrays, or -1
+  std::vector<int64_t> constant_; // per param: offset in constants_, or -1
+  std::vector<std::vector<Run>> runs_; // per unit
+  int64_t trainable_elems_ = 0;
+  std::vector<float> master_, m_, v_, grad_, constants_;
+
+  double grad_norm_ = 0.0;
+  std::vector<char> pending_; // per unit
+  host::AdamWHyper hyper_;
+  float grad_scale_ = 1.0f;
+};
+
+} // namespace mtrt
+
+#endif // MEGATRAIN_RUNTIME_EXEC_HOSTSTORE_H

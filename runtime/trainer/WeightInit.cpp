@@ -1,0 +1,125 @@
+//===- WeightInit.cpp - the initial weights of a run ----------------------===//
+
+#include "runtime/trainer/WeightInit.h"
+
+#include "runtime/exec/Error.h"
+#include "runtime/exec/HostStore.h"
+#include "runtime/trainer/AtomicFile.h"
+#include "runtime/trainer/Safetensors.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+namespace mtrt {
+
+namespace {
+
+std::vector<int64_t> shape_of(const ParamDesc &d) {
+  return std::vector<int64_t>(d.shape, d.shape + d.rank);
+}
+
+uint64_t splitmix64(uint64_t &state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in (0, 1]: never 0, so the log below is finite.
+double uniform(uint64_t &state) {
+  return (double(splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+// Box-Muller: portable, unlike std::normal_distribution, whose output
+// differs between standard libraries.
+void fill_normal(float *x, int64_t n, double stddev, uint64_t seed) {
+  uint64_t state = seed;
+  constexpr double kTwoPi = 6.283185307179586;
+  for (int64_t i = 0; i < n; i += 2) {
+    double r = std::sqrt(-2.0 * std::log(uniform(state)));
+    double a = kTwoPi * uniform(state);
+    x[i] = float(stddev * r * std::cos(a));
+    if (i + 1 < n)
+      x[i + 1] = float(stddev * r * std::sin(a));
+  }
+}
+
+void load_param(const SafetensorsReader &file, HostStore &store, int q) {
+  const ParamDesc &d = store.program().params[q];
+  if (!file.find(d.name))
+    fail("the weights have no tensor '", d.name, "' (", file.path(),
+         "); --init random starts from random weights instead");
+  file.read_f32(d.name, shape_of(d), store.values(q));
+}
+
+} // namespace
+
+float default_fill(const char *name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
+  bool zero = n.find("bias") != std::string::npos ||
+              n.find("beta") != std::string::npos ||
+              (n.size() >= 2 && n.compare(n.size() - 2, 2, ".b") == 0);
+  return zero ? 0.0f : 1.0f;
+}
+
+void init_from_file(HostStore &store, const std::string &path) {
+  if (!file_exists(path))
+    fail("no initial weights at ", path,
+         " (--init onnx reads the weights codegen wrote from the ONNX "
+         "initializers; pass --weights F, or --init random)");
+  SafetensorsReader file(path);
+  const Program &p = store.program();
+  for (int q = 0; q < p.num_params; ++q)
+    if (p.params[q].tie < 0)
+      load_param(file, store, q);
+}
+
+void init_random(HostStore &store, uint64_t seed, const std::string &path) {
+  const Program &p = store.program();
+  bool frozen = false;
+  for (int q = 0; q < p.num_params; ++q) {
+    const ParamDesc &d = p.params[q];
+    if (d.tie >= 0)
+      continue;
+    if (d.frozen) {
+      frozen = true;
+      continue;
+    }
+    ParamInit how = d.init;
+    if (how == ParamInit::Auto)
+      how = d.rank >= 2 ? ParamInit::Normal
+                        : (default_fill(d.name) == 0.0f ? ParamInit::Zeros
+                                                        : ParamInit::Ones);
+    float *x = store.values(q);
+    if (how == ParamInit::Normal)
+      fill_normal(x, d.numel, 0.02,
+                  seed * 0x9e3779b97f4a7c15ull + uint64_t(q) * 0xd1b54a32d192ed03ull);
+    else
+      std::fill(x, x + d.numel, how == ParamInit::Ones ? 1.0f : 0.0f);
+  }
+  if (frozen)
+    init_frozen(store, path);
+}
+
+void init_frozen(HostStore &store, const std::string &path) {
+  const Program &p = store.program();
+  bool any = false;
+  for (int q = 0; q < p.num_params; ++q)
+    any |= p.params[q].tie < 0 && p.params[q].frozen;
+  if (!any)
+    return;
+  if (!file_exists(path))
+    fail("the frozen tables of this model (rope tables and the like) need ",
+         path, " even with --init random or --resume (pass --weights F)");
+  SafetensorsReader file(path);
+  for (int q = 0; q < p.num_params; ++q)
+    if (p.params[q].tie < 0 && p.params[q].frozen)
+      load_param(file, store, q);
+}
+
+} // namespace mtrt

@@ -1,0 +1,129 @@
+"""What a user of the generated trainer relies on: --stress and --resume
+give bitwise the same training, and bad input ends in one `error:` line
+naming the culprit, a non-zero exit, and nothing lost."""
+import os
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+
+import numpy as np
+
+from tests.e2e.harness import Workdir, read_jsonl
+
+
+class TrainerContract(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Workdir()
+        cls.data = cls.w.corpus()
+        onnx = cls.w.export("tiny-llama")
+        cls.plan, _ = cls.w.compile(onnx, "llama", "--batch", "2", "--seq-len", "16",
+                                    "--micro-batches", "2")
+        other = cls.w.export("tiny-gpt2")
+        cls.other_plan, _ = cls.w.compile(other, "gpt2", "--batch", "2", "--seq-len", "16")
+
+    def train(self, *flags, check=True, plan=None):
+        return self.w.train(plan or self.plan, "--data", self.data, *flags, check=check)
+
+    def assertBadInput(self, result, *fragments):
+        self.assertNotEqual(result.returncode, 0, result.stderr)
+        lines = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+        self.assertTrue(lines, f"no error: line in {result.stderr!r}")
+        for f in fragments:
+            self.assertIn(f, lines[0])
+
+    def test_stress_is_bitwise_equal(self):
+        w = self.w
+        self.train("--steps", "4", "--log-jsonl", w("plain.jsonl"), "--export", w("plain.st"))
+        self.train("--steps", "4", "--stress", "--seed", "7",
+                   "--log-jsonl", w("stress.jsonl"), "--export", w("stress.st"))
+        losses = lambda f: [r["loss"] for r in read_jsonl(w(f))]
+        self.assertEqual(losses("plain.jsonl"), losses("stress.jsonl"))
+        with open(w("plain.st"), "rb") as a, open(w("stress.st"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_resume_is_bitwise_equal(self):
+        w = self.w
+        flags = ["--lr-schedule", "constant", "--lr", "1e-3"]
+        self.train("--steps", "6", *flags, "--export", w("whole.st"),
+                   "--log-jsonl", w("whole.jsonl"))
+        shutil.rmtree(w("ck"), ignore_errors=True)
+        self.train("--steps", "3", *flags, "--checkpoint-dir", w("ck"))
+        self.train("--steps", "6", *flags, "--resume", w("ck"), "--export", w("resumed.st"),
+                   "--log-jsonl", w("resumed.jsonl"))
+        with open(w("whole.st"), "rb") as a, open(w("resumed.st"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        whole = [r["loss"] for r in read_jsonl(w("whole.jsonl"))][3:]
+        self.assertEqual(whole, [r["loss"] for r in read_jsonl(w("resumed.jsonl"))])
+
+    def test_token_file_not_whole_ids(self):
+        path = self.w("odd.u32")
+        with open(path, "wb") as f:
+            f.write(b"\x01\x00\x00\x00" * 100 + b"\x01\x02")
+        r = self.w.train(self.plan, "--data", path, "--steps", "1", check=False)
+        self.assertBadInput(r, path, "multiple of 4")
+
+    def test_token_id_beyond_vocab(self):
+        path = self.w("big.u32")
+        ids = np.arange(200, dtype="<u4") % 256
+        ids[77] = 300
+        ids.tofile(path)
+        r = self.w.train(self.plan, "--data", path, "--steps", "1", check=False)
+        self.assertBadInput(r, path, "300")
+
+    def test_missing_token_file(self):
+        r = self.w.train(self.plan, "--data", self.w("absent.u32"), "--steps", "1", check=False)
+        self.assertBadInput(r, "absent.u32")
+
+    def test_checkpoint_of_another_model(self):
+        w = self.w
+        shutil.rmtree(w("gpt2ck"), ignore_errors=True)
+        self.train("--steps", "1", "--checkpoint-dir", w("gpt2ck"), plan=self.other_plan)
+        r = self.train("--steps", "2", "--resume", w("gpt2ck"), check=False)
+        self.assertBadInput(r, "gpt2ck")
+
+    def test_missing_checkpoint(self):
+        r = self.train("--steps", "2", "--resume", self.w("nowhere"), check=False)
+        self.assertBadInput(r, "nowhere")
+
+    def test_corrupt_checkpoint(self):
+        w = self.w
+        shutil.rmtree(w("bad"), ignore_errors=True)
+        self.train("--steps", "1", "--checkpoint-dir", w("bad"))
+        step = os.path.join(w("bad"), sorted(d for d in os.listdir(w("bad")) if d.startswith("step-"))[-1])
+        state = os.path.join(step, "state.safetensors")
+        with open(state, "r+b") as f:
+            f.seek(os.path.getsize(state) // 2)
+            f.write(b"\xff" * 64)
+        r = self.train("--steps", "2", "--resume", w("bad"), check=False)
+        self.assertBadInput(r, "state.safetensors")
+
+    def test_kill_during_checkpoints_keeps_one_loadable(self):
+        w = self.w
+        shutil.rmtree(w("killed"), ignore_errors=True)
+        flags = ["--lr-schedule", "constant"]
+        cmd = [os.path.join(self.plan, "trainer"), "--data", self.data, "--steps", "100000",
+               "--checkpoint-dir", w("killed"), "--checkpoint-every", "1", *flags]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(w("killed"), "latest")) and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.37)  # somewhere in the middle of writing one
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        # Resuming continues from whichever checkpoint was complete; train
+        # one step past it.
+        with open(os.path.join(w("killed"), "latest")) as f:
+            latest = f.read().strip()
+        done = int(latest.rsplit("-", 1)[-1])
+        r = self.train("--steps", str(done + 1), "--resume", w("killed"), *flags,
+                       "--log-jsonl", w("after.jsonl"), check=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        records = read_jsonl(w("after.jsonl"))
+        self.assertTrue(records and all(np.isfinite(x["loss"]) for x in records))
+
+
+if __name__ == "__main__":
+    unittest.main()

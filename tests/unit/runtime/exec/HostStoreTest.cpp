@@ -1,0 +1,182 @@
+//===- HostStoreTest.cpp - packing, accumulation and the deferred AdamW ---===//
+
+#include "ToyProgram.h"
+#include "ToyRun.h"
+
+#include "runtime/exec/HostStore.h"
+#include "runtime/host/ThreadPool.h"
+#include "runtime/kernels/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+using namespace mtrt;
+using namespace mtrt::toy;
+
+namespace {
+
+// The toy's unit u3 packs head.weight (D, V) = embed.weight (V, D)
+// transposed at 0, head.bias at 96 and the frozen scale at 112.
+TEST(HostStoreTest, PackTransposesATiedParamAndCopiesConstants) {
+  ToyProgram toy(2);
+  HostStore store(toy.program(), StorageFormat::F32, OptimizerConfig{});
+  load_toy_weights(store, 3);
+  std::vector<float> staging(128, -7.0f);
+  host::ThreadPool pool(2);
+  store.pack(3, staging.data(), &pool);
+  const float *E = store.values(kEmbed);
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t v = 0; v < V; ++v)
+      ASSERT_EQ(staging[d * V + v], E[v * D + d]) << d << "," << v;
+  for (int64_t v = 0; v < V; ++v)
+    EXPECT_EQ(staging[96 + v], store.values(kHeadB)[v]);
+  for (int64_t d = 0; d < D; ++d)
+    EXPECT_EQ(staging[112 + d], store.values(kScale)[d]);
+  EXPECT_EQ(staging[95], -7.0f); // padding is left alone
+}
+
+TEST(HostStoreTest, PackRoundsToBf16InBf16Modes) {
+  ToyProgram toy(2);
+  HostStore rounded(toy.program(), StorageFormat::F32RoundedBf16, {});
+  HostStore bf16(toy.program(), StorageFormat::Bf16, {});
+  load_toy_weights(rounded, 3);
+  load_toy_weights(bf16, 3);
+  std::vector<float> a(128);
+  std::vector<uint16_t> b(128);
+  rounded.pack(1, a.data(), nullptr);
+  bf16.pack(1, b.data(), nullptr);
+  std::vector<float> want(rounded.values(kW0), rounded.values(kW0) + D * D);
+  cpu::round_to_bf16(want.data(), int64_t(want.size()));
+  for (int64_t i = 0; i < D * D; ++i) {
+    EXPECT_EQ(a[i], want[i]);
+    uint32_t bits;
+    std::memcpy(&bits, &want[i], 4);
+    EXPECT_EQ(b[i], uint16_t(bits >> 16));
+  }
+}
+
+TEST(HostStoreTest, AccumulateAddsTransposedTieIntoItsPrimary) {
+  ToyProgram toy(2);
+  HostStore store(toy.program(), StorageFormat::F32, {});
+  std::vector<float> g0(128), g3(128);
+  for (int i = 0; i < 128; ++i) {
+    g0[i] = float(i) * 0.5f;
+    g3[i] = float(i) * 0.25f + 1.0f;
+  }
+  host::ThreadPool pool(3);
+  store.accumulate(0, g0.data(), &pool);
+  store.accumulate(3, g3.data(), &pool);
+  store.accumulate(3, g3.data(), nullptr);
+  const float *acc = store.grad(kEmbed);
+  for (int64_t v = 0; v < V; ++v)
+    for (int64_t d = 0; d < D; ++d)
+      ASSERT_EQ(acc[v * D + d], g0[v * D + d] + g3[d * V + v] + g3[d * V + v]);
+  for (int64_t v = 0; v < V; ++v)
+    EXPECT_EQ(store.grad(kHeadB)[v], 2 * g3[96 + v]);
+}
+
+// torch.optim.AdamW's update in float, in AdamW.h's order, for one param.
+void reference_adamw(std::vector<float> &p, std::vector<float> &m,
+                     std::vector<float> &v, const std::vector<float> &g,
+                     double lr, double wd, int64_t k, float scale,
+                     const OptimizerConfig &c) {
+  const float decay = float(1.0 - lr * wd);
+  const float b1 = float(c.beta1), b2 = float(c.beta2);
+  const float omb1 = float(1.0 - c.beta1), omb2 = float(1.0 - c.beta2);
+  const float bc2 = float(std::sqrt(1.0 - std::pow(c.beta2, double(k))));
+  const float step = float(-lr / (1.0 - std::pow(c.beta1, double(k))));
+  for (size_t i = 0; i < p.size(); ++i) {
+    float gi = g[i] * scale;
+    p[i] = p[i] * decay;
+    m[i] = m[i] * b1 + omb1 * gi;
+    v[i] = v[i] * b2 + (omb2 * gi) * gi;
+    p[i] = p[i] + (step * m[i]) / (std::sqrt(v[i]) / bc2 + float(c.eps));
+  }
+}
+
+TEST(HostStoreTest, DeferredAdamWEqualsAnImmediateScalarReference) {
+  ToyProgram toy(2);
+  const Program &p = toy.program();
+  OptimizerConfig c;
+  c.clip_grad = 0.05; // small enough to clip
+  HostStore store(p, StorageFormat::F32, c);
+  load_toy_weights(store, 5);
+  host::ThreadPool pool(2);
+
+  const int trainable[] = {kEmbed, kW0, kB0, kW1, kB1, kHeadB, kGain};
+  std::vector<std::vector<float>> P(kNumParams), M(kNumParams), Vv(kNumParams);
+  for (int q : trainable) {
+    P[q].assign(store.values(q), store.values(q) + p.params[q].numel);
+    M[q].assign(P[q].size(), 0.0f);
+    Vv[q].assign(P[q].size(), 0.0f);
+  }
+  const double lrs[] = {1e-2, 5e-3, 2e-3};
+  for (int step = 0; step < 3; ++step) {
+    // This step's gradients: AdamW of the previous step must have zeroed the
+    // accumulators (checked), then they are filled again.
+    std::vector<std::vector<float>> G(kNumParams);
+    double sq = 0;
+    for (int q : trainable) {
+      G[q].resize(P[q].size());
+      for (size_t i = 0; i < G[q].size(); ++i) {
+        G[q][i] = float(std::sin(double(i * 7 + q * 13 + step * 5)));
+        sq += double(G[q][i]) * G[q][i];
+        ASSERT_EQ(store.grad(q)[i], 0.0f);
+        store.grad(q)[i] = G[q][i];
+      }
+    }
+    double norm = store.compute_grad_norm(&pool);
+    EXPECT_NEAR(norm, std::sqrt(sq), 1e-9 * std::sqrt(sq));
+    float scale = float(std::min(1.0, c.clip_grad / (norm + 1e-6)));
+    EXPECT_LT(scale, 1.0f);
+    store.schedule_update(step + 1, lrs[step]);
+    for (int q : trainable)
+      reference_adamw(P[q], M[q], Vv[q], G[q], lrs[step],
+                      p.params[q].rank >= 2 ? c.weight_decay : 0.0, step + 1,
+                      scale, c);
+    // Deferred: nothing moves until the unit's AdamW runs.
+    EXPECT_TRUE(store.pending(0));
+    EXPECT_NE(store.values(kW0)[0], P[kW0][0]);
+    for (int u = 0; u < 4; ++u)
+      store.adamw(u, &pool);
+    store.adamw(1, &pool); // a second call is a no-op
+    EXPECT_FALSE(store.any_pending());
+    for (int q : trainable)
+      for (size_t i = 0; i < P[q].size(); ++i) {
+        ASSERT_FLOAT_EQ(store.values(q)[i], P[q][i]) << p.params[q].name;
+        ASSERT_FLOAT_EQ(store.adam_m(q)[i], M[q][i]);
+        ASSERT_FLOAT_EQ(store.adam_v(q)[i], Vv[q][i]);
+      }
+  }
+}
+
+TEST(HostStoreTest, DecayOnlyOnRankTwoAndAbove) {
+  ToyProgram toy(2);
+  OptimizerConfig c;
+  c.weight_decay = 0.5;
+  HostStore store(toy.program(), StorageFormat::F32, c);
+  load_toy_weights(store, 5);
+  float w = store.values(kW0)[3], b = store.values(kB0)[3];
+  store.compute_grad_norm(nullptr); // all zero
+  store.schedule_update(1, 0.1);
+  store.flush(nullptr);
+  EXPECT_FLOAT_EQ(store.values(kW0)[3], w * float(1.0 - 0.1 * 0.5));
+  EXPECT_EQ(store.values(kB0)[3], b);
+}
+
+TEST(HostStoreTest, ClipScale) {
+  ToyProgram toy(1);
+  OptimizerConfig c;
+  c.clip_grad = 1.0;
+  HostStore store(toy.program(), StorageFormat::F32, c);
+  EXPECT_EQ(store.clip_scale(0.5), 1.0);
+  EXPECT_DOUBLE_EQ(store.clip_scale(4.0), 1.0 / (4.0 + 1e-6));
+  c.clip_grad = 0;
+  HostStore off(toy.program(), StorageFormat::F32, c);
+  EXPECT_EQ(off.clip_scale(1e9), 1.0);
+}
+
+} // namespace
