@@ -28,6 +28,11 @@ void buildTrainingPipeline(mlir::OpPassManager &pm,
   pm.addPass(createPlanMemory({options.gpuMemLimit}));
   // An independent proof that the events order every conflict.
   pm.addPass(createVerifySchedule());
+  // The predicted step time and link-bound fraction that inspect reports.
+  SimulateOptions simulate;
+  simulate.preset = options.preset;
+  simulate.tracePath = options.tracePath;
+  pm.addPass(createSimulate(simulate));
 }
 
 } // namespace mt

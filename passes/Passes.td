@@ -126,4 +126,41 @@ def VerifySchedule : Pass<"mt-verify-schedule", "mlir::ModuleOp"> {
   }];
 }
 
+def Simulate : Pass<"mt-simulate", "mlir::ModuleOp"> {
+  let summary = "Predicts step time, stream occupancy and model TFLOPS";
+  let description = [{
+    Replays the schedule on a cost model of the machine (link bandwidth each
+    way, device FLOP/s with an efficiency curve by GEMM size, host optimizer
+    bandwidth, launch overhead) and attaches the prediction to the schedule;
+    optionally writes the per-stream timeline as Chrome trace JSON.
+
+    The replay runs four consecutive steps (each stream in order, a wait
+    released by the latest record of its event issued before it, across
+    steps) and reports the last step, the steady state, as
+    `prediction = {preset, step_s, tokens_per_s, model_tflops,
+    compute_busy_fraction, h2d_busy_fraction, d2h_busy_fraction,
+    host_busy_fraction, link_bound_fraction, suggested_micro_batches}` on
+    mt.schedule. Every preset number can be overridden; docs/schedule.md
+    gives the model and the presets' sources.
+  }];
+  let options = [
+    Option<"preset", "preset", "std::string", "\"h200-pcie5\"",
+           "hardware preset: h200-pcie5, gh200, a100-pcie4, rtx3090-pcie4">,
+    Option<"h2dGBps", "h2d-gbps", "double", "0", "host-to-device GB/s (0: preset)">,
+    Option<"d2hGBps", "d2h-gbps", "double", "0", "device-to-host GB/s (0: preset)">,
+    Option<"deviceTflops", "device-tflops", "double", "0",
+           "peak dense bf16 TFLOP/s (0: preset)">,
+    Option<"hbmGBps", "hbm-gbps", "double", "0",
+           "device memory GB/s for memory-bound kernels (0: preset)">,
+    Option<"hostGBps", "host-gbps", "double", "0",
+           "host memory GB/s for the optimizer and packing (0: preset)">,
+    Option<"launchUs", "launch-us", "double", "-1",
+           "kernel launch overhead in microseconds (-1: preset)">,
+    Option<"copyLatencyUs", "copy-latency-us", "double", "-1",
+           "fixed latency of each h2d/d2h copy in microseconds (-1: preset)">,
+    Option<"tracePath", "trace", "std::string", "\"\"",
+           "write the predicted timeline as Chrome trace JSON here">,
+  ];
+}
+
 #endif // MT_PASSES_TD

@@ -64,7 +64,12 @@ struct PlanMemoryPass : public mt::impl::PlanMemoryBase<PlanMemoryPass> {
     std::map<std::string, int64_t> next;     // dtype -> next free element
     std::map<std::string, int64_t> byKind;   // kind -> bytes
     int64_t total = 0, perMicroBatch = 0;
-    int64_t M = step->getAttrOfType<IntegerAttr>("micro_batches").getInt();
+    auto mbAttr = step->getAttrOfType<IntegerAttr>("micro_batches");
+    if (!mbAttr) {
+      step.emitOpError("needs a micro_batches attribute (set by mt-schedule)");
+      return signalPassFailure();
+    }
+    int64_t M = mbAttr.getInt();
     for (BufferOp buf : module.getOps<BufferOp>()) {
       if (buf.getSpace() != "device")
         continue;

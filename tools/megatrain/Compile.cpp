@@ -173,7 +173,8 @@ int runCompile(const std::vector<std::string> &args) {
     return mlir::success();
   });
   mlir::PassManager pm(&ctx);
-  if (!dumpAfter.empty())
+  if (!dumpAfter.empty()) {
+    ctx.disableMultithreading(); // IR printing needs one thread
     pm.enableIRPrinting(
         [](mlir::Pass *, mlir::Operation *) { return false; },
         [dumpAfter](mlir::Pass *p, mlir::Operation *) {
@@ -181,6 +182,7 @@ int runCompile(const std::vector<std::string> &args) {
         },
         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
         /*printAfterOnlyOnFailure=*/false, llvm::outs());
+  }
   buildTrainingPipeline(pm, pipeline);
   if (mlir::failed(pm.run(module)))
     onnx_import::fail("{}", diagnostics.empty() ? "the pass pipeline failed"

@@ -122,7 +122,8 @@ int runInspect(const std::vector<std::string> &args) {
                         "{0:F0}% of the step",
                         100 * link);
     if (double m = number(*pred, "suggested_micro_batches"); m > 0)
-      os << llvm::formatv("; --micro-batches {0} would hide the link", m);
+      os << llvm::formatv("; --micro-batches {0} would hide it",
+                          static_cast<int64_t>(m));
     os << "\n";
   } else {
     os << "the link is hidden behind compute\n";

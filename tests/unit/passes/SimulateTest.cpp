@@ -33,7 +33,8 @@ struct Prediction {
 
 Prediction predictionOf(ModuleOp module) {
   Prediction p;
-  auto dict = test::scheduleOf(module)->getAttrOfType<DictionaryAttr>("prediction");
+  auto dict =
+      test::scheduleOf(module)->getAttrOfType<DictionaryAttr>("prediction");
   EXPECT_TRUE(dict);
   if (!dict)
     return p;
@@ -164,9 +165,10 @@ TEST_F(SimulateTest, ComputeBoundStepIsSumOfLaunches) {
   o.launchUs = 1;
   ASSERT_EQ(simulate(o), "");
   int64_t primitives = 0;
-  for (LaunchOp l : test::scheduleOf(*module).getBody().front().getOps<LaunchOp>()) {
-    auto t = SymbolTable::lookupNearestSymbolFrom<TemplateOp>(*module,
-                                                             l.getCalleeAttr());
+  for (LaunchOp l :
+       test::scheduleOf(*module).getBody().front().getOps<LaunchOp>()) {
+    auto t = SymbolTable::lookupNearestSymbolFrom<TemplateOp>(
+        *module, l.getCalleeAttr());
     primitives += llvm::range_size(t.getBlock().getOperations()) - 1; // yield
   }
   Prediction p = predictionOf(*module);
@@ -239,7 +241,8 @@ TEST_F(SimulateTest, SuggestsMicroBatchesThatHideTheLink) {
 
 TEST_F(SimulateTest, EveryPresetPredicts) {
   compile(2, 2);
-  for (const char *name : {"h200-pcie5", "gh200", "a100-pcie4", "rtx3090-pcie4"}) {
+  for (const char *name :
+       {"h200-pcie5", "gh200", "a100-pcie4", "rtx3090-pcie4"}) {
     SimulateOptions o;
     o.preset = name;
     ASSERT_EQ(simulate(o), "") << name;
@@ -265,7 +268,8 @@ TEST_F(SimulateTest, UnknownPresetNamesItAndListsPresets) {
   o.preset = "tpu-v9";
   std::string diag = simulate(o);
   EXPECT_NE(diag.find("unknown preset 'tpu-v9'"), std::string::npos) << diag;
-  for (const char *name : {"h200-pcie5", "gh200", "a100-pcie4", "rtx3090-pcie4"})
+  for (const char *name :
+       {"h200-pcie5", "gh200", "a100-pcie4", "rtx3090-pcie4"})
     EXPECT_NE(diag.find(name), std::string::npos) << diag;
 }
 
@@ -289,7 +293,8 @@ TEST_F(SimulateTest, WritesChromeTrace) {
   ASSERT_EQ(simulate(o), "");
   auto buffer = llvm::MemoryBuffer::getFile(path);
   ASSERT_TRUE(buffer);
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse((*buffer)->getBuffer());
+  llvm::Expected<llvm::json::Value> json =
+      llvm::json::parse((*buffer)->getBuffer());
   llvm::sys::fs::remove(path);
   ASSERT_TRUE(bool(json)) << llvm::toString(json.takeError());
   const llvm::json::Array *events =

@@ -54,8 +54,9 @@ module {
          ") layer(" + l + ") params(@l" + l + ".ln, @l" + l +
          ".wq) : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>\n";
   }
-  s += "    %lg = mt.apply @head(%h" + std::to_string(layers) +
-       R"mlir() params(@norm, @head.w) : (tensor<2x16x64xf32>) -> tensor<2x16x256xf32>
+  s +=
+      "    %lg = mt.apply @head(%h" + std::to_string(layers) +
+      R"mlir() params(@norm, @head.w) : (tensor<2x16x64xf32>) -> tensor<2x16x256xf32>
     %loss = mt.cross_entropy %lg, %targets : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<f32>
     mt.return %loss : tensor<f32>
   }
@@ -81,9 +82,10 @@ private:
 
 /// Parses `text` and runs the training pipeline; null (with `error` set)
 /// when either fails.
-inline mlir::OwningOpRef<mlir::ModuleOp>
-compile(mlir::MLIRContext &ctx, const std::string &text,
-        const PipelineOptions &options, std::string *error = nullptr) {
+inline mlir::OwningOpRef<mlir::ModuleOp> compile(mlir::MLIRContext &ctx,
+                                                 const std::string &text,
+                                                 const PipelineOptions &options,
+                                                 std::string *error = nullptr) {
   ctx.loadDialect<MtDialect>();
   Diagnostics diags(ctx);
   mlir::OwningOpRef<mlir::ModuleOp> m =

@@ -84,9 +84,9 @@ void mutateEveryEvent(int64_t M, int64_t slots) {
   for (size_t i = 0; i < numCommands; ++i) {
     if (!isEvent(commandAt(*module, i)))
       continue;
-    for (auto [name, mutate] : {std::pair<const char *, Mutation>{
-                                    "removed", removeCommand},
-                                {"moved", moveAcrossNeighbour}}) {
+    for (auto [name, mutate] :
+         {std::pair<const char *, Mutation>{"removed", removeCommand},
+          {"moved", moveAcrossNeighbour}}) {
       OwningOpRef<ModuleOp> mutant = module->clone();
       Operation *op = commandAt(*mutant, i);
       std::string text = describeCommand(op);
@@ -106,10 +106,9 @@ void mutateEveryEvent(int64_t M, int64_t slots) {
     }
   }
   llvm::outs() << "M=" << M << " slots=" << slots << ": schedule of "
-               << numCommands << " commands: " << mutants
-               << " mutants, " << caught << " caught, " << missed.size()
-               << " missed, " << notApplicable
-               << " moves with nothing to move past\n";
+               << numCommands << " commands: " << mutants << " mutants, "
+               << caught << " caught, " << missed.size() << " missed, "
+               << notApplicable << " moves with nothing to move past\n";
   for (const std::string &m : missed)
     llvm::outs() << "  not caught: " << m << "\n";
   llvm::outs().flush();

@@ -1,0 +1,472 @@
+//===- Simulate.cpp - predicted step time on a cost model -----------------===//
+//
+// Replays mt.schedule for four consecutive steps on a model of the machine
+// and reports the last one, the steady state. Each stream runs its commands
+// in order; a wait holds its stream until the latest record of its event
+// issued before it (in issue order, across steps) has run; a record runs
+// when its stream reaches it. With no resource shared between streams, one
+// pass over the commands in issue order computes every start time exactly.
+//
+// Costs (docs/schedule.md has the details and the presets' sources):
+//   launch       Σ over the template's ops of
+//                max(FLOPs / (peak · eff), bytes / HBM) + launch overhead
+//   h2d / d2h    bytes / link GB/s + a fixed latency (weights bf16: 2 B per
+//                packed element; gradients f32: 4 B)
+//   pack         6 B per packed element (read f32 master, write bf16)
+//   accumulate   12 B per element (read landed, read and write accumulator)
+//   adamw        28 B per owned trained param; grad_norm 4 B per trained param
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "ir/MtOps.h"
+#include "passes/Accesses.h"
+#include "passes/ModelInfo.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <array>
+#include <cmath>
+
+namespace mt {
+#define GEN_PASS_DEF_SIMULATE
+#include "passes/Passes.h.inc"
+} // namespace mt
+
+using namespace mlir;
+using namespace mt;
+
+namespace {
+
+/// What the cost model knows about a machine. Bandwidths in bytes/s,
+/// compute in FLOP/s, times in seconds.
+struct Machine {
+  const char *name;
+  double h2d, d2h, flops, hbm, host, launch, copyLatency;
+};
+
+constexpr double G = 1e9, T = 1e12, us = 1e-6;
+
+// Sources: docs/schedule.md. Link numbers are practical DMA rates, FLOP/s
+// measured dense bf16 where we have it, host rates what a tuned multi-
+// threaded AdamW sustains (below the DRAM's peak).
+const Machine kPresets[] = {
+    {"h200-pcie5", 50 * G, 50 * G, 790 * T, 4800 * G, 200 * G, 5 * us, 10 * us},
+    {"gh200", 350 * G, 300 * G, 750 * T, 4000 * G, 400 * G, 5 * us, 10 * us},
+    {"a100-pcie4", 25 * G, 25 * G, 250 * T, 1900 * G, 100 * G, 5 * us, 10 * us},
+    {"rtx3090-pcie4", 24 * G, 24 * G, 71 * T, 900 * G, 50 * G, 5 * us, 10 * us},
+};
+
+// GEMM efficiency: cuBLAS reaches ~75% of dense peak on large bf16 GEMMs and
+// falls off when any dim is small (tiles go unfilled, too few waves).
+constexpr double kGemmEffMax = 0.75;
+constexpr double kGemmKnee = 512;
+constexpr int kSteps = 4;
+// Above this the compute stream is called link-bound (as inspect does).
+constexpr double kLinkBoundThreshold = 0.05;
+
+double gemmEfficiency(double m, double n, double k) {
+  return kGemmEffMax * (1 - std::exp(-std::min({m, n, k}) / kGemmKnee));
+}
+
+int64_t numel(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t ? t.getNumElements() : 0;
+}
+
+/// Seconds one primitive takes on the device.
+double opSeconds(Operation *op, const Machine &m) {
+  double flops = 0, eff = 1;
+  if (auto l = dyn_cast<LinearOp>(op)) {
+    auto x = cast<RankedTensorType>(l.getX().getType());
+    double k = x.getShape().back(), rows = x.getNumElements() / k;
+    double n = cast<RankedTensorType>(l.getY().getType()).getShape().back();
+    flops = 2 * rows * k * n;
+    eff = gemmEfficiency(rows, n, k);
+  } else if (auto g = dyn_cast<LinearGradOp>(op)) {
+    auto x = cast<RankedTensorType>(g.getX().getType());
+    double k = x.getShape().back(), rows = x.getNumElements() / k;
+    double n = cast<RankedTensorType>(g.getDy().getType()).getShape().back();
+    flops = 4 * rows * k * n; // dx and dw
+    eff = gemmEfficiency(rows, n, k);
+  } else if (isa<AttentionOp, AttentionGradOp>(op)) {
+    // q is [B, H, S, D]: causal, so half of QKᵀ and PV's 4·B·H·S²·D.
+    Value q = op->getOperand(isa<AttentionOp>(op) ? 0 : 1);
+    auto shape = cast<RankedTensorType>(q.getType()).getShape();
+    double s = shape[2], d = shape[3], bh = shape[0] * shape[1];
+    flops = 2 * bh * s * s * d * (isa<AttentionGradOp>(op) ? 2.5 : 1.0);
+    // A fused (flash) kernel tiles over the sequence, not the head dim.
+    eff = gemmEfficiency(s, s, s);
+  }
+  double elems = 0;
+  for (Value v : op->getOperands())
+    elems += numel(v);
+  for (Value v : op->getResults())
+    elems += numel(v);
+  double seconds = 2 * elems / m.hbm; // bf16 activations and weights
+  if (flops > 0)
+    seconds = std::max(seconds, flops / (m.flops * eff));
+  return seconds + m.launch;
+}
+
+double templateSeconds(TemplateOp t, const Machine &m) {
+  double s = 0;
+  for (Operation &op : t.getBlock())
+    if (!isa<YieldOp>(op))
+      s += opSeconds(&op, m);
+  return s;
+}
+
+int64_t bytesPer(StringRef dtype) { return dtype == "storage" ? 2 : 4; }
+
+// Params the optimizer updates: not frozen, a tied one counted once.
+double trainedParams(ModuleOp module) {
+  double n = 0;
+  for (ParamOp p : module.getOps<ParamOp>())
+    if (!p.getTie() && !p.getFrozen())
+      n += p.getTensorType().getNumElements();
+  return n;
+}
+
+/// One command of the body with its cost.
+struct Command {
+  Operation *op;
+  int stream;
+  double seconds = 0;
+  bool isWait = false, isRecord = false;
+  StringRef event;
+  bool waitsForParams = false; // a compute wait on a param_ready event
+  StringRef unit; // the unit a launch runs, a copy moves or a host task serves
+  std::string label;
+};
+
+struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
+  using SimulateBase::SimulateBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    const Machine *base = nullptr;
+    for (const Machine &p : kPresets)
+      if (preset == p.name)
+        base = &p;
+    if (!base) {
+      std::string names;
+      for (const Machine &p : kPresets)
+        names += (names.empty() ? "" : ", ") + std::string(p.name);
+      module.emitError("mt-simulate: unknown preset '")
+          << preset << "' (presets: " << names << ")";
+      return signalPassFailure();
+    }
+    Machine m = *base;
+    auto replace = [](double &field, double value, double scale) {
+      if (value > 0)
+        field = value * scale;
+    };
+    replace(m.h2d, h2dGBps, G);
+    replace(m.d2h, d2hGBps, G);
+    replace(m.flops, deviceTflops, T);
+    replace(m.hbm, hbmGBps, G);
+    replace(m.host, hostGBps, G);
+    if (launchUs >= 0)
+      m.launch = launchUs * us;
+    if (copyLatencyUs >= 0)
+      m.copyLatency = copyLatencyUs * us;
+
+    auto schedules = llvm::to_vector(module.getOps<ScheduleOp>());
+    if (schedules.size() != 1) {
+      module.emitError("mt-simulate needs one mt.schedule: run the pipeline "
+                       "through mt-insert-events first");
+      return signalPassFailure();
+    }
+    ScheduleOp step = schedules[0];
+    SymbolTable symbols(module);
+    FailureOr<std::vector<Command>> commands = costCommands(step, symbols, m);
+    if (failed(commands))
+      return signalPassFailure();
+    replay(module, step, *commands, symbols);
+  }
+
+  // Each command of the body with its duration (waits and records: 0).
+  FailureOr<std::vector<Command>>
+  costCommands(ScheduleOp step, SymbolTable &symbols, const Machine &m) {
+    llvm::StringMap<double> templates;
+    llvm::StringMap<UnitOp> unitIn; // the unit whose data a buffer holds
+    auto unitElems = [&](StringRef buffer) -> std::optional<double> {
+      auto it = unitIn.find(buffer);
+      if (it == unitIn.end() || !it->second.getElems())
+        return std::nullopt;
+      return double(*it->second.getElems());
+    };
+    auto bufferBytes = [&](StringRef name) {
+      auto b = symbols.lookup<BufferOp>(name);
+      return b ? double(b.getElems() * bytesPer(b.getDtype())) : 0.0;
+    };
+    auto unitOf = [&](StringRef name) { return symbols.lookup<UnitOp>(name); };
+    double trained = trainedParams(getOperation());
+
+    std::vector<Command> out;
+    for (Operation &op : step.getBody().front()) {
+      Command c{&op, static_cast<int>(streamOf(&op))};
+      if (auto r = dyn_cast<RecordOp>(op)) {
+        c.isRecord = true;
+        c.event = r.getEvent();
+        c.label = ("record @" + r.getEvent()).str();
+      } else if (auto w = dyn_cast<WaitOp>(op)) {
+        c.isWait = true;
+        c.event = w.getEvent();
+        auto ev = symbols.lookup<EventOp>(w.getEvent());
+        c.waitsForParams = streamOf(&op) == StreamId::Compute && ev &&
+                           ev.getKind() == "param_ready";
+        c.label = ("wait @" + w.getEvent()).str();
+      } else if (auto l = dyn_cast<LaunchOp>(op)) {
+        auto it = templates.find(l.getCallee());
+        if (it == templates.end()) {
+          auto t = symbols.lookup<TemplateOp>(l.getCallee());
+          if (!t)
+            return l.emitError("mt-simulate: launches unknown template @")
+                   << l.getCallee();
+          it = templates.insert({l.getCallee(), templateSeconds(t, m)}).first;
+        }
+        c.seconds = it->second;
+        c.unit = l.getUnit();
+        if (auto g = l.getGradsAttr())
+          unitIn[g.getValue()] = unitOf(l.getUnit());
+        c.label = llvm::formatv("{0} {1} mb {2}", l.getCallee(), l.getUnit(),
+                                l.getMb())
+                      .str();
+      } else if (auto p = dyn_cast<PackOp>(op)) {
+        UnitOp u = unitOf(p.getUnit());
+        unitIn[p.getInto()] = u;
+        c.unit = p.getUnit();
+        c.seconds = 6.0 * (u && u.getElems() ? *u.getElems() : 0) / m.host;
+        c.label = ("pack @" + p.getUnit()).str();
+      } else if (auto h = dyn_cast<H2DOp>(op)) {
+        std::optional<double> elems = unitElems(h.getFrom());
+        if (elems) {
+          unitIn[h.getInto()] = unitIn[h.getFrom()];
+          c.unit = unitIn[h.getFrom()].getSymName();
+        }
+        double bytes = elems ? 2 * *elems : bufferBytes(h.getFrom());
+        c.seconds = bytes / m.h2d + m.copyLatency;
+        c.label = ("h2d @" + h.getFrom() + " -> @" + h.getInto()).str();
+      } else if (auto d = dyn_cast<D2HOp>(op)) {
+        std::optional<double> elems = unitElems(d.getFrom());
+        if (elems) {
+          unitIn[d.getInto()] = unitIn[d.getFrom()];
+          c.unit = unitIn[d.getFrom()].getSymName();
+        }
+        double bytes = elems ? 4 * *elems : bufferBytes(d.getFrom());
+        c.seconds = bytes / m.d2h + m.copyLatency;
+        c.label = ("d2h @" + d.getFrom() + " -> @" + d.getInto()).str();
+      } else if (auto a = dyn_cast<AccumulateOp>(op)) {
+        UnitOp u = unitOf(a.getUnit());
+        c.seconds = 12.0 * (u && u.getElems() ? *u.getElems() : 0) / m.host;
+        c.unit = a.getUnit();
+        c.label = ("accumulate @" + a.getUnit()).str();
+      } else if (auto a = dyn_cast<AdamWOp>(op)) {
+        c.seconds = 28.0 * ownedTrained(unitOf(a.getUnit()), symbols) / m.host;
+        c.unit = a.getUnit();
+        c.label = ("adamw @" + a.getUnit()).str();
+      } else if (isa<GradNormOp>(op)) {
+        c.seconds = 4.0 * trained / m.host;
+        c.label = "grad_norm";
+      } else if (auto lb = dyn_cast<LoadBatchOp>(op)) {
+        c.seconds = bufferBytes(lb.getInto()) / m.host;
+        c.label = "load_batch";
+      } else {
+        return op.emitError("mt-simulate: no cost for this command");
+      }
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  // Params a unit updates: the trained ones it owns.
+  static double ownedTrained(UnitOp u, SymbolTable &symbols) {
+    if (!u)
+      return 0;
+    ArrayAttr refs = u.getOwnsAttr() ? u.getOwnsAttr() : u.getParams();
+    double n = 0;
+    for (Attribute ref : refs) {
+      auto p = symbols.lookup<ParamOp>(cast<FlatSymbolRefAttr>(ref).getValue());
+      if (p && !p.getFrozen() && !p.getTie())
+        n += p.getTensorType().getNumElements();
+    }
+    return n;
+  }
+
+  void replay(ModuleOp module, ScheduleOp step,
+              const std::vector<Command> &commands, SymbolTable &symbols) {
+    std::array<double, kNumStreams> ready{}, busy{};
+    llvm::StringMap<double> recorded; // event -> time of its latest record
+    std::array<double, kSteps> stepEnd{};
+    double paramStall = 0;
+    llvm::json::Array trace;
+    bool tracing = !tracePath.empty();
+    for (int s = 0; s < kNumStreams; ++s)
+      trace.push_back(llvm::json::Object{
+          {"ph", "M"},
+          {"pid", 0},
+          {"tid", s},
+          {"name", "thread_name"},
+          {"args", llvm::json::Object{{"name", streamName(StreamId(s))}}}});
+    auto emit = [&](const Command &c, double start, double dur, int k,
+                    StringRef cat) {
+      if (tracing && dur > 0)
+        trace.push_back(
+            llvm::json::Object{{"ph", "X"},
+                               {"pid", 0},
+                               {"tid", c.stream},
+                               {"cat", cat},
+                               {"name", c.label},
+                               {"ts", start / us},
+                               {"dur", dur / us},
+                               {"args", llvm::json::Object{{"step", k}}}});
+    };
+    for (int k = 0; k < kSteps; ++k) {
+      bool last = k + 1 == kSteps;
+      if (last)
+        busy = {};
+      for (const Command &c : commands) {
+        double &t = ready[c.stream];
+        if (c.isRecord) {
+          recorded[c.event] = t;
+        } else if (c.isWait) {
+          auto it = recorded.find(c.event);
+          if (it != recorded.end() && it->second > t) {
+            emit(c, t, it->second - t, k, "wait");
+            if (last && c.waitsForParams)
+              paramStall += it->second - t;
+            t = it->second;
+          }
+        } else {
+          emit(c, t, c.seconds, k, "run");
+          t += c.seconds;
+          busy[c.stream] += c.seconds;
+        }
+      }
+      stepEnd[k] = *std::max_element(ready.begin(), ready.end());
+    }
+    double stepS = stepEnd[kSteps - 1] - stepEnd[kSteps - 2];
+
+    // Tokens per step: M micro-batches of the model's [B, S] token input.
+    int64_t M = step->getAttrOfType<IntegerAttr>("micro_batches")
+                    ? step->getAttrOfType<IntegerAttr>("micro_batches").getInt()
+                    : 1;
+    double tokens = 0;
+    for (ModelOp model : module.getOps<ModelOp>())
+      tokens = double(M) * elementsOf(model.getFunctionType().getInput(0));
+    // Without the model (a hand-written schedule): the token buffer holds
+    // ids and targets of every micro-batch.
+    if (auto ids = symbols.lookup<BufferOp>("tokens"); ids && tokens == 0)
+      tokens = ids.getElems() / 2.0;
+    double trained = trainedParams(module);
+    auto fraction = [&](double x) {
+      return stepS > 0 ? std::min(1.0, x / stepS) : 0.0;
+    };
+    double link = fraction(paramStall);
+
+    Builder b(module.getContext());
+    auto f = [&](double x) { return b.getF64FloatAttr(x); };
+    SmallVector<NamedAttribute> pred = {
+        b.getNamedAttr("preset", b.getStringAttr(preset)),
+        b.getNamedAttr("step_s", f(stepS)),
+        b.getNamedAttr("tokens_per_s", f(stepS > 0 ? tokens / stepS : 0)),
+        b.getNamedAttr("model_tflops",
+                       f(stepS > 0 ? 6 * trained * tokens / stepS / T : 0)),
+        b.getNamedAttr("compute_busy_fraction",
+                       f(fraction(busy[int(StreamId::Compute)]))),
+        b.getNamedAttr("h2d_busy_fraction",
+                       f(fraction(busy[int(StreamId::H2D)]))),
+        b.getNamedAttr("d2h_busy_fraction",
+                       f(fraction(busy[int(StreamId::D2H)]))),
+        b.getNamedAttr("host_busy_fraction",
+                       f(fraction(busy[int(StreamId::Host)]))),
+        b.getNamedAttr("link_bound_fraction", f(link)),
+        b.getNamedAttr(
+            "suggested_micro_batches",
+            b.getI64IntegerAttr(link > kLinkBoundThreshold
+                                    ? suggestMicroBatches(commands, M, symbols)
+                                    : 0)),
+    };
+    step->setAttr("prediction", b.getDictionaryAttr(pred));
+
+    if (tracing) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(tracePath, ec, llvm::sys::fs::OF_Text);
+      if (ec) {
+        module.emitError("mt-simulate: cannot write the trace '")
+            << tracePath << "': " << ec.message();
+        return signalPassFailure();
+      }
+      os << llvm::json::Value(llvm::json::Object{
+                {"traceEvents", std::move(trace)}, {"displayTimeUnit", "ms"}})
+         << "\n";
+    }
+  }
+
+  // The smallest M at which, for every unit, each stream's share of a visit
+  // fits under the visit's compute (M micro-batches): the h2d fetch, the
+  // host work that feeds it (AdamW and pack before the forward visit; pack
+  // and accumulate around the backward one) and the gradient drain. Layers
+  // decide it when the model has any: a lone embedding or head fetch is a
+  // bubble no M removes. 0 when the current M already suffices (the stall
+  // is elsewhere) or when no reasonable M does.
+  static int64_t suggestMicroBatches(const std::vector<Command> &commands,
+                                     int64_t M, SymbolTable &symbols) {
+    struct PerUnit {
+      double fwd = 0, bwd = 0;         // compute per micro-batch
+      double fetch = 0, drain = 0;     // one copy each way
+      double hostFwd = 0, hostBwd = 0; // host work feeding each visit
+      int packs = 0;
+    };
+    llvm::StringMap<PerUnit> units;
+    for (const Command &c : commands)
+      if (auto l = dyn_cast<LaunchOp>(c.op); l && l.getMb() == 0)
+        (l.getDirection() == "fwd" ? units[c.unit].fwd : units[c.unit].bwd) +=
+            c.seconds;
+    for (const Command &c : commands) {
+      if (c.unit.empty())
+        continue;
+      PerUnit &u = units[c.unit];
+      // The first pack (and the AdamW before it) feeds the forward visit
+      // when there is one.
+      bool forForward = u.fwd > 0 && u.packs == 0;
+      if (isa<H2DOp>(c.op))
+        u.fetch = std::max(u.fetch, c.seconds);
+      else if (isa<D2HOp>(c.op))
+        u.drain = std::max(u.drain, c.seconds);
+      else if (isa<AdamWOp, PackOp>(c.op))
+        (forForward ? u.hostFwd : u.hostBwd) += c.seconds;
+      else if (isa<AccumulateOp>(c.op))
+        u.hostBwd += c.seconds;
+      u.packs += isa<PackOp>(c.op);
+    }
+    auto isLayer = [&](StringRef name) {
+      auto u = symbols.lookup<UnitOp>(name);
+      return u && u.getKind() == "layer";
+    };
+    bool anyLayer = llvm::any_of(units.keys(), isLayer);
+    double need = 0;
+    for (auto &e : units) {
+      if (anyLayer && !isLayer(e.getKey()))
+        continue;
+      const PerUnit &u = e.getValue();
+      for (auto [work, compute] :
+           {std::pair{u.fetch, u.fwd}, std::pair{u.hostFwd, u.fwd},
+            std::pair{u.fetch, u.bwd}, std::pair{u.hostBwd, u.bwd},
+            std::pair{u.drain, u.bwd}})
+        if (work > 0 && compute > 0) // a head has no forward visit
+          need = std::max(need, work / compute);
+    }
+    int64_t suggested = static_cast<int64_t>(std::ceil(need - 1e-9));
+    return suggested > M && suggested <= 4096 ? suggested : 0;
+  }
+};
+
+} // namespace
