@@ -33,8 +33,11 @@ void fuseIdioms(Graph &g) {
     step(g);
     g.removeDeadNodes();
   }
+  // The first unexplained node computing an activation, in graph order:
+  // usually where an idiom broke. (Constants it reads are not the culprit.)
   for (auto &node : g.nodes())
-    if (!node->isPrimitive())
+    if (!node->isPrimitive() && !node->outputs.empty() &&
+        isActivation(node->out()))
       fail("{} computes '{}' at run time, and no supported idiom explains "
            "it (see docs/importer.md for the supported forms)",
            node->describe(), node->out()->name);

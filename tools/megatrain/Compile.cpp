@@ -78,6 +78,8 @@ std::string modelNameOf(const std::string &path) {
 }
 
 // The initial weights: every param with data, tied ones under their primary.
+// A structure-only model has data only for its frozen tables; its trainer
+// then needs --init random.
 void writeInitialWeights(mlir::ModuleOp module,
                          const onnx_import::ImportedModel &model,
                          const std::string &path) {
@@ -87,7 +89,7 @@ void writeInitialWeights(mlir::ModuleOp module,
       continue;
     auto it = model.paramData.find(p.getSymName().str());
     if (it == model.paramData.end())
-      return; // a structure-only model: the trainer needs --init random
+      continue;
     onnx_import::ConstPtr data = it->second;
     auto shape = p.getTensorType().getShape();
     entries.push_back({p.getSymName().str(), {shape.begin(), shape.end()},
