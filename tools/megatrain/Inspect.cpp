@@ -72,7 +72,7 @@ int runInspect(const std::vector<std::string> &args) {
   os << llvm::formatv("model {0}: {1:F3}B trained params, {2} micro-batch(es) "
                       "per step\n\n",
                       plan->getString("model").value_or("?"), trained / 1e9,
-                      number(*plan, "micro_batches"));
+                      static_cast<int64_t>(number(*plan, "micro_batches")));
   os << llvm::formatv("{0,-6} {1,-10} {2,-12} {3,14} {4,14}\n", "unit", "kind",
                       "applies", "params", "bf16 bytes");
   for (const json::Value &u : *plan->getArray("units")) {
@@ -116,11 +116,23 @@ int runInspect(const std::vector<std::string> &args) {
                       number(*pred, "step_s"), number(*pred, "tokens_per_s"),
                       number(*pred, "model_tflops"),
                       100 * number(*pred, "compute_busy_fraction"));
+  os << llvm::formatv("streams busy: h2d {0:F0}%, compute {1:F0}%, d2h {2:F0}%, "
+                      "host {3:F0}%\n",
+                      100 * number(*pred, "h2d_busy_fraction"),
+                      100 * number(*pred, "compute_busy_fraction"),
+                      100 * number(*pred, "d2h_busy_fraction"),
+                      100 * number(*pred, "host_busy_fraction"));
   double link = number(*pred, "link_bound_fraction");
   if (link > 0.05) {
-    os << llvm::formatv("the plan is link-bound: the GPU waits for weights "
-                        "{0:F0}% of the step",
-                        100 * link);
+    // Weights arrive late because the link is slow, or because the host
+    // packs them (and runs the optimizer) slower than compute consumes them.
+    bool hostBound = number(*pred, "host_busy_fraction") >
+                     number(*pred, "h2d_busy_fraction");
+    os << llvm::formatv("the GPU waits for weights {0:F0}% of the step: the "
+                        "plan is {1}",
+                        100 * link,
+                        hostBound ? "host-bound (packing and the optimizer)"
+                                  : "link-bound");
     if (double m = number(*pred, "suggested_micro_batches"); m > 0)
       os << llvm::formatv("; --micro-batches {0} would hide it",
                           static_cast<int64_t>(m));
