@@ -2,8 +2,13 @@
 #ifndef MT_PASSES_HAPPENSBEFORE_H
 #define MT_PASSES_HAPPENSBEFORE_H
 
-#include "mlir/IR/Block.h"
+#include "passes/Accesses.h"
 
+#include "mlir/IR/Block.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <array>
 #include <optional>
 
 namespace mt {
@@ -19,10 +24,45 @@ struct Race {
   int stepsApart;
 };
 
-/// Replays the schedule body for two consecutive steps with vector clocks
-/// (a stream runs its commands in order; a wait joins the clock of the
-/// latest record of its event issued before it) and returns the first race,
-/// in issue order, or nothing.
+/// Vector clocks over the streams, fed commands in issue order: a stream
+/// runs its commands in order, and a wait joins the clock of the latest
+/// record of its event issued before it.
+class HappensBefore {
+public:
+  using Clock = std::array<int64_t, kNumStreams>;
+
+  /// Advances op's stream and applies op if it is a record or a wait.
+  void issue(mlir::Operation *op, int step);
+  /// The first access of the last issued op that races an earlier one.
+  std::optional<Race> race() const;
+  /// Orders the last issued op after `earlier`, as a record right after
+  /// `earlier` and a wait right before the op would.
+  void orderAfter(mlir::Operation *earlier);
+  /// Records the last issued op's accesses.
+  void commit();
+
+private:
+  struct Stamp {
+    mlir::Operation *op = nullptr;
+    int stream = 0;
+    int64_t tick = 0;
+    int step = 0;
+  };
+  struct BufferState {
+    std::optional<Stamp> lastWrite;
+    std::array<std::optional<Stamp>, kNumStreams> readsSinceWrite;
+  };
+  bool ordered(const Stamp &prior) const;
+
+  std::array<Clock, kNumStreams> clock_{};
+  llvm::StringMap<Clock> events_;
+  llvm::StringMap<BufferState> buffers_;
+  llvm::DenseMap<mlir::Operation *, Clock> after_; // clock right after each op
+  Stamp current_;
+};
+
+/// Replays the schedule body for two consecutive steps and returns the
+/// first race, in issue order, or nothing.
 std::optional<Race> findRace(mlir::Block &body);
 
 } // namespace mt

@@ -27,6 +27,11 @@ StringRef readyKind(StringRef kind) {
   return "param_ready";
 }
 
+// One pass over two consecutive steps: at each race, a record goes right
+// after the earlier command and a wait right before the later one, and the
+// analysis continues with that edge in place. The inserted ops of the first
+// step are seen as they are in the second; mt-verify-schedule then checks
+// the result from scratch.
 struct InsertEventsPass : public mt::impl::InsertEventsBase<InsertEventsPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -38,42 +43,56 @@ struct InsertEventsPass : public mt::impl::InsertEventsBase<InsertEventsPass> {
     Block &body = schedules[0].getBody().front();
     SymbolTable symbols(module);
     OpBuilder declare(schedules[0]);
-    int64_t budget = 4 * static_cast<int64_t>(body.getOperations().size()) + 64;
-    while (std::optional<Race> race = findRace(body)) {
-      if (--budget < 0) {
-        race->later->emitError("mt-insert-events: could not order this "
-                               "command after ")
-            << describeCommand(race->earlier);
-        return signalPassFailure();
+    HappensBefore hb;
+    for (int step = 0; step < 2; ++step) {
+      // The body grows while we walk it: iterate to the current last op.
+      for (Operation *op = &body.front(); op; op = op->getNextNode()) {
+        hb.issue(op, step);
+        while (std::optional<Race> race = hb.race()) {
+          if (failed(order(*race, symbols, declare, schedules[0])))
+            return signalPassFailure();
+          hb.orderAfter(race->earlier);
+        }
+        hb.commit();
       }
-      auto buffer = symbols.lookup<BufferOp>(race->buffer);
-      if (!buffer) {
-        race->later->emitError("touches undeclared buffer @") << race->buffer;
-        return signalPassFailure();
-      }
-      // "ready" after a write the later command reads or overwrites after;
-      // "free" after a read the later command overwrites.
-      bool ready = race->earlierWrites && !race->laterWrites;
-      std::string name =
-          (race->buffer + (race->earlierWrites && !race->laterWrites ? ".ready"
-                           : race->earlierWrites ? ".written"
-                                                 : ".free"))
-              .str();
-      if (!symbols.lookup(name)) {
-        auto ev = declare.create<EventOp>(
-            schedules[0].getLoc(), name,
-            ready ? readyKind(buffer.getKind()) : StringRef("buffer_free"));
-        symbols.insert(ev);
-      }
-      auto ref = FlatSymbolRefAttr::get(module.getContext(), name);
-      OpBuilder b(race->earlier->getContext());
-      b.setInsertionPointAfter(race->earlier);
-      b.create<RecordOp>(race->earlier->getLoc(), ref,
-                         b.getStringAttr(streamName(streamOf(race->earlier))));
-      b.setInsertionPoint(race->later);
-      b.create<WaitOp>(race->later->getLoc(), ref,
-                       b.getStringAttr(streamName(streamOf(race->later))));
     }
+  }
+
+  LogicalResult order(const Race &race, SymbolTable &symbols,
+                      OpBuilder &declare, ScheduleOp step) {
+    auto buffer = symbols.lookup<BufferOp>(race.buffer);
+    if (!buffer)
+      return race.later->emitError("touches undeclared buffer @")
+             << race.buffer;
+    // "ready" after a write the later command reads; "written" before it
+    // overwrites; "free" after a read the later command overwrites.
+    bool ready = race.earlierWrites && !race.laterWrites;
+    std::string name = (race.buffer + (ready                ? ".ready"
+                                       : race.earlierWrites ? ".written"
+                                                            : ".free"))
+                           .str();
+    if (!symbols.lookup(name)) {
+      auto ev = declare.create<EventOp>(
+          step.getLoc(), name,
+          ready ? readyKind(buffer.getKind()) : StringRef("buffer_free"));
+      symbols.insert(ev);
+    }
+    auto ref = FlatSymbolRefAttr::get(step.getContext(), name);
+    OpBuilder b(race.earlier->getContext());
+    // One record after the earlier command serves every wait on it.
+    bool recorded = false;
+    for (Operation *next = race.earlier->getNextNode();
+         auto rec = dyn_cast_or_null<RecordOp>(next); next = next->getNextNode())
+      recorded |= rec.getEvent() == name;
+    if (!recorded) {
+      b.setInsertionPointAfter(race.earlier);
+      b.create<RecordOp>(race.earlier->getLoc(), ref,
+                         b.getStringAttr(streamName(streamOf(race.earlier))));
+    }
+    b.setInsertionPoint(race.later);
+    b.create<WaitOp>(race.later->getLoc(), ref,
+                     b.getStringAttr(streamName(streamOf(race.later))));
+    return success();
   }
 };
 
