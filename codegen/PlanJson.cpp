@@ -34,7 +34,6 @@ json::Object planJson(ModuleOp module, StringRef modelName,
   plan["frozen_params"] = frozen;
 
   json::Array units;
-  int64_t maxUnit = 0;
   for (UnitOp u : module.getOps<UnitOp>()) {
     int64_t params = 0;
     for (Attribute ref : u.getParams())
@@ -45,7 +44,6 @@ json::Object planJson(ModuleOp module, StringRef modelName,
     for (int64_t a : u.getApplies())
       applies.push_back(a);
     int64_t elems = u.getElems() ? *u.getElems() : 0;
-    maxUnit = std::max(maxUnit, elems);
     units.push_back(json::Object{{"name", u.getSymName()},
                                  {"kind", u.getKind()},
                                  {"applies", std::move(applies)},
@@ -82,12 +80,12 @@ json::Object planJson(ModuleOp module, StringRef modelName,
     }
   }
 
-  // Host: the store, plus staging: one packed unit per weight slot (bf16)
-  // and two f32 gradient landing slabs.
-  int64_t slots = 0;
+  // Host: the store, plus every host buffer of the schedule (staging and
+  // landing slabs, the batch), with bf16 storage.
+  int64_t staging = 0;
   for (BufferOp b : module.getOps<BufferOp>())
-    slots += b.getKind() == "weights";
-  int64_t staging = maxUnit * (2 * slots + 4 * 2);
+    if (b.getSpace() == "host")
+      staging += b.getElems() * (b.getDtype() == "storage" ? 2 : 4);
   json::Object host{{"store_bytes", kHostBytesPerParam * trained},
                     {"staging_bytes", staging}};
   if (trained > 0)

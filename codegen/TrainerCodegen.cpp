@@ -252,6 +252,7 @@ private:
       StringRef stream = op.getAttrOfType<StringAttr>("stream").getValue();
       std::string what;
       int a = -1, b = -1;
+      std::optional<ArrayRef<int64_t>> range;
       if (auto l = dyn_cast<LaunchOp>(op)) {
         what = "Launch";
         a = launchIndex_.lookup(l);
@@ -259,14 +260,17 @@ private:
         what = "Pack";
         a = unitIndex_.lookup(p.getUnit());
         b = buf(p.getInto());
+        range = p.getRange();
       } else if (auto c = dyn_cast<H2DOp>(op)) {
         what = "H2D";
         a = buf(c.getFrom());
         b = buf(c.getInto());
+        range = c.getRange();
       } else if (auto c = dyn_cast<D2HOp>(op)) {
         what = "D2H";
         a = buf(c.getFrom());
         b = buf(c.getInto());
+        range = c.getRange();
       } else if (auto lb = dyn_cast<LoadBatchOp>(op)) {
         what = "LoadBatch";
         b = buf(lb.getInto());
@@ -274,6 +278,7 @@ private:
         what = "Accumulate";
         a = unitIndex_.lookup(acc.getUnit());
         b = buf(acc.getFrom());
+        range = acc.getRange();
       } else if (isa<GradNormOp>(op)) {
         what = "GradNorm";
       } else if (auto w = dyn_cast<AdamWOp>(op)) {
@@ -286,8 +291,10 @@ private:
         what = "Wait";
         a = eventIndex_.lookup(w.getEvent());
       }
-      os_ << llvm::formatv("    {{mtrt::Op::{0}, mtrt::Stream::{1}, {2}, {3}},\n",
-                           what, streamEnum(stream), a, b);
+      int64_t begin = range ? (*range)[0] : 0, count = range ? (*range)[1] : -1;
+      os_ << llvm::formatv("    {{mtrt::Op::{0}, mtrt::Stream::{1}, {2}, {3}, "
+                           "{4}, {5}},\n",
+                           what, streamEnum(stream), a, b, begin, count);
       ++numCommands_;
     }
     os_ << "};\n\n";

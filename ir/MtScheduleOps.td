@@ -136,39 +136,47 @@ def Mt_PackOp : Mt_CommandOp<"pack"> {
   let summary = "host: packs a unit's master weights into a staging slab";
   let description = [{
     Converts the unit's fp32 master weights to the device's storage type
-    in the packed layout, ready for one DMA.
+    in the packed layout, ready for one DMA. With `range [begin, count]`,
+    only those elements of the unit's packed region, so that staging slabs
+    stay small however large a unit is.
 
     ```mlir
-    mt.pack @u3 into @stage0 on "host"
+    mt.pack @u3 range [0, 8388608] into @stage.0 on "host"
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$unit, FlatSymbolRefAttr:$into,
-                       StrAttr:$stream);
-  let assemblyFormat = "$unit `into` $into `on` $stream attr-dict";
+                       StrAttr:$stream, OptionalAttr<DenseI64ArrayAttr>:$range);
+  let assemblyFormat = "$unit (`range` $range^)? `into` $into `on` $stream attr-dict";
 }
 
 def Mt_H2DOp : Mt_CommandOp<"h2d"> {
   let summary = "copies a host buffer to a device buffer";
   let description = [{
+    With `range [begin, count]`, copies `count` elements from the start of
+    `from` to element `begin` of `into` (one chunk of a unit).
+
     ```mlir
-    mt.h2d @stage0 into @slot1 on "h2d"
+    mt.h2d @stage.0 into @wslot.1 range [8388608, 8388608] on "h2d"
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$from, FlatSymbolRefAttr:$into,
-                       StrAttr:$stream);
-  let assemblyFormat = "$from `into` $into `on` $stream attr-dict";
+                       StrAttr:$stream, OptionalAttr<DenseI64ArrayAttr>:$range);
+  let assemblyFormat = "$from `into` $into (`range` $range^)? `on` $stream attr-dict";
 }
 
 def Mt_D2HOp : Mt_CommandOp<"d2h"> {
   let summary = "copies a device buffer to a host buffer";
   let description = [{
+    With `range [begin, count]`, copies elements begin .. begin+count-1 of
+    `from` to the start of `into`.
+
     ```mlir
-    mt.d2h @gslot0 into @gstage0 on "d2h"
+    mt.d2h @gslot.0 range [0, 8388608] into @gstage.0 on "d2h"
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$from, FlatSymbolRefAttr:$into,
-                       StrAttr:$stream);
-  let assemblyFormat = "$from `into` $into `on` $stream attr-dict";
+                       StrAttr:$stream, OptionalAttr<DenseI64ArrayAttr>:$range);
+  let assemblyFormat = "$from (`range` $range^)? `into` $into `on` $stream attr-dict";
 }
 
 def Mt_LoadBatchOp : Mt_CommandOp<"load_batch"> {
@@ -185,13 +193,16 @@ def Mt_LoadBatchOp : Mt_CommandOp<"load_batch"> {
 def Mt_AccumulateOp : Mt_CommandOp<"accumulate"> {
   let summary = "host: adds a unit's landed gradients into its gradient accumulators";
   let description = [{
+    With `range [begin, count]`, `from` holds elements begin ..
+    begin+count-1 of the unit's packed gradient region.
+
     ```mlir
-    mt.accumulate @gstage0 unit @u3 on "host"
+    mt.accumulate @gstage.0 unit @u3 range [0, 8388608] on "host"
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$from, FlatSymbolRefAttr:$unit,
-                       StrAttr:$stream);
-  let assemblyFormat = "$from `unit` $unit `on` $stream attr-dict";
+                       StrAttr:$stream, OptionalAttr<DenseI64ArrayAttr>:$range);
+  let assemblyFormat = "$from `unit` $unit (`range` $range^)? `on` $stream attr-dict";
 }
 
 def Mt_GradNormOp : Mt_CommandOp<"grad_norm"> {

@@ -19,6 +19,12 @@ LogicalResult checkStream(Operation *op, StringRef stream,
   return success();
 }
 
+LogicalResult checkRange(Operation *op, std::optional<ArrayRef<int64_t>> range) {
+  if (range && (range->size() != 2 || (*range)[0] < 0 || (*range)[1] <= 0))
+    return op->emitOpError("range must be [begin >= 0, count > 0]");
+  return success();
+}
+
 } // namespace
 
 LogicalResult UnitOp::verify() {
@@ -57,14 +63,24 @@ LogicalResult LaunchOp::verify() {
   return checkStream(*this, getStream(), "compute");
 }
 
-LogicalResult PackOp::verify() { return checkStream(*this, getStream(), "host"); }
-LogicalResult H2DOp::verify() { return checkStream(*this, getStream(), "h2d"); }
-LogicalResult D2HOp::verify() { return checkStream(*this, getStream(), "d2h"); }
+LogicalResult PackOp::verify() {
+  return failure(failed(checkStream(*this, getStream(), "host")) ||
+                 failed(checkRange(*this, getRange())));
+}
+LogicalResult H2DOp::verify() {
+  return failure(failed(checkStream(*this, getStream(), "h2d")) ||
+                 failed(checkRange(*this, getRange())));
+}
+LogicalResult D2HOp::verify() {
+  return failure(failed(checkStream(*this, getStream(), "d2h")) ||
+                 failed(checkRange(*this, getRange())));
+}
 LogicalResult LoadBatchOp::verify() {
   return checkStream(*this, getStream(), "host");
 }
 LogicalResult AccumulateOp::verify() {
-  return checkStream(*this, getStream(), "host");
+  return failure(failed(checkStream(*this, getStream(), "host")) ||
+                 failed(checkRange(*this, getRange())));
 }
 LogicalResult GradNormOp::verify() {
   return checkStream(*this, getStream(), "host");

@@ -4,18 +4,21 @@
 // visit is a unit's run of launches in one direction):
 //
 //   load_batch; h2d batch -> tokens
-//   prefetch visits 0 .. N-2: [adamw u] pack u -> stage; h2d stage -> slot
+//   prefetch visits 0 .. N-2
 //   for each visit i:
-//     [adamw u'] pack u' (visit i+N-1); accumulate visit i-1's gradients;
-//     h2d stage -> slot (visit i+N-1)
-//     launches of visit i
-//     d2h gradient slot -> landing slab (backward visits); d2h loss (head)
-//   accumulate the last visit; grad_norm
+//     prefetch visit i+N-1: [adamw u] then, chunk by chunk,
+//                           pack u -> staging slab; h2d slab -> weight slot
+//     drain visit i-1:      chunk by chunk, d2h gradient slot -> landing
+//                           slab; accumulate slab into u's gradients
+//     launches of visit i   (then d2h of the losses, for the head)
+//   drain the last visit; grad_norm
 //
 // so the host packs ahead of the h2d stream, which copies ahead of compute,
-// and gradients drain behind it. A unit's deferred optimizer update
-// (mt.adamw, applying the previous step's gradients) comes right before its
-// forward pack.
+// and gradients drain behind it. Units move in chunks of at most
+// `staging-elems` elements through rings of two staging and two landing
+// slabs: pinned host memory stays bounded however large a unit is. A unit's
+// deferred optimizer update (mt.adamw, applying the previous step's
+// gradients) comes right before its forward pack.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
@@ -88,23 +91,25 @@ struct InsertTransfersPass
       if (v.backward)
         v.gradSlot = numGrad++ % 2;
 
-    // Buffers: N weight slots and staging slabs, two gradient slots and
-    // landing slabs, the batch and the landed losses.
+    // Buffers: N weight slots, two gradient slots, rings of two staging
+    // and two landing slabs of one chunk each, the batch and the losses.
     Location loc = step.getLoc();
     OpBuilder b(step);
     auto tokens = symbols.lookup<BufferOp>("tokens");
     auto loss = symbols.lookup<BufferOp>("loss");
-    for (int64_t k = 0; k < slots; ++k) {
+    int64_t chunk = std::min<int64_t>(maxElems, stagingElems);
+    chunk = (chunk + 2047) / 2048 * 2048;
+    for (int64_t k = 0; k < slots; ++k)
       declareBuffer(b, loc, indexed("wslot", k), "device", "weights", maxElems,
                     "storage");
-      declareBuffer(b, loc, indexed("stage", k), "host", "staging", maxElems,
+    for (int k = 0; k < 2; ++k)
+      declareBuffer(b, loc, indexed("stage", k), "host", "staging", chunk,
                     "storage");
-    }
     for (int k = 0; k < std::min(numGrad, 2); ++k) {
       declareBuffer(b, loc, indexed("gslot", k), "device", "grads", maxElems,
                     "f32");
       declareBuffer(b, loc, indexed("gstage", k), "host", "grad_staging",
-                    maxElems, "f32");
+                    chunk, "f32");
     }
     declareBuffer(b, loc, "batch", "host", "batch", tokens.getElems(), "i32");
     declareBuffer(b, loc, "loss.host", "host", "loss_host", loss.getElems(),
@@ -114,39 +119,49 @@ struct InsertTransfersPass
     Block &body = step.getBody().front();
     b.setInsertionPointToEnd(&body);
     auto sym = [&](StringRef s) { return FlatSymbolRefAttr::get(b.getContext(), s); };
-    b.create<LoadBatchOp>(loc, sym("batch"), b.getStringAttr("host"));
-    b.create<H2DOp>(loc, sym("batch"), sym("tokens"), b.getStringAttr("h2d"));
-    auto fetch = [&](int64_t i) {
+    auto str = [&](StringRef s) { return b.getStringAttr(s); };
+    auto elemsOf = [&](StringRef unit) {
+      return static_cast<int64_t>(*symbols.lookup<UnitOp>(unit).getElems());
+    };
+    int64_t stagingUses = 0, landingUses = 0; // the rings' positions
+    b.create<LoadBatchOp>(loc, sym("batch"), str("host"));
+    b.create<H2DOp>(loc, sym("batch"), sym("tokens"), str("h2d"),
+                    DenseI64ArrayAttr());
+    auto prefetch = [&](int64_t i) {
       if (i >= static_cast<int64_t>(visits.size()))
         return;
       Visit &v = visits[i];
       // The deferred update of last step's gradients precedes the first
       // (forward) pack of the unit in this step.
       if (isFirstVisit(visits, i))
-        b.create<AdamWOp>(loc, sym(v.unit), b.getStringAttr("host"));
-      std::string stage = indexed("stage", i % slots);
-      b.create<PackOp>(loc, sym(v.unit), sym(stage), b.getStringAttr("host"));
+        b.create<AdamWOp>(loc, sym(v.unit), str("host"));
+      std::string slot = indexed("wslot", i % slots);
+      for (int64_t at = 0, n = elemsOf(v.unit); at < n; at += chunk) {
+        auto range = b.getDenseI64ArrayAttr({at, std::min(chunk, n - at)});
+        std::string stage = indexed("stage", stagingUses++ % 2);
+        b.create<PackOp>(loc, sym(v.unit), sym(stage), str("host"), range);
+        b.create<H2DOp>(loc, sym(stage), sym(slot), str("h2d"), range);
+      }
     };
-    auto copy = [&](int64_t i) {
-      if (i >= static_cast<int64_t>(visits.size()))
+    auto drain = [&](int64_t i) {
+      if (i < 0 || !visits[i].backward)
         return;
-      b.create<H2DOp>(loc, sym(indexed("stage", i % slots)),
-                      sym(indexed("wslot", i % slots)), b.getStringAttr("h2d"));
+      Visit &v = visits[i];
+      std::string gslot = indexed("gslot", v.gradSlot);
+      for (int64_t at = 0, n = elemsOf(v.unit); at < n; at += chunk) {
+        auto range = b.getDenseI64ArrayAttr({at, std::min(chunk, n - at)});
+        std::string landing = indexed("gstage", landingUses++ % 2);
+        b.create<D2HOp>(loc, sym(gslot), sym(landing), str("d2h"), range);
+        b.create<AccumulateOp>(loc, sym(landing), sym(v.unit), str("host"),
+                               range);
+      }
     };
-    auto drain = [&](int64_t i) { // host side of a backward visit's gradients
-      if (i >= 0 && visits[i].backward)
-        b.create<AccumulateOp>(loc, sym(indexed("gstage", visits[i].gradSlot)),
-                               sym(visits[i].unit), b.getStringAttr("host"));
-    };
-    for (int64_t i = 0; i + 1 < slots; ++i) {
-      fetch(i);
-      copy(i);
-    }
+    for (int64_t i = 0; i + 1 < slots; ++i)
+      prefetch(i);
     for (int64_t i = 0; i < static_cast<int64_t>(visits.size()); ++i) {
       Visit &v = visits[i];
-      fetch(i + slots - 1);
+      prefetch(i + slots - 1);
       drain(i - 1);
-      copy(i + slots - 1);
       for (auto [k, l] : llvm::enumerate(v.launches)) {
         l->moveBefore(&body, body.end());
         l.setWeightsAttr(sym(indexed("wslot", i % slots)));
@@ -156,18 +171,16 @@ struct InsertTransfersPass
         }
       }
       b.setInsertionPointToEnd(&body);
-      if (v.backward)
-        b.create<D2HOp>(loc, sym(indexed("gslot", v.gradSlot)),
-                        sym(indexed("gstage", v.gradSlot)), b.getStringAttr("d2h"));
       if (llvm::any_of(v.launches, [](LaunchOp l) {
             return llvm::any_of(l.getOutputs(), [](Attribute o) {
               return cast<FlatSymbolRefAttr>(o).getValue() == "loss";
             });
           }))
-        b.create<D2HOp>(loc, sym("loss"), sym("loss.host"), b.getStringAttr("d2h"));
+        b.create<D2HOp>(loc, sym("loss"), sym("loss.host"), str("d2h"),
+                        DenseI64ArrayAttr());
     }
     drain(visits.size() - 1);
-    b.create<GradNormOp>(loc, b.getStringAttr("host"));
+    b.create<GradNormOp>(loc, str("host"));
   }
 
   // The first visit of a unit in the step (its forward visit, or the head's

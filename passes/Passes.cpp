@@ -21,7 +21,7 @@ void buildTrainingPipeline(mlir::OpPassManager &pm,
   // The compute stream's order and the activation buffers.
   pm.addPass(createSchedule({options.microBatches}));
   // Copies on the h2d/d2h streams and host tasks, with slot rotation.
-  pm.addPass(createInsertTransfers({options.slots}));
+  pm.addPass(createInsertTransfers({options.slots, options.stagingElems}));
   // Events wherever two streams touch one buffer.
   pm.addPass(createInsertEvents());
   // Static device offsets and the budget check.

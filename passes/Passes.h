@@ -21,6 +21,7 @@ void registerPasses();
 struct PipelineOptions {
   int64_t microBatches = 1;
   int64_t slots = 2;
+  int64_t stagingElems = int64_t(1) << 23; // per staging slab
   int64_t gpuMemLimit = 0;  // bytes; 0 = unlimited
   int64_t minUnitBytes = 0; // merge layers smaller than this
   std::string preset = "h200-pcie5";

@@ -76,8 +76,9 @@ def InsertTransfers : Pass<"mt-insert-transfers", "mlir::ModuleOp"> {
   let summary = "Adds packing, h2d and d2h copies with N-deep slot rotation";
   let description = [{
     Each unit visit fetches the unit into weight slot (visit mod `slots`)
-    through a host staging slab (packed by the host stream), and each
-    backward visit sends its gradient slot back to a host landing slab,
+    through host staging slabs (packed by the host stream, a chunk of at
+    most `staging-elems` elements at a time), and each backward visit sends
+    its gradient slot back, chunk by chunk, through host landing slabs,
     where the host stream accumulates it. The deferred optimizer update of a
     unit (mt.adamw) precedes its first pack of the step. Adds the batch
     load, its h2d, and the loss's d2h.
@@ -85,6 +86,8 @@ def InsertTransfers : Pass<"mt-insert-transfers", "mlir::ModuleOp"> {
   let options = [
     Option<"slots", "slots", "int64_t", "2",
            "weight slots on the device (2: double buffering)">,
+    Option<"stagingElems", "staging-elems", "int64_t", "8388608",
+           "elements per host staging slab: units move in chunks of this size">,
   ];
 }
 

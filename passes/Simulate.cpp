@@ -243,10 +243,15 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         UnitOp u = unitOf(p.getUnit());
         unitIn[p.getInto()] = u;
         c.unit = p.getUnit();
-        c.seconds = 6.0 * (u && u.getElems() ? *u.getElems() : 0) / m.host;
+        double elems = p.getRange() ? (*p.getRange())[1]
+                       : u && u.getElems() ? double(*u.getElems())
+                                           : 0.0;
+        c.seconds = 6.0 * elems / m.host;
         c.label = ("pack @" + p.getUnit()).str();
       } else if (auto h = dyn_cast<H2DOp>(op)) {
         std::optional<double> elems = unitElems(h.getFrom());
+        if (h.getRange())
+          elems = (*h.getRange())[1];
         if (elems) {
           unitIn[h.getInto()] = unitIn[h.getFrom()];
           c.unit = unitIn[h.getFrom()].getSymName();
@@ -256,6 +261,8 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         c.label = ("h2d @" + h.getFrom() + " -> @" + h.getInto()).str();
       } else if (auto d = dyn_cast<D2HOp>(op)) {
         std::optional<double> elems = unitElems(d.getFrom());
+        if (d.getRange())
+          elems = (*d.getRange())[1];
         if (elems) {
           unitIn[d.getInto()] = unitIn[d.getFrom()];
           c.unit = unitIn[d.getFrom()].getSymName();
@@ -265,7 +272,10 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         c.label = ("d2h @" + d.getFrom() + " -> @" + d.getInto()).str();
       } else if (auto a = dyn_cast<AccumulateOp>(op)) {
         UnitOp u = unitOf(a.getUnit());
-        c.seconds = 12.0 * (u && u.getElems() ? *u.getElems() : 0) / m.host;
+        double elems = a.getRange() ? (*a.getRange())[1]
+                       : u && u.getElems() ? double(*u.getElems())
+                                           : 0.0;
+        c.seconds = 12.0 * elems / m.host;
         c.unit = a.getUnit();
         c.label = ("accumulate @" + a.getUnit()).str();
       } else if (auto a = dyn_cast<AdamWOp>(op)) {

@@ -166,16 +166,28 @@ void Executor::issue(int c, int64_t step, int micro) {
   case Op::Pack: {
     int unit = cmd.a;
     void *staging = addr_[cmd.b];
-    backend_.host_task(cmd.stream, label, [this, unit, staging] {
-      store_.pack(unit, staging, pool_);
+    int64_t begin = cmd.begin, count = cmd.count;
+    backend_.host_task(cmd.stream, label, [this, unit, staging, begin, count] {
+      store_.pack(unit, staging, pool_, begin, count);
     });
     break;
   }
   case Op::H2D:
-  case Op::D2H:
-    backend_.copy(cmd.stream, label, addr_[cmd.b], addr_[cmd.a],
-                  buffer_bytes(cmd.a));
+  case Op::D2H: {
+    // A chunk sits at `begin` of the device buffer and at the start of the
+    // host slab.
+    int device = cmd.op == Op::H2D ? cmd.b : cmd.a;
+    int64_t esize = backend_.dtype_size(p_.buffers[cmd.a].dtype);
+    char *src = static_cast<char *>(addr_[cmd.a]);
+    char *dst = static_cast<char *>(addr_[cmd.b]);
+    int64_t bytes = buffer_bytes(cmd.a);
+    if (cmd.count >= 0) {
+      bytes = cmd.count * esize;
+      (device == cmd.a ? src : dst) += cmd.begin * esize;
+    }
+    backend_.copy(cmd.stream, label, dst, src, bytes);
     break;
+  }
   case Op::LoadBatch: {
     int32_t *batch = static_cast<int32_t *>(addr_[cmd.b]);
     backend_.host_task(cmd.stream, label, [this, batch, step, micro] {
@@ -186,8 +198,9 @@ void Executor::issue(int c, int64_t step, int micro) {
   case Op::Accumulate: {
     int unit = cmd.a;
     const float *grads = static_cast<const float *>(addr_[cmd.b]);
-    backend_.host_task(cmd.stream, label, [this, unit, grads] {
-      store_.accumulate(unit, grads, pool_);
+    int64_t begin = cmd.begin, count = cmd.count;
+    backend_.host_task(cmd.stream, label, [this, unit, grads, begin, count] {
+      store_.accumulate(unit, grads, pool_, begin, count);
     });
     break;
   }

@@ -101,13 +101,32 @@ const float *HostStore::values(int q) const {
   return const_cast<HostStore *>(this)->values(q);
 }
 
-void HostStore::pack(int u, void *staging, host::ThreadPool *pool) const {
+namespace {
+
+// The part of a param at [offset, offset + numel) of a unit's region that
+// falls in the chunk [begin, end), as indices into the param.
+struct Overlap {
+  int64_t lo, hi;
+};
+Overlap overlap(int64_t offset, int64_t numel, int64_t begin, int64_t end) {
+  return {std::max<int64_t>(0, begin - offset),
+          std::min<int64_t>(numel, end - offset)};
+}
+
+} // namespace
+
+void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
+                     int64_t begin, int64_t count) const {
   const UnitDesc &unit = p_.units[u];
+  const int64_t end = count < 0 ? unit.elems : begin + count;
   for (int i = 0; i < unit.num_params; ++i) {
     const ParamDesc &d = p_.params[unit.params[i]];
+    const Overlap part = overlap(unit.offsets[i], d.numel, begin, end);
+    if (part.lo >= part.hi)
+      continue;
     const int src_param = d.tie >= 0 ? d.tie : unit.params[i];
     const float *src = values(src_param);
-    const int64_t offset = unit.offsets[i];
+    const int64_t at = unit.offsets[i] - begin; // param index 0 in staging
     const bool transposed = d.tie >= 0 && d.tie_transposed;
     // This param is (rows, cols); a transposed tie's primary is (cols, rows).
     const int64_t rows = transposed ? d.shape[0] : 1;
@@ -115,17 +134,20 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool) const {
     auto element = [&](int64_t k) {
       return transposed ? src[(k % cols) * rows + k / cols] : src[k];
     };
+    const int64_t n = part.hi - part.lo;
     if (format_ == StorageFormat::Bf16) {
-      uint16_t *dst = static_cast<uint16_t *>(staging) + offset;
-      parallel(pool, d.numel, kGrain, [&](int64_t lo, int64_t hi) {
-        for (int64_t k = lo; k < hi; ++k)
+      uint16_t *dst = static_cast<uint16_t *>(staging) + at;
+      parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t k = part.lo + lo; k < part.lo + hi; ++k)
           dst[k] = bf16_bits(element(k));
       });
       continue;
     }
-    float *dst = static_cast<float *>(staging) + offset;
+    float *dst = static_cast<float *>(staging) + at;
     const bool round = format_ == StorageFormat::F32RoundedBf16;
-    parallel(pool, d.numel, kGrain, [&](int64_t lo, int64_t hi) {
+    parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
+      lo += part.lo;
+      hi += part.lo;
       if (transposed)
         for (int64_t k = lo; k < hi; ++k)
           dst[k] = element(k);
@@ -137,28 +159,37 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool) const {
   }
 }
 
-void HostStore::accumulate(int u, const float *grads, host::ThreadPool *pool) {
+void HostStore::accumulate(int u, const float *grads, host::ThreadPool *pool,
+                           int64_t begin, int64_t count) {
   const UnitDesc &unit = p_.units[u];
+  const int64_t end = count < 0 ? unit.elems : begin + count;
   for (int i = 0; i < unit.num_params; ++i) {
     const ParamDesc &d = p_.params[unit.params[i]];
     const int primary = d.tie >= 0 ? d.tie : unit.params[i];
     if (d.frozen || !trainable(primary))
       continue;
+    const Overlap part = overlap(unit.offsets[i], d.numel, begin, end);
+    if (part.lo >= part.hi)
+      continue;
     float *acc = grad(primary);
-    const float *g = grads + unit.offsets[i];
+    const float *g = grads + (unit.offsets[i] - begin); // param index 0
     if (d.tie >= 0 && d.tie_transposed) {
-      // g is (rows, cols); the accumulator (cols, rows). Parts own
-      // accumulator rows, so no two threads add into one element.
+      // g is (rows, cols); the accumulator (cols, rows). Threads own
+      // accumulator columns of the chunk's rows, so none add into one element.
       const int64_t rows = d.shape[0], cols = d.shape[1];
-      parallel(pool, cols, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, rows)),
+      const int64_t r0 = part.lo / cols, r1 = (part.hi + cols - 1) / cols;
+      parallel(pool, cols, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, r1 - r0)),
                [&](int64_t lo, int64_t hi) {
                  for (int64_t c = lo; c < hi; ++c)
-                   for (int64_t r = 0; r < rows; ++r)
-                     acc[c * rows + r] += g[r * cols + c];
+                   for (int64_t r = r0; r < r1; ++r) {
+                     int64_t k = r * cols + c;
+                     if (k >= part.lo && k < part.hi)
+                       acc[c * rows + r] += g[k];
+                   }
                });
     } else {
-      parallel(pool, d.numel, kGrain, [&](int64_t lo, int64_t hi) {
-        for (int64_t k = lo; k < hi; ++k)
+      parallel(pool, part.hi - part.lo, kGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t k = part.lo + lo; k < part.lo + hi; ++k)
           acc[k] += g[k];
       });
     }

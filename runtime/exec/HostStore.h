@@ -59,13 +59,17 @@ public:
   const float *grad(int param) const { return grad_.data() + slot_[param]; }
 
   // ---- the host tasks of a step ----------------------------------------
-  /// Writes the unit's params in packing order into `staging` at their
-  /// offsets, in the storage format (a transposed tie reads its primary
-  /// transposed).
-  void pack(int unit, void *staging, host::ThreadPool *pool) const;
-  /// Adds the unit's landed f32 gradients (laid out as the unit's region)
-  /// into their primaries' accumulators.
-  void accumulate(int unit, const float *grads, host::ThreadPool *pool);
+  /// Writes elements [begin, begin + count) of the unit's packed region
+  /// (its params at their offsets, in the storage format; a transposed tie
+  /// reads its primary transposed) to the start of `staging`. count < 0:
+  /// the whole region.
+  void pack(int unit, void *staging, host::ThreadPool *pool, int64_t begin = 0,
+            int64_t count = -1) const;
+  /// Adds landed f32 gradients, elements [begin, begin + count) of the
+  /// unit's region held from the start of `grads`, into their primaries'
+  /// accumulators. count < 0: the whole region.
+  void accumulate(int unit, const float *grads, host::ThreadPool *pool,
+                  int64_t begin = 0, int64_t count = -1);
   /// sqrt of the sum of squares of every accumulator, in a fixed order;
   /// remembered for the clip scale of the next schedule_update().
   double compute_grad_norm(host::ThreadPool *pool);

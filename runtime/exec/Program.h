@@ -134,10 +134,16 @@ enum class Op : uint8_t {
   Wait,       // a: event
 };
 
+/// One command of the step. Pack, H2D, D2H and Accumulate may move one
+/// chunk of a unit: elements [begin, begin + count) of its packed region,
+/// which the staging or landing slab holds from its start. count < 0: the
+/// whole buffer or unit.
 struct Command {
   Op op;
   Stream stream;
   int a, b;
+  int64_t begin = 0;
+  int64_t count = -1;
 };
 
 enum class EventKind : uint8_t { ParamReady, ComputeDone, BufferFree, GradLanded };

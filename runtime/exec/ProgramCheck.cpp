@@ -224,6 +224,13 @@ private:
         if (u < 0 || u >= p_.num_units)
           bad(what, ": unit ", u, " of ", p_.num_units);
       };
+      auto chunk_ok = [&](const std::string &what, const Command &cmd,
+                          int64_t elems) {
+        if (cmd.count >= 0 &&
+            (cmd.begin < 0 || cmd.count == 0 || cmd.begin + cmd.count > elems))
+          bad(what, ": the chunk [", cmd.begin, ", ", cmd.begin + cmd.count,
+              ") is outside the unit's ", elems, " elements");
+      };
       bool host_op = cmd.op == Op::Pack || cmd.op == Op::LoadBatch ||
                      cmd.op == Op::Accumulate || cmd.op == Op::GradNorm ||
                      cmd.op == Op::AdamW;
@@ -239,8 +246,9 @@ private:
         break;
       case Op::Pack:
         unit_ok(cmd.a);
+        chunk_ok(what, cmd, p_.units[cmd.a].elems);
         buffer_is(cmd.b, what.c_str(), Space::Host, DType::Storage,
-                  p_.units[cmd.a].elems);
+                  cmd.count >= 0 ? cmd.count : p_.units[cmd.a].elems);
         check_updated(c, cmd.a, false);
         break;
       case Op::H2D:
@@ -252,7 +260,20 @@ private:
         const BufferDesc &f = p_.buffers[cmd.a];
         if (f.space != from)
           bad(what, ": copies from '", f.name, "' in the wrong space");
-        buffer_is(cmd.b, what.c_str(), into, f.dtype, f.elems);
+        if (cmd.count < 0) {
+          buffer_is(cmd.b, what.c_str(), into, f.dtype, f.elems);
+          break;
+        }
+        // A chunk: [begin, begin + count) of the device buffer, the start
+        // of the host one.
+        const int64_t host_need = cmd.count,
+                      device_need = cmd.begin + cmd.count;
+        if (cmd.begin < 0 ||
+            f.elems < (cmd.op == Op::H2D ? host_need : device_need))
+          bad(what, ": the chunk [", cmd.begin, ", ", cmd.begin + cmd.count,
+              ") does not fit in '", f.name, "'");
+        buffer_is(cmd.b, what.c_str(), into, f.dtype,
+                  cmd.op == Op::H2D ? device_need : host_need);
         break;
       }
       case Op::LoadBatch:
@@ -261,8 +282,9 @@ private:
         break;
       case Op::Accumulate:
         unit_ok(cmd.a);
+        chunk_ok(what, cmd, p_.units[cmd.a].elems);
         buffer_is(cmd.b, what.c_str(), Space::Host, DType::F32,
-                  p_.units[cmd.a].elems);
+                  cmd.count >= 0 ? cmd.count : p_.units[cmd.a].elems);
         check_updated(c, cmd.a, true);
         break;
       case Op::GradNorm:

@@ -17,13 +17,13 @@ class FirstStepGradients(unittest.TestCase):
         cls.w = Workdir()
         cls.data = cls.w.corpus()
 
-    def check(self, model, folded=False, micro_batches=2):
+    def check(self, model, folded=False, micro_batches=2, extra=(), tag=None):
         w = self.w
-        tag = model + ("-folded" if folded else "")
+        tag = tag or model + ("-folded" if folded else "")
         onnx = w.export(model, folded)
         # 2 micro-batches of 2 sequences: the oracle sees a batch of 4.
         plan_dir, plan = w.compile(onnx, tag, "--batch", "2", "--seq-len", "16",
-                                   "--micro-batches", str(micro_batches))
+                                   "--micro-batches", str(micro_batches), *extra)
         w.train(plan_dir, "--data", self.data, "--steps", "1",
                 "--dump-grads", w(tag + ".ours.safetensors"),
                 "--log-jsonl", w(tag + ".ours.jsonl"))
@@ -51,6 +51,14 @@ class FirstStepGradients(unittest.TestCase):
 
     def test_one_micro_batch(self):
         self.check("tiny-llama", micro_batches=1)
+
+    def test_units_moved_in_chunks(self):
+        # Staging slabs of 4096 elements: every unit packs, copies and drains
+        # in several chunks; a transposed tie crosses chunk boundaries.
+        self.check("tiny-llama-tied", folded=True, extra=("--staging-elems", "4096"),
+                   tag="chunked")
+        self.check("tiny-gpt2", extra=("--staging-elems", "4096", "--slots", "3"),
+                   tag="chunked3")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ class TrainerContract(unittest.TestCase):
         cls.w = Workdir()
         cls.data = cls.w.corpus()
         onnx = cls.w.export("tiny-llama")
+        # Small staging slabs: units move in chunks, which stress must not break.
         cls.plan, _ = cls.w.compile(onnx, "llama", "--batch", "2", "--seq-len", "16",
-                                    "--micro-batches", "2")
+                                    "--micro-batches", "2", "--staging-elems", "8192")
         other = cls.w.export("tiny-gpt2")
         cls.other_plan, _ = cls.w.compile(other, "gpt2", "--batch", "2", "--seq-len", "16")
 

@@ -44,6 +44,8 @@ plan:
   --slots N              device weight slots, 2 = double buffering (default 2)
   --gpu-mem-limit SIZE   device memory budget, e.g. 24GiB (default: none)
   --min-unit-bytes SIZE  merge consecutive layers smaller than this
+  --staging-elems N      elements per pinned host staging slab (default
+                         8388608): units move in chunks of this size
 prediction (mt-simulate; see docs/schedule.md):
   --preset NAME          machine to predict the step on: h200-pcie5 (default),
                          gh200, a100-pcie4 or rtx3090-pcie4
@@ -108,7 +110,7 @@ void writeInitialWeights(mlir::ModuleOp module,
 int runCompile(const std::vector<std::string> &args) {
   Flags flags(args,
               {"--batch", "--seq-len", "--bind", "--emit", "--micro-batches",
-               "--slots", "--gpu-mem-limit", "--min-unit-bytes",
+               "--slots", "--gpu-mem-limit", "--min-unit-bytes", "--staging-elems",
                "--dump-ir-after", "--preset", "--sim-trace", "-o"},
               {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
@@ -151,6 +153,8 @@ int runCompile(const std::vector<std::string> &args) {
     throw UsageError("--slots: at least 2 (one slot computes while one fills)");
   pipeline.gpuMemLimit = flags.bytes("--gpu-mem-limit").value_or(0);
   pipeline.minUnitBytes = flags.bytes("--min-unit-bytes").value_or(0);
+  if (auto staging = flags.positiveInt("--staging-elems"))
+    pipeline.stagingElems = *staging;
   pipeline.preset = flags.get("--preset").value_or(pipeline.preset);
   pipeline.tracePath = flags.get("--sim-trace").value_or("");
 

@@ -6,8 +6,10 @@
 // weight slot -> compute; the batch), buffer_free (h2d read a staging slab
 // -> the host may repack it; compute read a weight slot -> h2d may refill
 // it), compute_done (gradients written -> d2h) and grad_landed (gradients on
-// the host -> accumulate). Conflicts already ordered through other events
-// (the head's slot, refilled only in the next step) get none.
+// the host -> accumulate; the losses written -> their d2h, which also
+// orders the gradient d2h behind it on the same stream). Conflicts already
+// ordered through other events (the head's slot, refilled only in the next
+// step) get none.
 // CHECK-LABEL: mt.event @batch.ready "param_ready"
 // CHECK-NEXT: mt.event @stage.0.ready "param_ready"
 // CHECK-NEXT: mt.event @stage.1.ready "param_ready"
@@ -15,7 +17,7 @@
 // CHECK-NEXT: mt.event @stage.0.free "buffer_free"
 // CHECK-NEXT: mt.event @wslot.0.free "buffer_free"
 // CHECK-NEXT: mt.event @wslot.1.ready "param_ready"
-// CHECK-NEXT: mt.event @gslot.0.ready "compute_done"
+// CHECK-NEXT: mt.event @loss.ready "compute_done"
 // CHECK-NEXT: mt.event @gstage.0.ready "grad_landed"
 // CHECK-NEXT: mt.event @gslot.1.ready "compute_done"
 // CHECK-NEXT: mt.event @gstage.1.ready "grad_landed"
@@ -25,48 +27,48 @@
 // CHECK-NEXT: mt.wait @batch.ready on "h2d"
 // CHECK-NEXT: mt.h2d @batch into @tokens on "h2d"
 // CHECK-NEXT: mt.adamw @u0 on "host"
-// CHECK-NEXT: mt.pack @u0 into @stage.0 on "host"
+// CHECK-NEXT: mt.pack @u0 range [0, 2048] into @stage.0 on "host"
 // CHECK-NEXT: mt.record @stage.0.ready on "host"
 // CHECK-NEXT: mt.wait @stage.0.ready on "h2d"
-// CHECK-NEXT: mt.h2d @stage.0 into @wslot.0 on "h2d"
+// CHECK-NEXT: mt.h2d @stage.0 into @wslot.0 range [0, 2048] on "h2d"
 // CHECK-NEXT: mt.record @stage.0.free on "h2d"
 // CHECK-NEXT: mt.record @wslot.0.ready on "h2d"
 // CHECK-NEXT: mt.adamw @u1 on "host"
-// CHECK-NEXT: mt.pack @u1 into @stage.1 on "host"
+// CHECK-NEXT: mt.pack @u1 range [0, 2048] into @stage.1 on "host"
 // CHECK-NEXT: mt.record @stage.1.ready on "host"
 // CHECK-NEXT: mt.wait @stage.1.ready on "h2d"
-// CHECK-NEXT: mt.h2d @stage.1 into @wslot.1 on "h2d"
+// CHECK-NEXT: mt.h2d @stage.1 into @wslot.1 range [0, 2048] on "h2d"
 // CHECK-NEXT: mt.record @wslot.1.ready on "h2d"
 // CHECK-NEXT: mt.wait @wslot.0.ready on "compute"
-// CHECK-NEXT: mt.launch @embedding "fwd" unit @u0 apply 0 mb 0 weights @wslot.0 {{.*}}
-// CHECK-NEXT: mt.launch @embedding "fwd" unit @u0 apply 0 mb 1 weights @wslot.0 {{.*}}
+// CHECK-NEXT: mt.launch @embedding "fwd" unit @u0 apply 0 mb 0 weights @wslot.0 {{.*}} on "compute"
+// CHECK-NEXT: mt.launch @embedding "fwd" unit @u0 apply 0 mb 1 weights @wslot.0 {{.*}} on "compute"
 // CHECK-NEXT: mt.record @wslot.0.free on "compute"
 // CHECK-NEXT: mt.wait @stage.0.free on "host"
-// CHECK-NEXT: mt.pack @u0 into @stage.0 on "host"
+// CHECK-NEXT: mt.pack @u0 range [0, 2048] into @stage.0 on "host"
 // CHECK-NEXT: mt.record @stage.0.ready on "host"
 // CHECK-NEXT: mt.wait @stage.0.ready on "h2d"
 // CHECK-NEXT: mt.wait @wslot.0.free on "h2d"
-// CHECK-NEXT: mt.h2d @stage.0 into @wslot.0 on "h2d"
+// CHECK-NEXT: mt.h2d @stage.0 into @wslot.0 range [0, 2048] on "h2d"
 // CHECK-NEXT: mt.record @wslot.0.ready on "h2d"
 // CHECK-NEXT: mt.wait @wslot.1.ready on "compute"
 // CHECK-NEXT: mt.launch @head.bwd "bwd" unit @u1 apply 1 mb 0 weights @wslot.1 {{.*}} grads @gslot.0 on "compute" {fresh}
 // CHECK-NEXT: mt.launch @head.bwd "bwd" unit @u1 apply 1 mb 1 weights @wslot.1 {{.*}} grads @gslot.0 on "compute"
-// CHECK-NEXT: mt.record @gslot.0.ready on "compute"
-// CHECK-NEXT: mt.wait @gslot.0.ready on "d2h"
-// CHECK-NEXT: mt.d2h @gslot.0 into @gstage.0 on "d2h"
-// CHECK-NEXT: mt.record @gstage.0.ready on "d2h"
+// CHECK-NEXT: mt.record @loss.ready on "compute"
+// CHECK-NEXT: mt.wait @loss.ready on "d2h"
 // CHECK-NEXT: mt.d2h @loss into @loss.host on "d2h"
+// CHECK-NEXT: mt.d2h @gslot.0 range [0, 2048] into @gstage.0 on "d2h"
+// CHECK-NEXT: mt.record @gstage.0.ready on "d2h"
 // CHECK-NEXT: mt.wait @gstage.0.ready on "host"
-// CHECK-NEXT: mt.accumulate @gstage.0 unit @u1 on "host"
+// CHECK-NEXT: mt.accumulate @gstage.0 unit @u1 range [0, 2048] on "host"
 // CHECK-NEXT: mt.wait @wslot.0.ready on "compute"
 // CHECK-NEXT: mt.launch @embedding.bwd "bwd" unit @u0 apply 0 mb 0 weights @wslot.0 {{.*}} grads @gslot.1 on "compute" {fresh}
 // CHECK-NEXT: mt.launch @embedding.bwd "bwd" unit @u0 apply 0 mb 1 weights @wslot.0 {{.*}} grads @gslot.1 on "compute"
 // CHECK-NEXT: mt.record @gslot.1.ready on "compute"
 // CHECK-NEXT: mt.wait @gslot.1.ready on "d2h"
-// CHECK-NEXT: mt.d2h @gslot.1 into @gstage.1 on "d2h"
+// CHECK-NEXT: mt.d2h @gslot.1 range [0, 2048] into @gstage.1 on "d2h"
 // CHECK-NEXT: mt.record @gstage.1.ready on "d2h"
 // CHECK-NEXT: mt.wait @gstage.1.ready on "host"
-// CHECK-NEXT: mt.accumulate @gstage.1 unit @u0 on "host"
+// CHECK-NEXT: mt.accumulate @gstage.1 unit @u0 range [0, 2048] on "host"
 // CHECK-NEXT: mt.grad_norm on "host"
 // CHECK-NEXT: }
 module {
@@ -97,20 +99,21 @@ module {
 // CHECK-LABEL: mt.schedule @step
 // CHECK: mt.launch @head.bwd "bwd" unit @u3 apply 3 mb 1 {{.*}} grads @gslot.0
 // CHECK-NEXT: mt.record @wslot.1.free on "compute"
-// CHECK-NEXT: mt.record @gslot.0.ready on "compute"
-// CHECK-NEXT: mt.wait @gslot.0.ready on "d2h"
-// CHECK-NEXT: mt.d2h @gslot.0 into @gstage.0 on "d2h"
+// CHECK-NEXT: mt.record @loss.ready on "compute"
+// CHECK-NEXT: mt.wait @loss.ready on "d2h"
+// CHECK-NEXT: mt.d2h @loss into @loss.host on "d2h"
+// CHECK: mt.d2h @gslot.0 range [0, 2048] into @gstage.0 on "d2h"
 // CHECK-NEXT: mt.record @gslot.0.free on "d2h"
 // CHECK-NEXT: mt.record @gstage.0.ready on "d2h"
-// CHECK: mt.wait @gstage.0.ready on "host"
-// CHECK-NEXT: mt.accumulate @gstage.0 unit @u3 on "host"
+// CHECK-NEXT: mt.wait @gstage.0.ready on "host"
+// CHECK-NEXT: mt.accumulate @gstage.0 unit @u3 range [0, 2048] on "host"
 // CHECK-NEXT: mt.record @gstage.0.free on "host"
 // CHECK: mt.wait @wslot.1.ready on "compute"
 // CHECK-NEXT: mt.wait @gslot.0.free on "compute"
 // CHECK-NEXT: mt.launch @layer.bwd "bwd" unit @u1 apply 1 mb 0 {{.*}} grads @gslot.0 on "compute" {fresh}
 // CHECK: mt.wait @gslot.0.ready on "d2h"
 // CHECK-NEXT: mt.wait @gstage.0.free on "d2h"
-// CHECK-NEXT: mt.d2h @gslot.0 into @gstage.0 on "d2h"
+// CHECK-NEXT: mt.d2h @gslot.0 range [0, 2048] into @gstage.0 on "d2h"
 module {
   mt.param @wte : tensor<32x16xf32>
   mt.param @l0.ln : tensor<16xf32>

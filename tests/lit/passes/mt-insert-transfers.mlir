@@ -1,56 +1,58 @@
 // RUN: megatrain-opt %s -split-input-file --mt-derive-backward --mt-partition --mt-pack-weights --mt-schedule="micro-batches=2" --mt-insert-transfers="slots=3" | FileCheck %s
 
 // Three slots: visit i (a unit's run of launches in one direction) computes
-// from wslot.(i mod 3), so three fetches are in flight before the first
-// launch. Each unit's deferred AdamW comes right before its first (forward)
-// pack, and not before its backward pack. Gradient slots alternate between
-// backward visits; each drains to the host after its visit and is
-// accumulated there after the landing; `fresh` marks a visit's first
-// micro-batch (it overwrites the gradient slot rather than adding).
+// from wslot.(i mod 3), and the fetch of visit i+2 is issued right before
+// visit i's launches. Units move through a ring of two staging slabs (each
+// unit here is one chunk: range [0, 2048]). Each unit's deferred AdamW comes
+// right before its first (forward) pack, and not before its backward pack.
+// Gradient slots alternate between backward visits; a visit's gradients
+// drain (d2h, then accumulate) right before the next visit's launches;
+// `fresh` marks a visit's first micro-batch (it overwrites the gradient
+// slot rather than adding).
 // CHECK-LABEL: mt.schedule @step
 // CHECK-NEXT: mt.load_batch into @batch on "host"
 // CHECK-NEXT: mt.h2d @batch into @tokens on "h2d"
 // CHECK-NEXT: mt.adamw @u0 on "host"
-// CHECK-NEXT: mt.pack @u0 into @stage.0 on "host"
-// CHECK-NEXT: mt.h2d @stage.0 into @wslot.0 on "h2d"
+// CHECK-NEXT: mt.pack @u0 range [0, 2048] into @stage.0 on "host"
+// CHECK-NEXT: mt.h2d @stage.0 into @wslot.0 range [0, 2048] on "h2d"
 // CHECK-NEXT: mt.adamw @u1 on "host"
-// CHECK-NEXT: mt.pack @u1 into @stage.1 on "host"
-// CHECK-NEXT: mt.h2d @stage.1 into @wslot.1 on "h2d"
+// CHECK-NEXT: mt.pack @u1 range [0, 2048] into @stage.1 on "host"
+// CHECK-NEXT: mt.h2d @stage.1 into @wslot.1 range [0, 2048] on "h2d"
 // CHECK-NEXT: mt.adamw @u2 on "host"
-// CHECK-NEXT: mt.pack @u2 into @stage.2 on "host"
-// CHECK-NEXT: mt.h2d @stage.2 into @wslot.2 on "h2d"
+// CHECK-NEXT: mt.pack @u2 range [0, 2048] into @stage.0 on "host"
+// CHECK-NEXT: mt.h2d @stage.0 into @wslot.2 range [0, 2048] on "h2d"
 // CHECK-NEXT: mt.launch @embedding "fwd" unit @u0 apply 0 mb 0 weights @wslot.0
 // CHECK-NEXT: mt.launch @embedding "fwd" unit @u0 apply 0 mb 1 weights @wslot.0
 // CHECK-NEXT: mt.adamw @u3 on "host"
-// CHECK-NEXT: mt.pack @u3 into @stage.0 on "host"
-// CHECK-NEXT: mt.h2d @stage.0 into @wslot.0 on "h2d"
+// CHECK-NEXT: mt.pack @u3 range [0, 2048] into @stage.1 on "host"
+// CHECK-NEXT: mt.h2d @stage.1 into @wslot.0 range [0, 2048] on "h2d"
 // CHECK-NEXT: mt.launch @layer "fwd" unit @u1 apply 1 mb 0 weights @wslot.1
 // CHECK-NEXT: mt.launch @layer "fwd" unit @u1 apply 1 mb 1 weights @wslot.1
-// CHECK-NEXT: mt.pack @u2 into @stage.1 on "host"
-// CHECK-NEXT: mt.h2d @stage.1 into @wslot.1 on "h2d"
+// CHECK-NEXT: mt.pack @u2 range [0, 2048] into @stage.0 on "host"
+// CHECK-NEXT: mt.h2d @stage.0 into @wslot.1 range [0, 2048] on "h2d"
 // CHECK-NEXT: mt.launch @layer "fwd" unit @u2 apply 2 mb 0 weights @wslot.2
 // CHECK-NEXT: mt.launch @layer "fwd" unit @u2 apply 2 mb 1 weights @wslot.2
-// CHECK-NEXT: mt.pack @u1 into @stage.2 on "host"
-// CHECK-NEXT: mt.h2d @stage.2 into @wslot.2 on "h2d"
+// CHECK-NEXT: mt.pack @u1 range [0, 2048] into @stage.1 on "host"
+// CHECK-NEXT: mt.h2d @stage.1 into @wslot.2 range [0, 2048] on "h2d"
 // CHECK-NEXT: mt.launch @head.bwd "bwd" unit @u3 apply 3 mb 0 weights @wslot.0 {{.*}} grads @gslot.0 on "compute" {fresh}
 // CHECK-NEXT: mt.launch @head.bwd "bwd" unit @u3 apply 3 mb 1 weights @wslot.0 {{.*}} grads @gslot.0 on "compute"{{$}}
-// CHECK-NEXT: mt.d2h @gslot.0 into @gstage.0 on "d2h"
 // CHECK-NEXT: mt.d2h @loss into @loss.host on "d2h"
-// CHECK-NEXT: mt.pack @u0 into @stage.0 on "host"
-// CHECK-NEXT: mt.accumulate @gstage.0 unit @u3 on "host"
-// CHECK-NEXT: mt.h2d @stage.0 into @wslot.0 on "h2d"
+// CHECK-NEXT: mt.pack @u0 range [0, 2048] into @stage.0 on "host"
+// CHECK-NEXT: mt.h2d @stage.0 into @wslot.0 range [0, 2048] on "h2d"
+// CHECK-NEXT: mt.d2h @gslot.0 range [0, 2048] into @gstage.0 on "d2h"
+// CHECK-NEXT: mt.accumulate @gstage.0 unit @u3 range [0, 2048] on "host"
 // CHECK-NEXT: mt.launch @layer.bwd "bwd" unit @u2 apply 2 mb 0 weights @wslot.1 {{.*}} grads @gslot.1 on "compute" {fresh}
 // CHECK-NEXT: mt.launch @layer.bwd "bwd" unit @u2 apply 2 mb 1 weights @wslot.1 {{.*}} grads @gslot.1
-// CHECK-NEXT: mt.d2h @gslot.1 into @gstage.1 on "d2h"
-// CHECK-NEXT: mt.accumulate @gstage.1 unit @u2 on "host"
+// CHECK-NEXT: mt.d2h @gslot.1 range [0, 2048] into @gstage.1 on "d2h"
+// CHECK-NEXT: mt.accumulate @gstage.1 unit @u2 range [0, 2048] on "host"
 // CHECK-NEXT: mt.launch @layer.bwd "bwd" unit @u1 apply 1 mb 0 weights @wslot.2 {{.*}} grads @gslot.0 on "compute" {fresh}
 // CHECK-NEXT: mt.launch @layer.bwd "bwd" unit @u1 apply 1 mb 1 weights @wslot.2 {{.*}} grads @gslot.0
-// CHECK-NEXT: mt.d2h @gslot.0 into @gstage.0 on "d2h"
-// CHECK-NEXT: mt.accumulate @gstage.0 unit @u1 on "host"
+// CHECK-NEXT: mt.d2h @gslot.0 range [0, 2048] into @gstage.0 on "d2h"
+// CHECK-NEXT: mt.accumulate @gstage.0 unit @u1 range [0, 2048] on "host"
 // CHECK-NEXT: mt.launch @embedding.bwd "bwd" unit @u0 apply 0 mb 0 weights @wslot.0 {{.*}} grads @gslot.1 on "compute" {fresh}
 // CHECK-NEXT: mt.launch @embedding.bwd "bwd" unit @u0 apply 0 mb 1 weights @wslot.0 {{.*}} grads @gslot.1
-// CHECK-NEXT: mt.d2h @gslot.1 into @gstage.1 on "d2h"
-// CHECK-NEXT: mt.accumulate @gstage.1 unit @u0 on "host"
+// CHECK-NEXT: mt.d2h @gslot.1 range [0, 2048] into @gstage.1 on "d2h"
+// CHECK-NEXT: mt.accumulate @gstage.1 unit @u0 range [0, 2048] on "host"
 // CHECK-NEXT: mt.grad_norm on "host"
 // CHECK-NEXT: }
 module {
@@ -90,26 +92,26 @@ module {
 
 // Three visits (embedding forward, head, embedding backward) and three
 // slots: every fetch is issued before the first launch, and the buffers are
-// three weight slots with their staging slabs, two gradient slots with
-// their landing slabs, the batch and the landed losses.
+// three weight slots, a ring of two staging slabs of one chunk, two gradient
+// slots with their landing slabs, the batch and the landed losses.
 // CHECK-LABEL: mt.unit @u1 kind "head"
 // CHECK: mt.buffer @wslot.0 "device" "weights" {dtype = "storage", elems = 2048 : i64}
-// CHECK-NEXT: mt.buffer @stage.0 "host" "staging" {dtype = "storage", elems = 2048 : i64}
 // CHECK: mt.buffer @wslot.2 "device" "weights"
-// CHECK-NEXT: mt.buffer @stage.2 "host" "staging"
+// CHECK-NEXT: mt.buffer @stage.0 "host" "staging" {dtype = "storage", elems = 2048 : i64}
+// CHECK-NEXT: mt.buffer @stage.1 "host" "staging"
 // CHECK-NEXT: mt.buffer @gslot.0 "device" "grads" {dtype = "f32", elems = 2048 : i64}
 // CHECK-NEXT: mt.buffer @gstage.0 "host" "grad_staging" {dtype = "f32", elems = 2048 : i64}
 // CHECK: mt.buffer @batch "host" "batch" {dtype = "i32", elems = 32 : i64}
 // CHECK-NEXT: mt.buffer @loss.host "host" "loss_host" {dtype = "f32", elems = 2 : i64}
 // CHECK-LABEL: mt.schedule @step
-// CHECK: mt.pack @u0 into @stage.0
+// CHECK: mt.pack @u0 range [0, 2048] into @stage.0
 // CHECK-NEXT: mt.h2d @stage.0 into @wslot.0
-// CHECK: mt.pack @u1 into @stage.1
+// CHECK: mt.pack @u1 range [0, 2048] into @stage.1
 // CHECK-NEXT: mt.h2d @stage.1 into @wslot.1
-// CHECK-NEXT: mt.pack @u0 into @stage.2
-// CHECK-NEXT: mt.h2d @stage.2 into @wslot.2
+// CHECK-NEXT: mt.pack @u0 range [0, 2048] into @stage.0
+// CHECK-NEXT: mt.h2d @stage.0 into @wslot.2
 // CHECK-NEXT: mt.launch @embedding "fwd"
-// CHECK-NOT: mt.h2d
+// CHECK-NOT: mt.h2d @stage
 // CHECK: mt.grad_norm
 module {
   mt.param @wte : tensor<32x16xf32>

@@ -12,8 +12,8 @@
 // CHECK-NEXT: mt.buffer @ckpt.1.1 "device" "checkpoint" {dtype = "storage", elems = 128 : i64, offset = 256 : i64}
 // CHECK: mt.buffer @dact.1.1 "device" "activation_grad" {dtype = "storage", elems = 128 : i64, offset = 2304 : i64}
 // CHECK-NEXT: mt.buffer @wslot.0 "device" "weights" {dtype = "storage", elems = 2048 : i64, offset = 2560 : i64}
-// CHECK-NEXT: mt.buffer @stage.0 "host" "staging" {dtype = "storage", elems = 2048 : i64}
 // CHECK-NEXT: mt.buffer @wslot.1 "device" "weights" {dtype = "storage", elems = 2048 : i64, offset = 4608 : i64}
+// CHECK-NEXT: mt.buffer @stage.0 "host" "staging" {dtype = "storage", elems = 2048 : i64}
 // CHECK: mt.buffer @gslot.0 "device" "grads" {dtype = "f32", elems = 2048 : i64, offset = 256 : i64}
 // CHECK: mt.buffer @gslot.1 "device" "grads" {dtype = "f32", elems = 2048 : i64, offset = 2304 : i64}
 // CHECK: mt.buffer @workspace "device" "workspace" {dtype = "storage", elems = 640 : i64, offset = 6656 : i64}
