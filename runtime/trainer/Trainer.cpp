@@ -58,12 +58,28 @@ std::map<std::string, std::string> math_flags(const TrainerOptions &o,
 }
 
 /// Untied params (trainable masters and frozen tables) keyed by name.
+/// Every param under its own name: a tied one is written out from its
+/// primary (transposed where the tie is), so that each ONNX initializer the
+/// model trains has its tensor (megatrain export-onnx relies on it).
 void write_weights(const HostStore &store, const std::string &path) {
   const Program &p = store.program();
   SafetensorsWriter w;
-  for (int q = 0; q < p.num_params; ++q)
-    if (p.params[q].tie < 0)
-      w.add(p.params[q].name, shape_of(p.params[q]), store.values(q));
+  std::vector<std::vector<float>> copies; // tied views, alive until write()
+  copies.reserve(size_t(p.num_params));
+  for (int q = 0; q < p.num_params; ++q) {
+    const ParamDesc &d = p.params[q];
+    if (d.tie < 0) {
+      w.add(d.name, shape_of(d), store.values(q));
+      continue;
+    }
+    const float *src = store.values(d.tie);
+    std::vector<float> &copy = copies.emplace_back(src, src + d.numel);
+    if (d.tie_transposed) // this param is (rows, cols); its primary (cols, rows)
+      for (int64_t r = 0; r < d.shape[0]; ++r)
+        for (int64_t c = 0; c < d.shape[1]; ++c)
+          copy[r * d.shape[1] + c] = src[c * d.shape[0] + r];
+    w.add(d.name, shape_of(d), copy.data());
+  }
   w.set_metadata("plan_hash", p.plan_hash);
   w.write(path);
 }

@@ -128,3 +128,37 @@ class TrainerContract(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ExportOnnx(unittest.TestCase):
+    """--export then `megatrain export-onnx`: an ONNX copy holding the
+    trained weights, ties kept consistent, that compiles again."""
+
+    def test_trained_copy(self):
+        import onnx
+        from onnx import numpy_helper
+        from safetensors.numpy import load_file
+
+        from tests.e2e.harness import MEGATRAIN, run
+
+        w = Workdir()
+        data = w.corpus()
+        src = w.export("tiny-llama-tied", folded=True)
+        plan, _ = w.compile(src, "tied", "--batch", "2", "--seq-len", "16")
+        w.train(plan, "--data", data, "--steps", "2", "--export", w("trained.st"))
+        run([MEGATRAIN, "export-onnx", src, w("trained.st"), "-o", w("trained.onnx")])
+        weights = load_file(w("trained.st"))
+        model = onnx.load(w("trained.onnx"))
+        original = {i.name: numpy_helper.to_array(i) for i in onnx.load(src).graph.initializer}
+        inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        trained = [k for k in weights if k in inits]
+        self.assertGreater(len(trained), 10)
+        for k in trained:
+            np.testing.assert_array_equal(weights[k], inits[k], err_msg=k)
+            self.assertFalse(np.array_equal(inits[k], original[k]), f"{k} did not train")
+        # The folded head is the embedding transposed, before and after.
+        heads = [k for k in inits if k.startswith("onnx::MatMul")]
+        self.assertTrue(any(np.array_equal(inits[h].T, inits["embed_tokens.weight"])
+                            for h in heads))
+        onnx.checker.check_model(model)
+        w.compile(w("trained.onnx"), "again", "--batch", "2", "--seq-len", "16")

@@ -9,6 +9,7 @@ namespace mt::driver {
 
 int runCompile(const std::vector<std::string> &args);
 int runInspect(const std::vector<std::string> &args);
+int runExportOnnx(const std::vector<std::string> &args);
 
 } // namespace mt::driver
 

@@ -27,6 +27,8 @@ each layer's weights from host memory to one GPU, and a trainer that runs it.
 commands:
   compile MODEL.onnx   import the model and compile it (see compile --help)
   inspect DIR          describe a compiled plan: units, memory, predicted time
+  export-onnx MODEL.onnx WEIGHTS.safetensors -o OUT.onnx
+                       a copy of the model holding trained weights
 
 flags:
   --help               this text
@@ -52,8 +54,10 @@ int main(int argc, char **argv) {
       return mt::driver::runCompile(args);
     if (command == "inspect")
       return mt::driver::runInspect(args);
+    if (command == "export-onnx")
+      return mt::driver::runExportOnnx(args);
     throw mt::driver::UsageError("unknown command '" + command +
-                                 "' (commands: compile, inspect)");
+                                 "' (commands: compile, inspect, export-onnx)");
   } catch (const mt::driver::UsageError &e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
