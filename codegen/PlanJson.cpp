@@ -81,16 +81,16 @@ json::Object planJson(ModuleOp module, StringRef modelName,
   }
 
   // Host: the store, plus every host buffer of the schedule (staging and
-  // landing slabs, the batch), with bf16 storage.
-  int64_t staging = 0;
+  // landing slabs, offloaded checkpoints, the batch), with bf16 storage.
+  int64_t buffers = 0;
   for (BufferOp b : module.getOps<BufferOp>())
     if (b.getSpace() == "host")
-      staging += b.getElems() * (b.getDtype() == "storage" ? 2 : 4);
+      buffers += b.getElems() * (b.getDtype() == "storage" ? 2 : 4);
   json::Object host{{"store_bytes", kHostBytesPerParam * trained},
-                    {"staging_bytes", staging}};
+                    {"buffer_bytes", buffers}};
   if (trained > 0)
     host["bytes_per_param"] =
-        double(kHostBytesPerParam * trained + staging) / double(trained);
+        double(kHostBytesPerParam * trained + buffers) / double(trained);
   plan["host_memory"] = std::move(host);
   return plan;
 }

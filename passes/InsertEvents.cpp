@@ -18,13 +18,16 @@ using namespace mt;
 
 namespace {
 
-// The event kind announcing that a buffer of `kind` was written.
-StringRef readyKind(StringRef kind) {
-  if (kind == "grads" || kind == "loss")
-    return "compute_done";
-  if (kind == "grad_staging" || kind == "loss_host")
-    return "grad_landed";
-  return "param_ready";
+// The kind of event announcing a write, by the stream that wrote: compute
+// results (gradients, losses, checkpoints) are compute_done; what the d2h
+// stream lands on the host is grad_landed; what the host packed or the h2d
+// stream filled for the device is param_ready.
+StringRef readyKind(StreamId writer) {
+  switch (writer) {
+  case StreamId::Compute: return "compute_done";
+  case StreamId::D2H: return "grad_landed";
+  default: return "param_ready";
+  }
 }
 
 // One pass over two consecutive steps: at each race, a record goes right
@@ -74,7 +77,7 @@ struct InsertEventsPass : public mt::impl::InsertEventsBase<InsertEventsPass> {
     if (!symbols.lookup(name)) {
       auto ev = declare.create<EventOp>(
           step.getLoc(), name,
-          ready ? readyKind(buffer.getKind()) : StringRef("buffer_free"));
+          ready ? readyKind(streamOf(race.earlier)) : StringRef("buffer_free"));
       symbols.insert(ev);
     }
     auto ref = FlatSymbolRefAttr::get(step.getContext(), name);

@@ -114,6 +114,27 @@ struct InsertTransfersPass
     declareBuffer(b, loc, "batch", "host", "batch", tokens.getElems(), "i32");
     declareBuffer(b, loc, "loss.host", "host", "loss_host", loss.getElems(),
                   "f32");
+    // Offloaded checkpoints pass through device rings: `fact` between a
+    // forward that writes one and the next forward that reads it (and the
+    // d2h that saves it), `bact` for the copy back ahead of the backward.
+    int64_t offloadElems = 0;
+    for (BufferOp buf : module.getOps<BufferOp>())
+      if (buf.getKind() == "checkpoint" && buf.getSpace() == "host")
+        offloadElems = std::max<int64_t>(offloadElems, buf.getElems());
+    int64_t M = step->getAttrOfType<IntegerAttr>("micro_batches").getInt();
+    if (offloadElems > 0)
+      for (int64_t mb = 0; mb < M; ++mb) {
+        for (int k = 0; k < 2; ++k)
+          declareBuffer(b, loc, ringName("fact", k, mb), "device", "checkpoint",
+                        offloadElems, "storage");
+        for (int64_t k = 0; k < slots; ++k)
+          declareBuffer(b, loc, ringName("bact", k, mb), "device", "checkpoint",
+                        offloadElems, "storage");
+      }
+    auto onHost = [&](Attribute ref) {
+      auto buf = symbols.lookup<BufferOp>(cast<FlatSymbolRefAttr>(ref).getValue());
+      return buf && buf.getKind() == "checkpoint" && buf.getSpace() == "host";
+    };
 
     // Rebuild the body in the new issue order.
     Block &body = step.getBody().front();
@@ -135,6 +156,17 @@ struct InsertTransfersPass
       // (forward) pack of the unit in this step.
       if (isFirstVisit(visits, i))
         b.create<AdamWOp>(loc, sym(v.unit), str("host"));
+      // Offloaded checkpoints the backward reads come back first.
+      for (LaunchOp l : v.launches) {
+        if (!v.backward || l.getInputs().empty() || !onHost(l.getInputs()[0]))
+          continue;
+        std::string ring = ringName("bact", i % slots, l.getMb());
+        b.create<H2DOp>(loc, cast<FlatSymbolRefAttr>(l.getInputs()[0]),
+                        sym(ring), str("h2d"), DenseI64ArrayAttr());
+        SmallVector<Attribute> ins(l.getInputs().begin(), l.getInputs().end());
+        ins[0] = sym(ring);
+        l.setInputsAttr(b.getArrayAttr(ins));
+      }
       std::string slot = indexed("wslot", i % slots);
       for (int64_t at = 0, n = elemsOf(v.unit); at < n; at += chunk) {
         auto range = b.getDenseI64ArrayAttr({at, std::min(chunk, n - at)});
@@ -171,6 +203,28 @@ struct InsertTransfersPass
         }
       }
       b.setInsertionPointToEnd(&body);
+      // A forward writing an offloaded checkpoint writes it to the `fact`
+      // ring (where the next forward reads it) and saves it to host.
+      for (LaunchOp l : v.launches) {
+        if (v.backward)
+          continue;
+        auto retarget = [&](ArrayAttr refs, bool save) {
+          SmallVector<Attribute> out(refs.begin(), refs.end());
+          for (Attribute &ref : out) {
+            if (!onHost(ref))
+              continue;
+            StringRef name = cast<FlatSymbolRefAttr>(ref).getValue();
+            std::string ring = ringName("fact", applyOf(name) % 2, l.getMb());
+            if (save)
+              b.create<D2HOp>(loc, sym(ring), cast<FlatSymbolRefAttr>(ref),
+                              str("d2h"), DenseI64ArrayAttr());
+            ref = sym(ring);
+          }
+          return b.getArrayAttr(out);
+        };
+        l.setInputsAttr(retarget(l.getInputs(), false));
+        l.setOutputsAttr(retarget(l.getOutputs(), true));
+      }
       if (llvm::any_of(v.launches, [](LaunchOp l) {
             return llvm::any_of(l.getOutputs(), [](Attribute o) {
               return cast<FlatSymbolRefAttr>(o).getValue() == "loss";
@@ -181,6 +235,17 @@ struct InsertTransfersPass
     }
     drain(visits.size() - 1);
     b.create<GradNormOp>(loc, str("host"));
+  }
+
+  static std::string ringName(StringRef base, int64_t k, int64_t mb) {
+    return (base + "." + std::to_string(k) + "." + std::to_string(mb)).str();
+  }
+
+  // The application whose input the checkpoint ckpt.A.MB is.
+  static int64_t applyOf(StringRef ckpt) {
+    int64_t a = 0;
+    ckpt.split('.').second.split('.').first.getAsInteger(10, a);
+    return a;
   }
 
   // The first visit of a unit in the step (its forward visit, or the head's

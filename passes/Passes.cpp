@@ -20,6 +20,9 @@ void buildTrainingPipeline(mlir::OpPassManager &pm,
   pm.addPass(createPackWeights());
   // The compute stream's order and the activation buffers.
   pm.addPass(createSchedule({options.microBatches}));
+  // Checkpoints the budget cannot keep on the device go to host.
+  pm.addPass(createPlaceCheckpoints(
+      {options.gpuMemLimit, options.slots, options.hostCheckpoints}));
   // Copies on the h2d/d2h streams and host tasks, with slot rotation.
   pm.addPass(createInsertTransfers({options.slots, options.stagingElems}));
   // Events wherever two streams touch one buffer.

@@ -24,6 +24,7 @@ struct PipelineOptions {
   int64_t stagingElems = int64_t(1) << 23; // per staging slab
   int64_t gpuMemLimit = 0;  // bytes; 0 = unlimited
   int64_t minUnitBytes = 0; // merge layers smaller than this
+  int64_t hostCheckpoints = -1; // layers whose checkpoints go to host; -1: by budget
   std::string preset = "h200-pcie5";
   std::string tracePath;    // predicted timeline, Chrome trace JSON
 };

@@ -72,6 +72,27 @@ def Schedule : Pass<"mt-schedule", "mlir::ModuleOp"> {
   ];
 }
 
+def PlaceCheckpoints : Pass<"mt-place-checkpoints", "mlir::ModuleOp"> {
+  let summary = "Keeps block-input checkpoints on the device or offloads them to host";
+  let description = [{
+    Decides where each block-input checkpoint lives between its forward and
+    its backward: on the device while the budget allows, else in host
+    memory (the earliest layers first: their checkpoints wait longest).
+    An offloaded checkpoint's buffer moves to the "host" space; then
+    mt-insert-transfers copies it out after the forward and back in ahead
+    of the backward. `host-checkpoints=N` offloads the first N layers'
+    checkpoints regardless of the budget; -1 (the default) decides by
+    `gpu-mem-limit` (unlimited: none).
+  }];
+  let options = [
+    Option<"gpuMemLimit", "gpu-mem-limit", "int64_t", "0",
+           "device memory budget in bytes (0: unlimited)">,
+    Option<"slots", "slots", "int64_t", "2", "weight slots (as mt-insert-transfers)">,
+    Option<"hostCheckpoints", "host-checkpoints", "int64_t", "-1",
+           "layers whose checkpoints go to host (-1: by budget)">,
+  ];
+}
+
 def InsertTransfers : Pass<"mt-insert-transfers", "mlir::ModuleOp"> {
   let summary = "Adds packing, h2d and d2h copies with N-deep slot rotation";
   let description = [{

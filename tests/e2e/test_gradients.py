@@ -52,6 +52,11 @@ class FirstStepGradients(unittest.TestCase):
     def test_one_micro_batch(self):
         self.check("tiny-llama", micro_batches=1)
 
+    def test_checkpoints_on_host(self):
+        # The first two layers' block inputs go to host after the forward
+        # and come back ahead of the backward.
+        self.check("tiny-llama", extra=("--host-checkpoints", "2"), tag="host-ckpt")
+
     def test_units_moved_in_chunks(self):
         # Staging slabs of 4096 elements: every unit packs, copies and drains
         # in several chunks; a transposed tie crosses chunk boundaries.

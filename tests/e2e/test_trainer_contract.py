@@ -19,9 +19,11 @@ class TrainerContract(unittest.TestCase):
         cls.w = Workdir()
         cls.data = cls.w.corpus()
         onnx = cls.w.export("tiny-llama")
-        # Small staging slabs: units move in chunks, which stress must not break.
+        # Small staging slabs (units move in chunks) and a checkpoint on the
+        # host: more streams and events for stress to shake.
         cls.plan, _ = cls.w.compile(onnx, "llama", "--batch", "2", "--seq-len", "16",
-                                    "--micro-batches", "2", "--staging-elems", "8192")
+                                    "--micro-batches", "2", "--staging-elems", "8192",
+                                    "--host-checkpoints", "1")
         other = cls.w.export("tiny-gpt2")
         cls.other_plan, _ = cls.w.compile(other, "gpt2", "--batch", "2", "--seq-len", "16")
 

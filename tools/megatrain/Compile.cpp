@@ -42,7 +42,10 @@ model:
 plan:
   --micro-batches M      micro-batches through each resident unit (default 1)
   --slots N              device weight slots, 2 = double buffering (default 2)
-  --gpu-mem-limit SIZE   device memory budget, e.g. 24GiB (default: none)
+  --gpu-mem-limit SIZE   device memory budget, e.g. 24GiB (default: none);
+                         checkpoints that do not fit go to host memory
+  --host-checkpoints N   offload the first N layers' checkpoints to host
+                         (default auto: by --gpu-mem-limit)
   --min-unit-bytes SIZE  merge consecutive layers smaller than this
   --staging-elems N      elements per pinned host staging slab (default
                          8388608): units move in chunks of this size
@@ -65,7 +68,8 @@ output:
 
 const char *const kPipelinePasses[] = {
     "mt-derive-backward", "mt-partition",     "mt-pack-weights",
-    "mt-schedule",        "mt-insert-transfers", "mt-insert-events",
+    "mt-schedule",        "mt-place-checkpoints", "mt-insert-transfers",
+    "mt-insert-events",
     "mt-plan-memory",     "mt-verify-schedule",  "mt-simulate"};
 
 void writeFile(const std::string &path, const std::string &text) {
@@ -111,6 +115,7 @@ int runCompile(const std::vector<std::string> &args) {
   Flags flags(args,
               {"--batch", "--seq-len", "--bind", "--emit", "--micro-batches",
                "--slots", "--gpu-mem-limit", "--min-unit-bytes", "--staging-elems",
+               "--host-checkpoints",
                "--dump-ir-after", "--preset", "--sim-trace", "-o"},
               {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
@@ -131,7 +136,8 @@ int runCompile(const std::vector<std::string> &args) {
     throw UsageError("--dump-ir-after: '" + dumpAfter +
                      "' is not a pass of the pipeline (mt-derive-backward, "
                      "mt-partition, mt-pack-weights, mt-schedule, "
-                     "mt-insert-transfers, mt-insert-events, mt-plan-memory, "
+                     "mt-place-checkpoints, mt-insert-transfers, "
+                     "mt-insert-events, mt-plan-memory, "
                      "mt-verify-schedule, mt-simulate) or all");
 
   onnx_import::ImportOptions options;
@@ -155,6 +161,14 @@ int runCompile(const std::vector<std::string> &args) {
   pipeline.minUnitBytes = flags.bytes("--min-unit-bytes").value_or(0);
   if (auto staging = flags.positiveInt("--staging-elems"))
     pipeline.stagingElems = *staging;
+  if (auto host = flags.get("--host-checkpoints")) {
+    if (*host == "auto")
+      pipeline.hostCheckpoints = -1;
+    else if (*host == "0")
+      pipeline.hostCheckpoints = 0;
+    else
+      pipeline.hostCheckpoints = *flags.positiveInt("--host-checkpoints");
+  }
   pipeline.preset = flags.get("--preset").value_or(pipeline.preset);
   pipeline.tracePath = flags.get("--sim-trace").value_or("");
 

@@ -99,10 +99,11 @@ int runInspect(const std::vector<std::string> &args) {
                             size(*kv.second.getAsNumber()));
   }
   if (const json::Object *host = plan->getObject("host_memory"))
-    os << llvm::formatv("host memory: {0} store + {1} staging = {2:F2} "
-                        "bytes per trained param\n",
+    os << llvm::formatv("host memory: {0} store + {1} buffers (staging, "
+                        "offloaded checkpoints) = {2:F2} bytes per trained "
+                        "param\n",
                         size(number(*host, "store_bytes")),
-                        size(number(*host, "staging_bytes")),
+                        size(number(*host, "buffer_bytes")),
                         number(*host, "bytes_per_param"));
 
   const json::Object *pred = plan->getObject("prediction");

@@ -51,7 +51,8 @@ ToyRunResult run_toy(const Program &p, const ToyRunOptions &opts) {
   BackendOptions bo;
   bo.stress = opts.stress;
   bo.stress_seed = opts.seed;
-  bo.bf16 = opts.bf16;
+  // A backend that only computes in bf16 (cuda) runs the toy in bf16.
+  bo.bf16 = opts.bf16 || backend_entry(opts.backend).default_bf16;
   bo.trace = opts.trace;
   std::unique_ptr<Backend> backend = create_backend(opts.backend, bo);
   HostStore store(p, backend->storage_format(), OptimizerConfig{});

@@ -8,6 +8,7 @@
 #include "TempDir.h"
 #include "ToyProgram.h"
 
+#include "runtime/exec/BackendRegistry.h"
 #include "runtime/trainer/Json.h"
 #include "runtime/trainer/LrSchedule.h"
 #include "runtime/trainer/Safetensors.h"
@@ -289,8 +290,21 @@ TEST_F(TrainerMainTest, ErrorsAreOneLineAndNonZero) {
   expect_error(train({"--steps"}), "error: --steps needs a value");
   expect_error(train({"--lr-schedule", "linear"}),
                "error: --lr-schedule must be cosine or constant (got 'linear')");
-  expect_error(train({"--backend", "cuda"}),
-               "error: --backend cuda: this trainer was built without CUDA");
+  // Without a CUDA build the backend is unknown; with one, a machine without
+  // a GPU refuses it.
+  std::string why;
+  bool cuda_built = false, cuda_here = false;
+  for (const BackendEntry &e : backends())
+    if (e.name == "cuda") {
+      cuda_built = true;
+      cuda_here = !e.available || e.available(&why);
+    }
+  if (!cuda_built)
+    expect_error(train({"--backend", "cuda"}),
+                 "error: --backend cuda: this trainer was built without CUDA");
+  else if (!cuda_here)
+    expect_error(train({"--backend", "cuda"}),
+                 "error: --backend cuda: not available on this machine (");
   expect_error(run_trainer(p, {"--data", data_, "--weights", dir_ / "none.st"}),
                "error: no initial weights at " + dir_ / "none.st");
   expect_error(run_trainer(p, {"--data", dir_ / "missing.u32", "--weights",
