@@ -1,2 +1,0 @@
-// The kernel source compiled for the CPU emulator (see CudaCompat.h).
-#include "runtime/cuda/ElementwiseKernels.cu"
