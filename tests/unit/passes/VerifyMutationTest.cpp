@@ -65,12 +65,16 @@ bool moveAcrossNeighbour(Operation *op) {
 }
 
 // Mutates every event command of smallModel(3)'s schedule at M micro-
-// batches and `slots` weight slots; every mutant must be caught.
-void mutateEveryEvent(int64_t M, int64_t slots) {
+// batches and `slots` weight slots (optionally with checkpoints on the host
+// and units moved in chunks); every mutant must be caught.
+void mutateEveryEvent(int64_t M, int64_t slots, int64_t hostCheckpoints = 0,
+                      int64_t stagingElems = int64_t(1) << 23) {
   MLIRContext ctx;
   PipelineOptions options;
   options.microBatches = M;
   options.slots = slots;
+  options.hostCheckpoints = hostCheckpoints;
+  options.stagingElems = stagingElems;
   std::string error;
   OwningOpRef<ModuleOp> module =
       test::compile(ctx, test::smallModel(3), options, &error);
@@ -127,6 +131,12 @@ TEST(VerifyMutationTest, EveryWaitAndRecordIsNeededWithThreeSlots) {
 }
 
 // The verifier itself: a schedule with no events at all races at once.
+TEST(VerifyMutationTest, EveryWaitAndRecordIsNeededWithHostCheckpointsAndChunks) {
+  // Two layers' checkpoints leave and come back; units move 1024 elements
+  // at a time through the staging and landing rings.
+  mutateEveryEvent(2, 2, /*hostCheckpoints=*/2, /*stagingElems=*/1024);
+}
+
 TEST(VerifyMutationTest, NoEventsRaces) {
   MLIRContext ctx;
   PipelineOptions options;
