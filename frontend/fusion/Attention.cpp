@@ -28,6 +28,7 @@ struct MaskTerm {
   enum Kind { Additive, KeepWhereTrue, KeepWhereFalse } kind;
   ConstPtr condition; // Additive: the bias; Where: the condition
   ConstPtr fill;      // Where: the masked value
+  bool merged = false; // applied to scores [B·H, S, S] rather than 4-d
 };
 
 class AttentionFusion {
@@ -96,9 +97,12 @@ private:
                    int64_t b, int64_t h, int64_t i, int64_t j, Node *at) {
     int64_t s = scores[2];
     int64_t flat = ((b * scores[1] + h) * s + i) * scores[3] + j;
+    // Masks on merged scores see them as [1, B·H, S, S]: the same flat index.
+    Shape mergedShape{1, scores[0] * scores[1], scores[2], scores[3]};
     bool keep = true;
     for (const MaskTerm &m : masks) {
-      double c = m.condition->at(BroadcastIndex(scores, m.condition->shape)(flat));
+      const Shape &view = m.merged ? mergedShape : scores;
+      double c = m.condition->at(BroadcastIndex(view, m.condition->shape)(flat));
       if (m.kind == MaskTerm::Additive) {
         if (c != 0 && c > kMaskedBelow)
           fail("{}: the attention bias has value {} at query {}, key {}; only "
@@ -109,7 +113,7 @@ private:
       }
       bool k = (c != 0) == (m.kind == MaskTerm::KeepWhereTrue);
       if (!k) {
-        double fill = m.fill->at(BroadcastIndex(scores, m.fill->shape)(flat));
+        double fill = m.fill->at(BroadcastIndex(view, m.fill->shape)(flat));
         if (fill > kMaskedBelow)
           fail("{}: the attention mask fills masked scores with {}, not -inf",
                at->describe(), fill);
@@ -179,6 +183,17 @@ private:
     return transposed(at, kt, {0, 1, 3, 2});
   }
 
+  // x4 [B, H, S, D] when x is its reshape to [B·H, S, D]; else null.
+  static Value *unmerge(Value *x, int64_t B, int64_t H) {
+    Node *r = producer(x, "Reshape");
+    if (!r || x->rank() != 3)
+      return nullptr;
+    Value *x4 = r->in(0);
+    bool ok = x4->rank() == 4 && x4->dim(0) == B && x4->dim(1) == H &&
+              x->shape == Shape{B * H, x4->dim(2), x4->dim(3)};
+    return ok ? x4 : nullptr;
+  }
+
   // kv [B, Hkv, S, D] when x is its GQA repeat to [B, Hkv·n, S, D].
   static Value *unrepeat(Value *x) {
     Node *reshape = producer(x, "Reshape");
@@ -206,17 +221,40 @@ private:
     std::vector<MaskTerm> masks;
     double scale = 1.0;
     Value *scores = peelMasks(softmax->in(0), masks, scale);
+    // Scores may come from a batched 3-d product over B·H (GPT-NeoX's
+    // baddbmm), reshaped to [B, H, S, S]: look through to q and k in 4-d.
+    const Shape &s4 = softmax->out()->shape;
+    bool merged = false;
+    if (Node *r = producer(scores, "Reshape");
+        r && s4.size() == 4 && r->in(0)->shape == Shape{s4[0] * s4[1], s4[2], s4[3]}) {
+      size_t before = masks.size();
+      scores = peelMasks(r->in(0), masks, scale);
+      for (size_t k = before; k < masks.size(); ++k)
+        masks[k].merged = true;
+      merged = true;
+    }
     Node *qk = producer(scores, "MatMul");
     if (!qk)
       return;
     Value *q = peelScale(qk->in(0), scale);
     Value *kt = peelScale(qk->in(1), scale);
+    Value *k = nullptr;
+    if (merged) {
+      q = unmerge(q, s4[0], s4[1]);
+      Node *t = producer(kt, "Transpose");
+      if (!q || !t || t->getInts("perm") != std::vector<int64_t>{0, 2, 1})
+        return;
+      k = unmerge(peelScale(t->in(0), scale), s4[0], s4[1]);
+      if (!k)
+        return;
+      q = peelScale(q, scale);
+    }
     if (!isActivation(q) || !isActivation(kt) || q->rank() != 4 ||
-        kt->rank() != 4)
+        (!merged && kt->rank() != 4))
       return;
     checkCausal(masks, softmax->out()->shape, mm);
     // A scale may also sit before kᵀ's transpose (k · d^-¼, then kᵀ).
-    Value *k = unrepeat(peelScale(untranspose(mm, kt), scale));
+    k = unrepeat(peelScale(k ? k : untranspose(mm, kt), scale));
     v = unrepeat(v);
     if (k->shape != v->shape || q->dim(1) % k->dim(1) || q->dim(3) != k->dim(3))
       fail("{}: attention with q {}, k {} and v {} is not supported (k and v "

@@ -37,8 +37,10 @@ void lowerScale(Graph &g, Node *n, Value *x, double factor) {
       ->setFloat("factor", factor);
 }
 
-void lowerSlices(Graph &g, Node *n, Value *x, const std::vector<int64_t> &start,
-                 const std::vector<int64_t> &size, Value *result) {
+// x sliced to [start, start + size) on every dim, one mt.slice per dim that
+// shrinks.
+Value *sliceOf(Graph &g, Node *n, Value *x, const std::vector<int64_t> &start,
+               const std::vector<int64_t> &size) {
   Value *cur = x;
   Node *after = n;
   for (int64_t k = 0; k < x->rank(); ++k) {
@@ -53,7 +55,12 @@ void lowerSlices(Graph &g, Node *n, Value *x, const std::vector<int64_t> &start,
     cur->fromInput = true;
     after = sl;
   }
-  g.replaceAllUses(result, cur);
+  return cur;
+}
+
+void lowerSlices(Graph &g, Node *n, Value *x, const std::vector<int64_t> &start,
+                 const std::vector<int64_t> &size, Value *result) {
+  g.replaceAllUses(result, sliceOf(g, n, x, start, size));
 }
 
 void lower(Graph &g, Node *n) {
@@ -84,6 +91,31 @@ void lower(Graph &g, Node *n) {
         fail("{}: strided slices of activations are not supported",
              n->describe());
     lowerSlices(g, n, x, n->getInts("starts"), n->getInts("sizes"), n->out());
+  } else if (op == "Gather" && n->in(1)->constant) {
+    // Picking one index, or a run of consecutive ones, along an axis of an
+    // activation is a slice (Falcon's fused QKV views, say).
+    const Const &idx = *n->in(1)->constant;
+    int64_t axis = n->getInt("axis", 0), d = x->dim(axis);
+    if (idx.numel < 1 || idx.shape.size() > 1)
+      return;
+    int64_t first = toInt(idx.at(0));
+    first += first < 0 ? d : 0;
+    for (int64_t i = 1; i < idx.numel; ++i)
+      if (toInt(idx.at(i)) + (idx.at(i) < 0 ? d : 0) != first + i)
+        return;
+    if (first < 0 || first + idx.numel > d)
+      return;
+    std::vector<int64_t> start(x->rank(), 0);
+    Shape size = x->shape;
+    start[axis] = first;
+    size[axis] = idx.numel;
+    Value *sliced = sliceOf(g, n, x, start, size);
+    if (sliced->shape != n->out()->shape) { // a scalar index drops the axis
+      Node *r = g.newNode("mt.reshape", n->name, {sliced}, sliced->producer);
+      sliced = g.addOutput(r, DType::F32, n->out()->shape);
+      sliced->fromInput = true;
+    }
+    g.replaceAllUses(n->out(), sliced);
   } else if (op == "Split") {
     int64_t axis = n->getInt("axis", 0), offset = 0;
     std::vector<int64_t> split = n->getInts("split");

@@ -1,0 +1,65 @@
+"""Tiny random-init HuggingFace decoders of families the importer was not
+written against, exported the way users export them (torch.onnx.export of
+the model's own code, opset 17, dynamic batch and sequence), for the
+end-to-end tests:
+
+    python -m tests.e2e.hf_architectures NAME OUT.onnx
+"""
+import sys
+
+import torch
+import transformers as T
+
+COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+              num_attention_heads=4, max_position_embeddings=128, use_cache=False)
+
+ARCHITECTURES = {
+    # GQA, sliding-window attention longer than the sequence.
+    "mistral": (T.MistralConfig, dict(COMMON, num_key_value_heads=2, sliding_window=4096),
+                T.MistralForCausalLM),
+    # Parallel attention and MLP from one LayerNorm, partial rotary, biases.
+    "phi": (T.PhiConfig, dict(COMMON, partial_rotary_factor=0.5), T.PhiForCausalLM),
+    # LayerNorm, partial rotary.
+    "stablelm": (T.StableLmConfig, dict(COMMON, num_key_value_heads=4), T.StableLmForCausalLM),
+    # Scores from a batched 3-d product (baddbmm) over batch x heads.
+    "gptneox": (T.GPTNeoXConfig, dict(COMMON, rotary_pct=0.25), T.GPTNeoXForCausalLM),
+    # Fused QKV viewed per head and picked apart by Gather; parallel blocks.
+    "falcon": (T.FalconConfig, dict(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, new_decoder_architecture=False,
+                                    parallel_attn=True, alibi=False, use_cache=False),
+               T.FalconForCausalLM),
+    # Llama with attention biases and a tied head.
+    "llama-bias-tied": (T.LlamaConfig, dict(COMMON, num_key_value_heads=2, attention_bias=True,
+                                            tie_word_embeddings=True), T.LlamaForCausalLM),
+}
+
+
+class LogitsOnly(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, use_cache=False).logits
+
+
+def export(name, path, seed=0):
+    torch.manual_seed(seed)
+    config_class, kwargs, model_class = ARCHITECTURES[name]
+    config = config_class(**kwargs)
+    config._attn_implementation = "eager"
+    model = model_class(config).eval()
+    # Norm weights start at 1: give every param its own values, or torch's
+    # exporter merges equal initializers into one.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    ids = torch.randint(0, 256, (2, 16))
+    torch.onnx.export(LogitsOnly(model), (ids,), path, input_names=["input_ids"],
+                      output_names=["logits"], opset_version=17, do_constant_folding=False,
+                      dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+                                    "logits": {0: "batch", 1: "seq"}})
+
+
+if __name__ == "__main__":
+    export(sys.argv[1], sys.argv[2])

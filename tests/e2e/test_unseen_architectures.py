@@ -1,0 +1,42 @@
+"""Exports of HuggingFace families the importer was not written against
+(tests/e2e/hf_architectures.py) compile into one layer template and train
+with first-step gradients matching PyTorch float64 autograd."""
+import unittest
+
+from tests.e2e.harness import PYTHON, ROOT, Workdir, gradient_errors, read_jsonl, run
+from tests.e2e.hf_architectures import ARCHITECTURES
+
+
+class UnseenArchitectures(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Workdir()
+        cls.data = cls.w.corpus()
+
+    def test_architectures(self):
+        w = self.w
+        for name in ARCHITECTURES:
+            with self.subTest(architecture=name):
+                onnx = w(name + ".onnx")
+                run([PYTHON, "-m", "tests.e2e.hf_architectures", name, onnx], cwd=ROOT)
+                plan_dir, plan = w.compile(onnx, name, "--batch", "2", "--seq-len", "16",
+                                           "--micro-batches", "2")
+                with open(plan_dir + "/model.mlir") as f:
+                    text = f.read()
+                self.assertEqual(text.count("mt.template @layer kind"), 1, name)
+                w.train(plan_dir, "--data", self.data, "--steps", "1",
+                        "--dump-grads", w(name + ".ours.st"), "--log-jsonl", w(name + ".ours.jsonl"))
+                w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",
+                         "--steps", "1", "--dump-grads", w(name + ".ref.st"),
+                         "--log-jsonl", w(name + ".ref.jsonl"))
+                ours = read_jsonl(w(name + ".ours.jsonl"))[0]["loss"]
+                ref = read_jsonl(w(name + ".ref.jsonl"))[0]["loss"]
+                self.assertLess(abs(ours - ref) / abs(ref), 1e-4, name)
+                errors, unmatched = gradient_errors(w(name + ".ours.st"), w(name + ".ref.st"))
+                self.assertEqual(unmatched, [], name)
+                for tensor, err in errors.items():
+                    self.assertLess(err, 1e-3, f"{name}: {tensor}")
+
+
+if __name__ == "__main__":
+    unittest.main()
