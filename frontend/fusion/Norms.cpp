@@ -3,7 +3,7 @@
 // Recognized forms, normalizing over the last dim:
 //   RMSNorm   x / Sqrt(ReduceMean(x²) + eps), or x · Reciprocal(Sqrt(..)),
 //             x · Div(1, Sqrt(..)), or x · Pow(.., -0.5); x² as Pow(x, 2) or x·x; then an optional
-//             Mul by a [D] weight. Also RMSNormalization (opset 23) and
+//             Mul by a [D] weight, or by c + weight (Gemma's 1 + w). Also RMSNormalization (opset 23) and
 //             com.microsoft SimplifiedLayerNormalization.
 //   LayerNorm d = x - ReduceMean(x); d / Sqrt(ReduceMean(d²) + eps) with the
 //             same variants, optional Mul by weight and Add of bias; and
@@ -14,6 +14,8 @@
 
 #include "frontend/Error.h"
 #include "frontend/fusion/Match.h"
+
+#include <tuple>
 
 namespace mt::onnx_import {
 namespace {
@@ -95,6 +97,7 @@ std::optional<Normalize> matchNormalize(Value *v) {
 struct Affine {
   Node *root;
   Value *weight = nullptr, *bias = nullptr;
+  double weightOffset = 0; // the norm scales by (offset + weight): Gemma's 1 + w
 };
 
 Affine matchAffine(Node *normalized, int64_t d, bool withBias) {
@@ -103,10 +106,26 @@ Affine matchAffine(Node *normalized, int64_t d, bool withBias) {
     auto view = weightView(w);
     return view && !view->transposed && view->param->shape == Shape{d};
   };
+  // c + w for a scalar c and a [D] weight w (Gemma scales by 1 + w).
+  auto offsetWeight = [&](Value *v) -> std::optional<std::pair<double, Value *>> {
+    auto ops = commuted(producer(v, "Add"),
+                        [](Value *c) { return constScalar(c).has_value(); });
+    if (!ops || !isFeatureWeight(ops->second))
+      return std::nullopt;
+    return std::make_pair(*constScalar(ops->first),
+                          weightView(ops->second)->param);
+  };
   Node *user = soleUser(a.root->out());
   if (user && user->op == "Mul" && user->domain.empty()) {
     if (auto ops = commuted(user, isFeatureWeight); ops && ops->second == a.root->out()) {
       a.weight = weightView(ops->first)->param;
+      a.root = user;
+      user = soleUser(a.root->out());
+    } else if (auto ops = commuted(user, [&](Value *w) {
+                 return offsetWeight(w).has_value();
+               });
+               ops && ops->second == a.root->out()) {
+      std::tie(a.weightOffset, a.weight) = *offsetWeight(ops->first);
       a.root = user;
       user = soleUser(a.root->out());
     }
@@ -120,12 +139,35 @@ Affine matchAffine(Node *normalized, int64_t d, bool withBias) {
   return a;
 }
 
-void emitRmsNorm(Graph &g, Node *root, Value *x, Value *weight, double eps) {
-  std::vector<Value *> ins{x};
-  if (weight)
-    ins.push_back(weight);
-  replaceWithPrimitive(g, root, "mt.rms_norm", ins, x->shape)
-      ->setFloat("eps", eps);
+void emitRmsNorm(Graph &g, Node *root, Value *x, Value *weight, double eps,
+                 double weightOffset = 0) {
+  if (weightOffset == 0) {
+    std::vector<Value *> ins{x};
+    if (weight)
+      ins.push_back(weight);
+    replaceWithPrimitive(g, root, "mt.rms_norm", ins, x->shape)
+        ->setFloat("eps", eps);
+    return;
+  }
+  // norm(x) · (c + w): the offset is a frozen one-element table, added to
+  // the weight at run time, so w itself stays the trained param.
+  Node *norm = g.newNode("mt.rms_norm", root->name, {x}, root);
+  norm->setFloat("eps", eps);
+  Value *n = g.addOutput(norm, DType::F32, x->shape);
+  n->fromInput = true;
+  std::string name = fmt::format("mt.const.{}", weightOffset);
+  Value *&c = g.byName[name]; // one table per offset, shared by every norm
+  if (!c) {
+    c = g.newValue(name, DType::F32, {1});
+    c->constant = denseConst(DType::F32, {1}, {weightOffset});
+  }
+  Node *add = g.newNode("mt.add", root->name, {weight, c}, norm);
+  Value *scale = g.addOutput(add, DType::F32, weight->shape);
+  scale->fromInput = true;
+  Node *mul = g.newNode("mt.mul", root->name, {n, scale}, add);
+  Value *y = g.addOutput(mul, DType::F32, x->shape);
+  y->fromInput = true;
+  g.replaceAllUses(root->out(), y);
 }
 
 void emitLayerNorm(Graph &g, Node *root, Value *x, Value *weight, Value *bias,
@@ -156,6 +198,8 @@ void fuseDecomposed(Graph &g, Node *n) {
                                 again->in(1) == center->in(1)));
     if (sameCenter) {
       Affine a = matchAffine(n, d, true);
+      if (a.weightOffset != 0)
+        return; // an offset weight on a LayerNorm: not a form we know
       emitLayerNorm(g, a.root, center->in(0), a.weight, a.bias, m->eps);
     }
     return;
@@ -163,7 +207,7 @@ void fuseDecomposed(Graph &g, Node *n) {
   // RMSNorm: the mean square is of x itself.
   if (Value *sq = meanOverLastDim(m->meanSquare); sq && squared(sq) == m->x) {
     Affine a = matchAffine(n, d, false);
-    emitRmsNorm(g, a.root, m->x, a.weight, m->eps);
+    emitRmsNorm(g, a.root, m->x, a.weight, m->eps, a.weightOffset);
   }
 }
 

@@ -28,6 +28,9 @@ ARCHITECTURES = {
                                     num_attention_heads=4, new_decoder_architecture=False,
                                     parallel_attn=True, alibi=False, use_cache=False),
                T.FalconForCausalLM),
+    # RMSNorm scaling by 1 + w, embeddings scaled by sqrt(hidden), GeGLU,
+    # multi-query attention, tied head.
+    "gemma": (T.GemmaConfig, dict(COMMON, num_key_value_heads=1, head_dim=16), T.GemmaForCausalLM),
     # Llama with attention biases and a tied head.
     "llama-bias-tied": (T.LlamaConfig, dict(COMMON, num_key_value_heads=2, attention_bias=True,
                                             tie_word_embeddings=True), T.LlamaForCausalLM),
