@@ -23,16 +23,13 @@ std::optional<WeightView> tableOf(Value *v) {
   return view;
 }
 
-// The offset o when c is arange(o, o + S) laid out as [1, ..., 1, S].
+// The offset o when every row of c (its last dim) is arange(o, o + S).
 std::optional<int64_t> arangeOffset(const Const &c) {
-  for (size_t k = 0; k + 1 < c.shape.size(); ++k)
-    if (c.shape[k] != 1)
-      return std::nullopt;
-  if (c.numel == 0)
+  if (c.numel == 0 || c.shape.empty())
     return std::nullopt;
-  int64_t o = toInt(c.at(0));
+  int64_t s = c.shape.back(), o = toInt(c.at(0));
   for (int64_t i = 0; i < c.numel; ++i)
-    if (c.at(i) != double(o + i))
+    if (c.at(i) != double(o + i % s))
       return std::nullopt;
   return o;
 }
@@ -63,7 +60,10 @@ void emitPositions(Graph &g, Node *root, Value *table, int64_t offset,
   Node *pe = g.newNode("mt.position_embed", root->name, {table}, root);
   g.addOutput(pe, DType::F32, flat)->fromInput = true;
   pe->setInt("offset", offset);
-  replaceReshaped(g, root, pe, pe->out()); // [1, S, D] and the like
+  if (numelOf(root->out()->shape) == numelOf(flat))
+    replaceReshaped(g, root, pe, pe->out()); // [1, S, D] and the like
+  else
+    g.replaceAllUses(root->out(), pe->out()); // [B, S, D]: broadcast by Adds
 }
 
 } // namespace
@@ -82,8 +82,15 @@ void fuseEmbeddings(Graph &g) {
       g.addOutput(e, DType::F32, y)->fromInput = true;
       replaceReshaped(g, n, e, e->out());
     } else if (ids->constant) {
-      if (auto o = arangeOffset(*ids->constant))
-        emitPositions(g, n, table->param, *o, ids->constant->numel);
+      // Positions per batch row ([B, S], OPT's from the mask) are the same
+      // rows: one [S, D] table slice, which the Adds reading it broadcast.
+      auto o = arangeOffset(*ids->constant);
+      int64_t s = ids->constant->shape.empty() ? 1 : ids->constant->shape.back();
+      bool rows = ids->constant->numel != s;
+      bool addedOnly = std::all_of(n->out()->users.begin(), n->out()->users.end(),
+                                   [](Node *u) { return u->op == "Add"; });
+      if (o && (!rows || addedOnly))
+        emitPositions(g, n, table->param, *o, s);
     }
   }
   for (Node *n : nodesWithOp(g, "Slice")) {

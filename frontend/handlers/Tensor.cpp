@@ -492,9 +492,40 @@ std::vector<ConstPtr> foldTile(OpContext &ctx) {
   })};
 }
 
+// CumSum folds (OPT derives positions from the attention mask with it); on
+// activations no primitive takes it.
+void inferCumSum(OpContext &ctx) {
+  int64_t axis = toInt(ctx.constIn(1, "axis").at(0));
+  ctx.node.setInt("axis", ctx.axis(axis, ctx.shape(0).size()));
+  ctx.setOutput(0, ctx.in(0).dtype, ctx.shape(0));
+}
+
+std::vector<ConstPtr> foldCumSum(OpContext &ctx) {
+  ConstPtr a = ctx.in(0).constant;
+  Shape s = a->shape;
+  int64_t axis = ctx.node.getInt("axis", 0);
+  bool exclusive = ctx.node.getInt("exclusive", 0) != 0,
+       reverse = ctx.node.getInt("reverse", 0) != 0;
+  int64_t inner = 1;
+  for (size_t k = axis + 1; k < s.size(); ++k)
+    inner *= s[k];
+  int64_t n = s[axis];
+  return {lazyConst(a->dtype, s, [=](int64_t i) {
+    int64_t pos = (i / inner) % n, base = i - pos * inner;
+    double sum = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      bool before = reverse ? k > pos : k < pos;
+      if (before || (!exclusive && k == pos))
+        sum += a->at(base + k * inner);
+    }
+    return sum;
+  })};
+}
+
 } // namespace
 
 void addTensorHandlers(std::vector<OpHandler> &t) {
+  t.push_back({"", "CumSum", 11, inferCumSum, foldCumSum});
   t.push_back({"", "Constant", 13, inferConstant, nullptr});
   t.push_back({"", "Shape", 13, inferShape, nullptr});
   t.push_back({"", "Size", 13, inferSize, nullptr});

@@ -645,12 +645,12 @@ def _(g):
 
 # -- Bad inputs, for error tests --
 
-@idiom("bad-unsupported-op", "2-layer decoder with Add(h, CumSum(h, "
-       "axis=1)) in the residual stream after layer 0 (node /model/CumSum)")
+@idiom("bad-unsupported-op", "2-layer decoder with Add(h, Hardmax(h)) in "
+       "the residual stream after layer 0 (node /model/Hardmax)")
 def _(g):
-    def cumsum(g, i, h):
-        return g.op("Add", h, g.op("CumSum", h, g.const(1))) if i == 0 else h
-    dg.decoder(g, dg.DecoderShape(layers=2, **BLOCK), ids_name="ids", logits_name="y", between_layers=cumsum)
+    def hardmax(g, i, h):
+        return g.op("Add", h, g.op("Hardmax", h)) if i == 0 else h
+    dg.decoder(g, dg.DecoderShape(layers=2, **BLOCK), ids_name="ids", logits_name="y", between_layers=hardmax)
 
 
 @idiom("bad-cycle", "a=Add(x,t), t=Mul(a,w), y=Identity(a): a cycle through nodes /Add and /Mul")
