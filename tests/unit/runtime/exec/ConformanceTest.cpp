@@ -65,6 +65,10 @@ TEST_P(Conformance, StressModeWithGradAccumulationGivesTheSameBits) {
 }
 
 TEST_P(Conformance, EveryMissingWaitIsCaughtByStressMode) {
+  if (GetParam() == "cudaemu")
+    GTEST_SKIP() << "emulated kernels run a thousand times slower than the "
+                    "host tasks, so the device's own backlog hides a missing "
+                    "host-to-device wait; the real cuda backend runs this";
   ToyProgram reference_toy(2);
   const ToyRunOptions base = options();
   const ToyRunResult reference = run_toy(reference_toy.program(), base);

@@ -1,0 +1,311 @@
+"""Helpers of bench/device_check.sh: run a trainer and measure it, compare
+CUDA against CPU gradients, and write the report.
+
+    devcheck.py run NAME TRAINER WORK TIMEOUT -- ARGS...
+    devcheck.py parity NAME WORK
+    devcheck.py report WORK OUT
+
+Needs nothing but python3 (safetensors are read by hand; numpy is used
+when present).
+"""
+import array
+import glob
+import json
+import math
+import os
+import resource
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+try:
+    import numpy as np
+except ImportError:  # the tiny models' gradients are small enough without
+    np = None
+
+
+def load_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def load_jsonl(path):
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return rows
+
+
+def read_safetensors(path):
+    """{name: floats}, F32 tensors only (what --dump-grads writes)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        if t["dtype"] != "F32":
+            raise ValueError(f"{path}: {name} is {t['dtype']}, not F32")
+        a, b = t["data_offsets"]
+        if np is not None:
+            out[name] = np.frombuffer(data[a:b], dtype="<f4").astype(np.float64)
+        else:
+            v = array.array("f")
+            v.frombytes(data[a:b])
+            if sys.byteorder != "little":
+                v.byteswap()
+            out[name] = v
+    return out
+
+
+def cosine(a, b):
+    """Cosine similarity (1 when both are zero); None when sizes differ."""
+    if len(a) != len(b):
+        return None
+    if np is not None:
+        na, nb, ab = float(np.linalg.norm(a)), float(np.linalg.norm(b)), float(a @ b)
+    else:
+        na = math.sqrt(math.fsum(x * x for x in a))
+        nb = math.sqrt(math.fsum(x * x for x in b))
+        ab = math.fsum(x * y for x, y in zip(a, b))
+    if na == 0 and nb == 0:
+        return 1.0
+    return ab / max(na * nb, 1e-300)
+
+
+# ---- run ---------------------------------------------------------------------
+
+def cmd_run(name, trainer, work, timeout, args):
+    """Runs a trainer (or any command) with its stats file, log, peak RSS."""
+    env = dict(os.environ)
+    env["MEGATRAIN_CUDA_STATS"] = os.path.join(work, name + ".stats.json")
+    for stale in glob.glob(os.path.join(work, name + ".*")):
+        os.remove(stale)
+    log_path = os.path.join(work, name + ".log")
+    cmd = [trainer] + args
+    t0 = time.time()
+    rc = None
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rc = "timeout"
+    wall = time.time() - t0
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    res = {"name": name, "rc": rc, "wall_s": wall, "host_peak_rss_bytes": rss,
+           "cmd": cmd}
+    with open(os.path.join(work, name + ".run.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(log_path) as f:
+        tail = f.read().splitlines()[-4:]
+    print(f"    {name}: rc {rc}, {wall:.1f} s, peak RSS {rss / 2**30:.1f} GiB")
+    for line in tail:
+        print("      | " + line[:200])
+    return 0 if rc == 0 else 1
+
+
+# ---- parity ------------------------------------------------------------------
+
+def cmd_parity(name, work):
+    """CUDA bf16 against CPU fp32 after one step: loss within 1e-2 relative,
+    every gradient's cosine similarity at least 0.999."""
+    res = {"name": name, "ok": False}
+    try:
+        for run in ("cpu", "cuda"):
+            rc = load_json(os.path.join(work, f"{name}.{run}.run.json"), {}).get("rc")
+            if rc != 0:
+                raise RuntimeError(f"the {run} run failed (rc {rc}; see {name}.{run}.log)")
+        cpu_log = load_jsonl(os.path.join(work, name + ".cpu.jsonl"))
+        cuda_log = load_jsonl(os.path.join(work, name + ".cuda.jsonl"))
+        lc, lg = cpu_log[0]["loss"], cuda_log[0]["loss"]
+        res["loss_cpu"], res["loss_cuda"] = lc, lg
+        res["loss_rel"] = abs(lg - lc) / max(abs(lc), 1e-30)
+        gc = read_safetensors(os.path.join(work, name + ".cpu.grads.safetensors"))
+        gg = read_safetensors(os.path.join(work, name + ".cuda.grads.safetensors"))
+        cos = {}
+        for k, a in gc.items():
+            b = gg.get(k)
+            cos[k] = None if b is None else cosine(a, b)
+        res["tensors"] = len(cos)
+        res["missing"] = [k for k, c in cos.items() if c is None]
+        vals = [c for c in cos.values() if c is not None]
+        res["cos_min"] = min(vals) if vals else None
+        res["cos_min_tensor"] = min(cos, key=lambda k: cos[k] if cos[k] is not None else -2)
+        res["cos_below"] = {k: c for k, c in cos.items() if c is not None and c < 0.999}
+        res["ok"] = (res["loss_rel"] <= 1e-2 and not res["missing"]
+                     and all(c >= 0.999 for c in vals) and bool(vals))
+        # Stress mode must give the same bits as a normal CUDA run.
+        s_norm = load_jsonl(os.path.join(work, name + ".cuda2.jsonl"))
+        s_str = load_jsonl(os.path.join(work, name + ".stress.jsonl"))
+        if s_norm and s_str:
+            res["stress_same_losses"] = [r["loss"] for r in s_norm] == [r["loss"] for r in s_str]
+            res["ok"] = res["ok"] and res["stress_same_losses"]
+    except Exception as e:  # a missing file is a failed check, not a crash
+        res["error"] = f"{type(e).__name__}: {e}"
+    with open(os.path.join(work, name + ".parity.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"    parity {name}: {'ok' if res['ok'] else 'FAILED'} "
+          f"loss rel {res.get('loss_rel', float('nan')):.2e}, "
+          f"min cos {res.get('cos_min')} ({res.get('cos_min_tensor')})"
+          f"{', error ' + res['error'] if 'error' in res else ''}")
+    return 0 if res["ok"] else 1
+
+
+# ---- report ------------------------------------------------------------------
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def bench_row(work, name):
+    plan = load_json(os.path.join(work, "plans", name, "plan.json"), {})
+    run = load_json(os.path.join(work, name + ".run.json"), {})
+    stats = load_json(os.path.join(work, name + ".stats.json"), {})
+    steps = load_jsonl(os.path.join(work, name + ".jsonl"))
+    params = plan.get("trained_params")
+    row = {"name": name, "rc": run.get("rc"), "params": params,
+           "steps_run": len(steps), "host_peak_rss_bytes": run.get("host_peak_rss_bytes"),
+           "plan_device_bytes": plan.get("device_memory", {}).get("bytes"),
+           "device_used_peak_bytes": stats.get("device_used_peak_bytes"),
+           "arena_bytes": stats.get("arena_bytes"),
+           "pinned_host_bytes": stats.get("pinned_host_bytes"),
+           "micro_batches": plan.get("micro_batches"),
+           "prediction": plan.get("prediction", {})}
+    warm = steps[1:] if len(steps) > 1 else steps  # step 0 warms up
+    tps = median([s.get("tokens_per_s") for s in warm])
+    tokens = steps[0].get("tokens") if steps else None
+    row["tokens_per_step"] = tokens
+    row["tokens_per_s"] = tps
+    if tps and tokens and params:
+        step_s = tokens / tps
+        row["step_s"] = step_s
+        row["model_tflops"] = 6.0 * params * tokens / step_s / 1e12
+    st = stats.get("steps", [])
+    st = st[1:] if len(st) > 1 else st
+    if st:
+        def total(k):
+            return sum(s.get(k, 0) for s in st)
+        row["h2d_gb_per_s_busy"] = total("h2d_bytes") / total("h2d_busy_s") / 1e9 if total("h2d_busy_s") else None
+        row["d2h_gb_per_s_busy"] = total("d2h_bytes") / total("d2h_busy_s") / 1e9 if total("d2h_busy_s") else None
+        row["h2d_gb_per_s_step"] = total("h2d_bytes") / total("wall_s") / 1e9 if total("wall_s") else None
+        row["d2h_gb_per_s_step"] = total("d2h_bytes") / total("wall_s") / 1e9 if total("wall_s") else None
+        row["gpu_busy_fraction"] = total("compute_busy_s") / total("wall_s") if total("wall_s") and stats.get("traced") else None
+        row["h2d_busy_fraction"] = total("h2d_busy_s") / total("wall_s") if total("wall_s") and stats.get("traced") else None
+    return row
+
+
+def fmt(x, spec=".1f", scale=1.0, none="–"):
+    return none if x is None else format(x / scale, spec)
+
+
+def cmd_report(work, out):
+    stages = load_jsonl(os.path.join(work, "stages.jsonl"))
+    env = load_json(os.path.join(work, "env.json"), {})
+    tests = load_json(os.path.join(work, "tests.json"), {})
+    parity = [load_json(p, {}) for p in sorted(glob.glob(os.path.join(work, "*.parity.json")))]
+    bench_names = [s["name"][len("bench "):] for s in stages if s["name"].startswith("bench ")]
+    benches = [bench_row(work, n) for n in bench_names]
+    fsdp = [load_json(p, {}) for p in sorted(glob.glob(os.path.join(work, "fsdp2-*.json")))]
+    results = {"env": env, "stages": stages, "tests": tests, "parity": parity,
+               "benchmarks": benches, "fsdp2": fsdp}
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+    L = ["# MegaTrain device check", ""]
+    L.append(f"{env.get('gpu', '?')}, driver {env.get('driver', '?')}, "
+             f"{env.get('nvcc', '?')}, torch {env.get('torch', '?')}, "
+             f"{env.get('cpus', '?')} CPUs, {env.get('mem_gib', '?')} GiB RAM. "
+             f"Command: `bash bench/device_check.sh` (commit {env.get('commit', '?')}).")
+    L += ["", "## Stages", "", "| stage | status | seconds | note |", "|---|---|---|---|"]
+    for s in stages:
+        L.append(f"| {s['name']} | {s['status']} | {s.get('seconds', 0):.0f} | {s.get('note', '')} |")
+    L += ["", "## Runtime tests (ctest, sm_90 build)", ""]
+    if tests:
+        L.append(f"{tests.get('passed', '?')} passed, {tests.get('failed', '?')} failed, "
+                 f"{tests.get('skipped', '?')} skipped of {tests.get('total', '?')}; "
+                 f"CUDA tests: {tests.get('cuda_passed', '?')} passed, "
+                 f"{tests.get('cuda_failed', '?')} failed, {tests.get('cuda_skipped', '?')} skipped.")
+        for t in tests.get("failed_names", [])[:40]:
+            L.append(f"- failed: `{t}`")
+    L += ["", "## Parity: CUDA bf16 vs CPU fp32, first step", "",
+          "| model | loss cpu | loss cuda | rel | min grad cosine (tensor) | stress = normal | ok |",
+          "|---|---|---|---|---|---|---|"]
+    for p in parity:
+        L.append(f"| {p.get('name')} | {fmt(p.get('loss_cpu'), '.5f')} | {fmt(p.get('loss_cuda'), '.5f')} | "
+                 f"{fmt(p.get('loss_rel'), '.1e')} | {fmt(p.get('cos_min'), '.5f')} ({p.get('cos_min_tensor', '')}) | "
+                 f"{p.get('stress_same_losses', '–')} | {'yes' if p.get('ok') else 'NO ' + p.get('error', '')} |")
+    L += ["", "## Benchmarks (--init random, median over steps after the first)", "",
+          "| model | params | M×B×S tokens/step | tokens/s (sim) | model TFLOPS (sim) | step s (sim) "
+          "| GPU busy (sim) | h2d GB/s busy / per step | d2h GB/s busy / per step "
+          "| device peak GiB (plan) | host RSS GiB | rc |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for b in benches:
+        p = b["prediction"]
+        L.append(
+            f"| {b['name']} | {fmt(b['params'], '.2f', 1e9)}B | {b.get('tokens_per_step') or '–'} "
+            f"| {fmt(b.get('tokens_per_s'), '.0f')} ({fmt(p.get('tokens_per_s'), '.0f')}) "
+            f"| {fmt(b.get('model_tflops'))} ({fmt(p.get('model_tflops'))}) "
+            f"| {fmt(b.get('step_s'), '.2f')} ({fmt(p.get('step_s'), '.2f')}) "
+            f"| {fmt(b.get('gpu_busy_fraction'), '.2f')} ({fmt(p.get('compute_busy_fraction'), '.2f')}) "
+            f"| {fmt(b.get('h2d_gb_per_s_busy'))} / {fmt(b.get('h2d_gb_per_s_step'))} "
+            f"| {fmt(b.get('d2h_gb_per_s_busy'))} / {fmt(b.get('d2h_gb_per_s_step'))} "
+            f"| {fmt(b.get('device_used_peak_bytes'), '.1f', 2**30)} ({fmt(b.get('plan_device_bytes'), '.1f', 2**30)}) "
+            f"| {fmt(b.get('host_peak_rss_bytes'), '.1f', 2**30)} | {b.get('rc')} |")
+    L += ["", "Device peak: total minus the least free memory cudaMemGetInfo reported at a step's end "
+          "(context, arenas, kernel scratch, cuBLASLt workspace). GB/s busy: bytes over the time "
+          "the copy engine ran copies (from --trace's timing events); per step: bytes over step time.",
+          "", "## FSDP2 CPUOffloadPolicy (same shapes, batch M·B, same sequence)", "",
+          "| model | params | tokens/step | tokens/s | model TFLOPS | step s | device peak GiB | host RSS GiB | error |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for r in fsdp:
+        tok = (r.get("batch") or 0) * (r.get("seq") or 0)
+        L.append(f"| {r.get('name', '?')} | {fmt(r.get('params'), '.2f', 1e9)}B | {tok or '–'} | "
+                 f"{fmt(r.get('tokens_per_s'), '.0f')} | {fmt(r.get('model_tflops'))} | "
+                 f"{fmt(r.get('step_s_median'), '.2f')} | {fmt(r.get('peak_device_bytes'), '.1f', 2**30)} | "
+                 f"{fmt(r.get('host_rss_bytes'), '.1f', 2**30)} | {r.get('error', '')} |")
+    L.append("")
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write("\n".join(L))
+    print("\n".join(L))
+    return 0
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    cmd = sys.argv[1]
+    if cmd == "run":
+        name, trainer, work, timeout = sys.argv[2:6]
+        args = sys.argv[7:] if sys.argv[6:7] == ["--"] else sys.argv[6:]
+        return cmd_run(name, trainer, work, float(timeout), args)
+    if cmd == "parity":
+        return cmd_parity(sys.argv[2], sys.argv[3])
+    if cmd == "report":
+        return cmd_report(sys.argv[2], sys.argv[3])
+    sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

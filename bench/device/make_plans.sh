@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Writes what bench/device_check.sh needs on the GPU machine, which has no
+# MLIR, ONNX or protobuf: compiled plans (megatrain compile ... --no-build),
+# a token file, and googletest's sources in case that machine lacks them.
+# Run on the CPU machine from the repository root, after the compiler is
+# built (tools/build.sh): bash bench/device/make_plans.sh
+#
+#   bench/device/plans/tiny-llama, tiny-gpt2   parity (real weights)
+#   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
+#   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
+#   bench/device/plans/tokens.u32              byte-level tokens
+#   bench/device/third_party/googletest        GoogleTest 1.12 sources
+#
+# Batch 4 x 2048 tokens per micro-batch; micro-batches per fetch as the
+# simulator suggests for the h200-pcie5 preset (at least 1), so that the
+# weights' transfers hide behind compute.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PY:-.venv/bin/python}
+MT=${MT:-build/tools/megatrain}
+OUT=bench/device/plans
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+[ -x "$MT" ] || { echo "error: $MT not found (build the compiler first)" >&2; exit 1; }
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+echo "== parity models"
+for m in tiny-llama tiny-gpt2; do
+  "$PY" samples/export.py --model $m -o "$TMP/$m.onnx" > /dev/null
+  "$MT" compile "$TMP/$m.onnx" --batch 4 --seq-len 128 -o "$OUT/$m" --no-build
+done
+
+# name, then structure_model.py flags (Llama shapes, vocab 32000).
+structure() {
+  local name=$1; shift
+  "$PY" samples/structure_model.py "$@" -o "$TMP/$name.onnx" > /dev/null
+}
+suggested() { # the simulator's micro-batches for a compiled plan
+  python3 -c "import json,sys; p=json.load(open(sys.argv[1]));
+print(max(1, int(p['prediction'].get('suggested_micro_batches') or 1)))" "$1/plan.json"
+}
+compile_structure() {
+  local name=$1 dir=$OUT/$1; shift
+  "$MT" compile "$TMP/$name.onnx" --batch 4 --seq-len 2048 "$@" -o "$dir" --no-build > /dev/null
+  local m; m=$(suggested "$dir")
+  "$MT" compile "$TMP/$name.onnx" --batch 4 --seq-len 2048 --micro-batches "$m" "$@" -o "$dir" --no-build
+}
+
+echo "== structure models"
+# ~1.1B (TinyLlama's shape): hidden 2048, 22 layers, 32/4 heads of 64.
+structure llama-1b --preset llama-7b --layers 22 --hidden 2048 --ffn 5632 --heads 32 --kv-heads 4 --vocab 32000
+compile_structure llama-1b
+# ~3B (Llama 3.2 3B's shape, vocab 32000): hidden 3072, 28 layers, 24/8 heads of 128.
+structure llama-3b --preset llama-7b --layers 28 --hidden 3072 --ffn 8192 --heads 24 --kv-heads 8 --vocab 32000
+compile_structure llama-3b
+# 6.7B (Llama 2 7B), planned for a 24 GiB card.
+structure llama-7b --preset llama-7b
+compile_structure llama-7b --gpu-mem-limit 24GiB
+mv "$OUT/llama-7b" "$OUT/llama-7b-24g"
+
+# The shapes, for the FSDP2 baseline on the GPU machine (batch per micro-batch).
+cat > "$OUT/shapes.json" <<'JSON'
+{
+  "llama-1b": {"hidden": 2048, "ffn": 5632, "layers": 22, "heads": 32, "kv_heads": 4, "vocab": 32000, "batch": 4, "seq": 2048},
+  "llama-3b": {"hidden": 3072, "ffn": 8192, "layers": 28, "heads": 24, "kv_heads": 8, "vocab": 32000, "batch": 4, "seq": 2048},
+  "llama-7b-24g": {"hidden": 4096, "ffn": 11008, "layers": 32, "heads": 32, "kv_heads": 32, "vocab": 32000, "batch": 4, "seq": 2048}
+}
+JSON
+
+echo "== tokens"
+"$PY" samples/make_tokens.py -o "$OUT/tokens.u32"
+
+if [ -d /usr/src/googletest/googletest ]; then
+  echo "== googletest sources (built there only if find_package(GTest) fails)"
+  rm -rf bench/device/third_party/googletest
+  mkdir -p bench/device/third_party/googletest
+  cp -r /usr/src/googletest/CMakeLists.txt /usr/src/googletest/googletest \
+    bench/device/third_party/googletest/
+fi
+du -sh "$OUT" bench/device/third_party 2>/dev/null || true
+echo "wrote $OUT"

@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# The device check: one call on the GPU machine (one H200, no network, no
+# MLIR/ONNX/protobuf), from the repository root, with $OUT set:
+#
+#   bash bench/device_check.sh
+#
+# Stages, each under its own timeout and skipped when the overall budget
+# (BUDGET_S, default 470 s) cannot fit it, in priority order:
+#   a. configure and build the runtime-only tree for sm_90 (CUDA on)
+#   b. the runtime tests (the CUDA kernel and conformance tests run there)
+#   c. build the trainers of bench/device/plans/* (bench/device/make_plans.sh
+#      writes them on the CPU machine): tiny-llama from source, the rest
+#      against the tree of (a)
+#   d. parity: tiny models, CUDA bf16 vs CPU fp32, one step, --dump-grads;
+#      and CUDA --stress against a normal CUDA run, bit for bit
+#   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
+#      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
+#      llama-1b, FSDP2 llama-1b, the 7B-class llama-7b-24g (planned with
+#      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b
+# Results: $OUT/summary.md (the tables), $OUT/results.json, and the logs and
+# Chrome traces in $OUT/logs.tar.gz and $OUT/traces.tar.gz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/device-out}
+BUDGET_S=${BUDGET_S:-470}
+WORK=${WORK:-/tmp/megatrain-devcheck}
+JOBS=$(nproc 2>/dev/null || echo 8)
+PLANS=$ROOT/bench/device/plans
+DEV=$ROOT/bench/device
+T0=$(date +%s)
+mkdir -p "$OUT" "$WORK"
+# Results of an earlier run must not pass for this one's (builds stay).
+find "$WORK" -maxdepth 1 -type f -delete
+export PYTHONUNBUFFERED=1
+
+elapsed() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( BUDGET_S - $(elapsed) )); }
+log() { echo "[devcheck $(elapsed)s] $*"; }
+record() { # name status seconds note
+  python3 -c 'import json,sys; print(json.dumps({"name": sys.argv[1], "status": sys.argv[2], "seconds": float(sys.argv[3]), "note": sys.argv[4]}))' \
+    "$1" "$2" "$3" "$4" >> "$WORK/stages.jsonl"
+}
+# stage NAME ESTIMATE_S TIMEOUT_S FUNCTION: runs FUNCTION under a timeout of
+# at most TIMEOUT_S and what the budget leaves; skips it when the budget
+# left is under ESTIMATE_S.
+stage() {
+  local name=$1 est=$2 limit=$3 fn=$4 t rc status
+  if (( $(left) < est )); then
+    log "stage $name: skipped (needs ~${est}s, $(left)s left)"
+    record "$name" skipped 0 "budget: needs ~${est}s, $(left)s left"
+    return 1
+  fi
+  (( limit > $(left) - 5 )) && limit=$(( $(left) - 5 ))
+  log "stage $name: start (timeout ${limit}s)"
+  t=$(date +%s)
+  timeout --kill-after=5 "$limit" bash -c "$(declare -f); $fn" 2>&1 | tee -a "$WORK/devcheck.log"
+  rc=${PIPESTATUS[0]}
+  t=$(( $(date +%s) - t ))
+  case $rc in 0) status=ok ;; 124|137) status=timeout ;; *) status=failed ;; esac
+  log "stage $name: $status (${t}s)"
+  record "$name" "$status" "$t" "exit $rc"
+  return $rc
+}
+export ROOT OUT WORK JOBS PLANS DEV
+
+# ---- environment ------------------------------------------------------------
+log "environment"
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  nvcc --version | tail -2 || true
+  cmake --version | head -1
+  python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || true
+} | tee "$WORK/env.txt"
+python3 - "$WORK" <<'PY'
+import json, os, subprocess, sys
+def sh(c):
+    try:
+        return subprocess.run(c, shell=True, capture_output=True, text=True, timeout=30).stdout.strip()
+    except Exception:
+        return ""
+gpu = sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader").split(", ")
+env = {"gpu": gpu[0] if gpu else "?", "driver": gpu[1] if len(gpu) > 1 else "?",
+       "nvcc": sh("nvcc --version | grep -o 'release [0-9.]*'"), "torch": sh("python3 -c 'import torch; print(torch.__version__)'"),
+       "cpus": os.cpu_count(), "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
+       "commit": sh("git rev-parse --short HEAD") or "?"}
+json.dump(env, open(os.path.join(sys.argv[1], "env.json"), "w"))
+PY
+
+# ---- a. build ----------------------------------------------------------------
+build_runtime() {
+  set -e
+  local B=$WORK/build extra=()
+  # cuBLASLt from PyTorch's wheel when the toolkit has none.
+  local cuda_home; cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
+  if ! ls "$cuda_home"/lib64/libcublasLt.so* "$cuda_home"/lib/libcublasLt.so* > /dev/null 2>&1; then
+    local py; py=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__))' 2>/dev/null || true)
+    if [ -n "$py" ]; then
+      echo "cuBLASLt from $py"
+      extra+=("-DCUDA_cublasLt_LIBRARY=$(ls "$py"/lib/libcublasLt.so* | head -1)"
+              "-DCMAKE_CUDA_FLAGS=-I$py/include" "-DCMAKE_CXX_FLAGS=-I$py/include")
+    fi
+  fi
+  local gen=(); command -v ninja > /dev/null && gen=(-G Ninja)
+  if ! cmake "${gen[@]}" -S "$ROOT" -B "$B" -DMEGATRAIN_RUNTIME_ONLY=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release "${extra[@]}" \
+      > "$WORK/configure.log" 2>&1; then
+    if grep -q GTest "$WORK/configure.log" && [ -d "$DEV/third_party/googletest" ]; then
+      echo "building googletest from bench/device/third_party"
+      cmake "${gen[@]}" -S "$DEV/third_party/googletest" -B "$WORK/gtest-build" -DBUILD_GMOCK=OFF \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$WORK/gtest" > "$WORK/gtest.log" 2>&1
+      cmake --build "$WORK/gtest-build" -j "$JOBS" --target install >> "$WORK/gtest.log" 2>&1
+      rm -rf "$B"
+      cmake "${gen[@]}" -S "$ROOT" -B "$B" -DMEGATRAIN_RUNTIME_ONLY=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_PREFIX_PATH="$WORK/gtest" "${extra[@]}" > "$WORK/configure.log" 2>&1 \
+        || { tail -30 "$WORK/configure.log"; exit 1; }
+    else
+      tail -30 "$WORK/configure.log"; exit 1
+    fi
+  fi
+  grep -E "MegaTrain: CUDA" "$WORK/configure.log"
+  grep -q "CUDA backend on" "$WORK/configure.log" || { echo "error: the CUDA backend is off"; exit 1; }
+  cmake --build "$B" -j "$JOBS" > "$WORK/build.log" 2>&1 || { grep -E "error|FAILED" "$WORK/build.log" | head -30; exit 1; }
+  echo "built $B"
+}
+stage build 60 300 build_runtime || { log "no build: nothing else can run"; }
+
+# ---- b. tests ----------------------------------------------------------------
+run_tests() {
+  local B=$WORK/build
+  # The CUDA suites first, so that a later timeout cannot hide them.
+  ctest --test-dir "$B" -R "[Cc]uda|CuBlas|Conformance" -j "$JOBS" --timeout 150 \
+    > "$WORK/ctest-cuda.log" 2>&1
+  local rc1=$?
+  ctest --test-dir "$B" -E "[Cc]uda|CuBlas|Conformance" -j "$JOBS" --timeout 120 \
+    > "$WORK/ctest-rest.log" 2>&1
+  local rc2=$?
+  python3 - "$WORK" <<'PY'
+import json, os, re, sys
+w = sys.argv[1]
+res = {"passed": 0, "failed": 0, "skipped": 0, "total": 0, "failed_names": []}
+for part in ("cuda", "rest"):
+    text = open(os.path.join(w, f"ctest-{part}.log")).read()
+    p = len(re.findall(r"Test +#\d+: .* Passed", text))
+    s = len(re.findall(r"Test +#\d+: .*(?:\*\*\*| )Skipped", text))
+    fails = re.findall(r"Test +#\d+: (\S+) .*\*\*\*(?:Failed|Timeout|Exception)", text)
+    res["passed"] += p; res["skipped"] += s; res["failed"] += len(fails)
+    res["failed_names"] += fails
+    if part == "cuda":
+        res.update(cuda_passed=p, cuda_skipped=s, cuda_failed=len(fails))
+res["total"] = res["passed"] + res["failed"] + res["skipped"]
+json.dump(res, open(os.path.join(w, "tests.json"), "w"), indent=1)
+print(f"tests: {res['passed']} passed, {res['failed']} failed, {res['skipped']} skipped; "
+      f"cuda: {res['cuda_passed']} passed, {res['cuda_failed']} failed, {res['cuda_skipped']} skipped")
+for n in res["failed_names"]:
+    print("  failed:", n)
+PY
+  tail -3 "$WORK/ctest-cuda.log"
+  [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
+}
+[ -d "$WORK/build" ] && stage tests 40 180 run_tests
+
+# ---- c. trainers ---------------------------------------------------------------
+build_trainers() {
+  local pids=() names=() rc=0 d n
+  rm -rf "$WORK/plans"; mkdir -p "$WORK/plans"
+  for d in "$PLANS"/*/; do
+    n=$(basename "$d")
+    [ -f "$d/trainer.cpp" ] || continue
+    cp -r "$d" "$WORK/plans/$n"
+    if [ "$n" = tiny-llama ]; then # the generated project's own path: runtime from source
+      ( cmake -S "$WORK/plans/$n" -B "$WORK/plans/$n/build" -DMEGATRAIN_SOURCE_DIR="$ROOT" \
+          -DMEGATRAIN_BUILD_DIR=/nonexistent -DCMAKE_CUDA_ARCHITECTURES=90 &&
+        cmake --build "$WORK/plans/$n/build" -j "$JOBS" ) > "$WORK/trainer-$n.log" 2>&1 &
+    else
+      ( cmake -S "$WORK/plans/$n" -B "$WORK/plans/$n/build" -DMEGATRAIN_SOURCE_DIR="$ROOT" \
+          -DMEGATRAIN_BUILD_DIR="$WORK/build" &&
+        cmake --build "$WORK/plans/$n/build" -j 4 ) > "$WORK/trainer-$n.log" 2>&1 &
+    fi
+    pids+=($!); names+=("$n")
+  done
+  for i in "${!pids[@]}"; do
+    if wait "${pids[$i]}" && [ -x "$WORK/plans/${names[$i]}/trainer" ]; then
+      echo "  trainer ${names[$i]}: built"
+    else
+      echo "  trainer ${names[$i]}: FAILED"; tail -15 "$WORK/trainer-${names[$i]}.log"; rc=1
+    fi
+  done
+  return $rc
+}
+[ -d "$WORK/build" ] && stage trainers 30 180 build_trainers
+
+# ---- d. parity -----------------------------------------------------------------
+parity() {
+  local rc=0 m t
+  for m in tiny-llama tiny-gpt2; do
+    t=$WORK/plans/$m/trainer
+    [ -x "$t" ] || { echo "  no trainer for $m"; rc=1; continue; }
+    local common=(--data "$PLANS/tokens.u32" --steps 1 --seed 3 --threads 4)
+    python3 "$DEV/devcheck.py" run $m.cpu "$t" "$WORK" 60 -- "${common[@]}" --backend cpu \
+      --precision fp32 --dump-grads "$WORK/$m.cpu.grads.safetensors" --log-jsonl "$WORK/$m.cpu.jsonl"
+    python3 "$DEV/devcheck.py" run $m.cuda "$t" "$WORK" 60 -- "${common[@]}" --backend cuda \
+      --dump-grads "$WORK/$m.cuda.grads.safetensors" --log-jsonl "$WORK/$m.cuda.jsonl" \
+      --trace "$WORK/$m.cuda.trace.json"
+    local three=(--data "$PLANS/tokens.u32" --steps 3 --seed 5 --threads 4 --backend cuda)
+    python3 "$DEV/devcheck.py" run $m.cuda2 "$t" "$WORK" 60 -- "${three[@]}" --log-jsonl "$WORK/$m.cuda2.jsonl"
+    python3 "$DEV/devcheck.py" run $m.stress "$t" "$WORK" 90 -- "${three[@]}" --stress --log-jsonl "$WORK/$m.stress.jsonl"
+    python3 "$DEV/devcheck.py" parity $m "$WORK" || rc=1
+  done
+  return $rc
+}
+[ -d "$WORK/plans" ] && stage parity 20 120 parity
+
+# ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
+bench() { # plan name
+  local n=$1 t=$WORK/plans/$1/trainer
+  [ -x "$t" ] || { echo "  no trainer for $n"; return 1; }
+  python3 "$DEV/devcheck.py" run "$n" "$t" "$WORK" 10000 -- --data "$PLANS/tokens.u32" \
+    --backend cuda --init random --steps 3 --log-jsonl "$WORK/$n.jsonl" \
+    --trace "$WORK/$n.trace.json"
+}
+fsdp() { # plan name: the same shape, M*B sequences of S tokens per step
+  local n=$1
+  local args; args=$(python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))[sys.argv[2]]
+m = int(json.load(open(sys.argv[3])).get("micro_batches") or 1)
+s["batch"] *= m
+print(" ".join("--%s %d" % (k.replace("_", "-"), s[k]) for k in
+               ("hidden", "ffn", "layers", "heads", "kv_heads", "vocab", "batch", "seq")))
+' "$PLANS/shapes.json" "$n" "$PLANS/$n/plan.json") || return 1
+  echo "  fsdp2 $n: $args"
+  # shellcheck disable=SC2086
+  python3 "$DEV/peers/fsdp2_offload.py" --name "$n" $args --steps 2 --warmup 1 \
+    --json-out "$WORK/fsdp2-$n.json" > "$WORK/fsdp2-$n.log" 2>&1
+  local rc=$?
+  tail -3 "$WORK/fsdp2-$n.log"
+  return $rc
+}
+if [ -d "$WORK/plans" ]; then
+  # 6.7B: --init random fills 6.7e9 normals on one thread (~1-2 min) and
+  # the host store is 108 GB of the machine's 128 GiB; FSDP2 would need
+  # as much again, so it runs on the smaller shapes only.
+  stage "bench llama-1b" 45 150 "bench llama-1b"
+  stage "fsdp2 llama-1b" 70 150 "fsdp llama-1b"
+  stage "bench llama-7b-24g" 150 330 "bench llama-7b-24g"
+  stage "bench llama-3b" 80 200 "bench llama-3b"
+  stage "fsdp2 llama-3b" 120 220 "fsdp llama-3b"
+fi
+
+# ---- report ------------------------------------------------------------------
+log "report"
+python3 "$DEV/devcheck.py" report "$WORK" "$OUT" > "$WORK/report.log" 2>&1 || cat "$WORK/report.log"
+tail -40 "$OUT/summary.md" 2>/dev/null
+( cd "$WORK" && tar czf "$OUT/logs.tar.gz" --exclude='*.trace.json' --exclude='*.safetensors' \
+    *.log *.json *.jsonl *.txt 2>/dev/null ) || true
+( cd "$WORK" && ls *.trace.json > /dev/null 2>&1 && tar czf "$OUT/traces.tar.gz" *.trace.json ) || true
+ls -la "$OUT"
+log "done"

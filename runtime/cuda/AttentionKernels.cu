@@ -1,0 +1,378 @@
+//===- AttentionKernels.cu - causal flash attention with grouped KV heads -===//
+//
+// O(S) memory beyond the inputs: no S×S matrix is ever stored.
+//
+// Layout: a query (or key) row is owned by TPR consecutive lanes, lane t
+// holding dims t, t + TPR, t + 2·TPR, ... (DPT of them, in registers), so a
+// dot product is DPT multiply-adds and log2(TPR) shuffles, and the lanes of
+// a row read consecutive bf16 of a shared-memory row (no bank conflicts).
+// K/V (or Q/dY) tiles are staged in shared memory; all math is f32.
+//
+//  - Forward: per block BR query rows; key tiles of BC with the online
+//    softmax of docs/primitives.md (running max m, sum l, unnormalized o).
+//  - Backward, three kernels, all deterministic (no atomics):
+//     1. the forward again, writing each row's log-sum-exp and
+//        δ_i = dy_i · y_i (f32 scratch, 2·B·H·S floats);
+//     2. dK/dV: a block owns BC key rows of one KV head and walks every
+//        query head of its group and every later query tile in a fixed
+//        order, so it alone writes those dK/dV rows;
+//     3. dQ: a block owns BR query rows and walks the key tiles.
+//    p and ds are recomputed from q, k and the log-sum-exp in 2 and 3.
+//
+// Head dims up to 256, in three register layouts (64, 128, 256). Speed is
+// not the point of this first version: it uses CUDA cores, not tensor cores.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/KernelCommon.cuh"
+#include "runtime/exec/Error.h"
+
+namespace mtrt::MT_KNS {
+
+namespace {
+
+template <int TPR> __device__ __forceinline__ float row_sum(float v) {
+#pragma unroll
+  for (int o = TPR / 2; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Loads rows [r0, r0 + ROWS) of a (S, D) matrix into a (ROWS, DM) tile,
+/// zero past S and past D.
+template <int ROWS, int DM>
+__device__ __forceinline__ void load_tile(bf16 (*tile)[DM], const bf16 *m,
+                                          int64_t r0, int64_t S, int64_t D) {
+  for (int idx = threadIdx.x; idx < ROWS * DM; idx += blockDim.x) {
+    const int rr = idx / DM, d = idx % DM;
+    const int64_t row = r0 + rr;
+    tile[rr][d] = row < S && d < D ? m[row * D + d] : f2bf(0.f);
+  }
+}
+
+template <int TPR, int DPT>
+__device__ __forceinline__ void load_row(float (&r)[DPT], const bf16 *row,
+                                         int t, int64_t D) {
+#pragma unroll
+  for (int u = 0; u < DPT; ++u) {
+    const int d = t + TPR * u;
+    r[u] = d < D ? bf2f(row[d]) : 0.f;
+  }
+}
+
+/// Forward (Stats = false: writes y) or the backward's statistics pass
+/// (Stats = true: writes lse and delta). Grid (ceil(S/BR), H, B), BR·TPR
+/// threads.
+template <int TPR, int DPT, int BR, int BC, bool Stats>
+__global__ void __launch_bounds__(BR *TPR)
+    attention_forward_kernel(bf16 *y, float *lse, float *delta, const bf16 *dy,
+                             const bf16 *q, const bf16 *k, const bf16 *v,
+                             int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                             float scale) {
+  constexpr int DM = TPR * DPT;
+  __shared__ bf16 ks[BC][DM];
+  __shared__ bf16 vs[BC][DM];
+  const int r = threadIdx.x / TPR, t = threadIdx.x % TPR;
+  const int64_t b = blockIdx.z, h = blockIdx.y, g = h / (H / Hkv);
+  const int64_t q0 = int64_t(blockIdx.x) * BR;
+  // Rows past S compute a copy of row S-1 and write nothing: every lane
+  // must take part in the shuffles and barriers.
+  const int64_t i = min64(q0 + r, S - 1);
+  const int64_t row = (b * H + h) * S + i;
+  const bf16 *kh = k + (b * Hkv + g) * S * D, *vh = v + (b * Hkv + g) * S * D;
+
+  float qr[DPT], o[DPT];
+  load_row<TPR, DPT>(qr, q + row * D, t, D);
+#pragma unroll
+  for (int u = 0; u < DPT; ++u)
+    o[u] = 0.f;
+  float m = -INFINITY, l = 0.f;
+
+  const int64_t keys = min64(q0 + BR, S); // what the block's last row needs
+  for (int64_t j0 = 0; j0 < keys; j0 += BC) {
+    __syncthreads();
+    load_tile<BC, DM>(ks, kh, j0, S, D);
+    load_tile<BC, DM>(vs, vh, j0, S, D);
+    __syncthreads();
+    float s[BC];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < BC; ++jj) {
+      float p = 0.f;
+#pragma unroll
+      for (int u = 0; u < DPT; ++u)
+        p += qr[u] * bf2f(ks[jj][t + TPR * u]);
+      p = row_sum<TPR>(p);
+      s[jj] = j0 + jj <= i ? scale * p : -INFINITY;
+      tile_max = fmaxf(tile_max, s[jj]);
+    }
+    // Finite: the first tile holds key 0 <= i.
+    const float m_new = fmaxf(m, tile_max);
+    const float correction = expf(m - m_new);
+    l *= correction;
+#pragma unroll
+    for (int u = 0; u < DPT; ++u)
+      o[u] *= correction;
+#pragma unroll
+    for (int jj = 0; jj < BC; ++jj) {
+      const float p = expf(s[jj] - m_new);
+      l += p;
+#pragma unroll
+      for (int u = 0; u < DPT; ++u)
+        o[u] += p * bf2f(vs[jj][t + TPR * u]);
+    }
+    m = m_new;
+  }
+
+  const bool writes = q0 + r < S;
+  if (Stats) {
+    float d = 0.f;
+#pragma unroll
+    for (int u = 0; u < DPT; ++u) {
+      const int dd = t + TPR * u;
+      if (dd < D)
+        d += bf2f(dy[row * D + dd]) * (o[u] / l);
+    }
+    d = row_sum<TPR>(d);
+    if (writes && t == 0) {
+      lse[row] = m + logf(l);
+      delta[row] = d;
+    }
+  } else if (writes) {
+#pragma unroll
+    for (int u = 0; u < DPT; ++u) {
+      const int dd = t + TPR * u;
+      if (dd < D)
+        y[row * D + dd] = f2bf(o[u] / l);
+    }
+  }
+}
+
+/// dK and dV of BC key rows of one KV head. Grid (ceil(S/BC), Hkv, B),
+/// BC·TPR threads.
+template <int TPR, int DPT, int BC, int BR>
+__global__ void __launch_bounds__(BC *TPR)
+    attention_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
+                          const bf16 *k, const bf16 *v, const float *lse,
+                          const float *delta, int64_t H, int64_t Hkv, int64_t S,
+                          int64_t D, float scale) {
+  constexpr int DM = TPR * DPT;
+  __shared__ bf16 qs[BR][DM];
+  __shared__ bf16 dys[BR][DM];
+  __shared__ float ls[BR], ds[BR];
+  const int r = threadIdx.x / TPR, t = threadIdx.x % TPR;
+  const int64_t b = blockIdx.z, g = blockIdx.y, group = H / Hkv;
+  const int64_t j0 = int64_t(blockIdx.x) * BC;
+  const int64_t j = min64(j0 + r, S - 1);
+  const int64_t krow = (b * Hkv + g) * S + j;
+
+  float kr[DPT], vr[DPT], dkr[DPT], dvr[DPT];
+  load_row<TPR, DPT>(kr, k + krow * D, t, D);
+  load_row<TPR, DPT>(vr, v + krow * D, t, D);
+#pragma unroll
+  for (int u = 0; u < DPT; ++u)
+    dkr[u] = dvr[u] = 0.f;
+
+  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
+    for (int64_t i0 = j0 / BR * BR; i0 < S; i0 += BR) {
+      __syncthreads();
+      load_tile<BR, DM>(qs, q + base * D, i0, S, D);
+      load_tile<BR, DM>(dys, dy + base * D, i0, S, D);
+      for (int ii = threadIdx.x; ii < BR; ii += blockDim.x) {
+        const bool in = i0 + ii < S;
+        ls[ii] = in ? lse[base + i0 + ii] : 0.f;
+        ds[ii] = in ? delta[base + i0 + ii] : 0.f;
+      }
+      __syncthreads();
+      for (int ii = 0; ii < BR; ++ii) {
+        float s = 0.f, dp = 0.f;
+#pragma unroll
+        for (int u = 0; u < DPT; ++u) {
+          s += kr[u] * bf2f(qs[ii][t + TPR * u]);
+          dp += vr[u] * bf2f(dys[ii][t + TPR * u]);
+        }
+        s = row_sum<TPR>(s);
+        dp = row_sum<TPR>(dp);
+        const int64_t i = i0 + ii;
+        const float p = i < S && i >= j ? expf(scale * s - ls[ii]) : 0.f;
+        const float dsc = p * (dp - ds[ii]);
+#pragma unroll
+        for (int u = 0; u < DPT; ++u) {
+          dvr[u] += p * bf2f(dys[ii][t + TPR * u]);
+          dkr[u] += dsc * bf2f(qs[ii][t + TPR * u]);
+        }
+      }
+    }
+  }
+  if (j0 + r >= S)
+    return;
+#pragma unroll
+  for (int u = 0; u < DPT; ++u) {
+    const int d = t + TPR * u;
+    if (d >= D)
+      continue;
+    if (dk)
+      add_store(dk, krow * D + d, scale * dkr[u]);
+    if (dv)
+      add_store(dv, krow * D + d, dvr[u]);
+  }
+}
+
+/// dQ of BR query rows. Grid (ceil(S/BR), H, B), BR·TPR threads.
+template <int TPR, int DPT, int BR, int BC>
+__global__ void __launch_bounds__(BR *TPR)
+    attention_dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
+                        const bf16 *v, const float *lse, const float *delta,
+                        int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                        float scale) {
+  constexpr int DM = TPR * DPT;
+  __shared__ bf16 ks[BC][DM];
+  __shared__ bf16 vs[BC][DM];
+  const int r = threadIdx.x / TPR, t = threadIdx.x % TPR;
+  const int64_t b = blockIdx.z, h = blockIdx.y, g = h / (H / Hkv);
+  const int64_t q0 = int64_t(blockIdx.x) * BR;
+  const int64_t i = min64(q0 + r, S - 1);
+  const int64_t row = (b * H + h) * S + i;
+  const bf16 *kh = k + (b * Hkv + g) * S * D, *vh = v + (b * Hkv + g) * S * D;
+
+  float qr[DPT], dyr[DPT], acc[DPT];
+  load_row<TPR, DPT>(qr, q + row * D, t, D);
+  load_row<TPR, DPT>(dyr, dy + row * D, t, D);
+#pragma unroll
+  for (int u = 0; u < DPT; ++u)
+    acc[u] = 0.f;
+  const float L = lse[row], delta_i = delta[row];
+
+  const int64_t keys = min64(q0 + BR, S);
+  for (int64_t j0 = 0; j0 < keys; j0 += BC) {
+    __syncthreads();
+    load_tile<BC, DM>(ks, kh, j0, S, D);
+    load_tile<BC, DM>(vs, vh, j0, S, D);
+    __syncthreads();
+    for (int jj = 0; jj < BC; ++jj) {
+      float s = 0.f, dp = 0.f;
+#pragma unroll
+      for (int u = 0; u < DPT; ++u) {
+        s += qr[u] * bf2f(ks[jj][t + TPR * u]);
+        dp += dyr[u] * bf2f(vs[jj][t + TPR * u]);
+      }
+      s = row_sum<TPR>(s);
+      dp = row_sum<TPR>(dp);
+      const float p = j0 + jj <= i ? expf(scale * s - L) : 0.f;
+      const float dsc = p * (dp - delta_i);
+#pragma unroll
+      for (int u = 0; u < DPT; ++u)
+        acc[u] += dsc * bf2f(ks[jj][t + TPR * u]);
+    }
+  }
+  if (q0 + r >= S)
+    return;
+#pragma unroll
+  for (int u = 0; u < DPT; ++u) {
+    const int d = t + TPR * u;
+    if (d < D)
+      add_store(dq, row * D + d, scale * acc[u]);
+  }
+}
+
+/// One register layout: TPR lanes × DPT dims per row (head dims up to
+/// TPR·DPT) and the tile sizes of each kernel, sized for 256 threads and at
+/// most 32 KiB of static shared memory.
+template <int TPR, int DPT, int Rows> struct Attention {
+  static constexpr int BR = Rows, BC_FWD = 32, BC = Rows;
+
+  static void forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
+                      int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                      float scale, cudaStream_t stream) {
+    auto *kernel = attention_forward_kernel<TPR, DPT, BR, BC_FWD, false>;
+    launch_kernel("attention_forward_kernel", kernel,
+                  dim3(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn)),
+                  dim3(BR * TPR), stream, y, static_cast<float *>(nullptr),
+                  static_cast<float *>(nullptr),
+                  static_cast<const bf16 *>(nullptr), q, k, v, H, Hkv, S, D,
+                  scale);
+  }
+
+  static void backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
+                       const bf16 *q, const bf16 *k, const bf16 *v, float *lse,
+                       float *delta, int64_t Bn, int64_t H, int64_t Hkv,
+                       int64_t S, int64_t D, float scale, cudaStream_t stream) {
+    const dim3 rows(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn));
+    auto *stats = attention_forward_kernel<TPR, DPT, BR, BC_FWD, true>;
+    launch_kernel("attention_stats_kernel", stats, rows, dim3(BR * TPR), stream,
+                  static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v, H, Hkv,
+                  S, D, scale);
+    if (dk || dv) {
+      auto *kernel = attention_dkdv_kernel<TPR, DPT, BC, BR>;
+      launch_kernel(
+          "attention_dkdv_kernel", kernel,
+          dim3(unsigned((S + BC - 1) / BC), unsigned(Hkv), unsigned(Bn)),
+          dim3(BC * TPR), stream, dk, dv, dy, q, k, v,
+          static_cast<const float *>(lse), static_cast<const float *>(delta), H,
+          Hkv, S, D, scale);
+    }
+    if (dq) {
+      auto *kernel = attention_dq_kernel<TPR, DPT, BR, BC>;
+      launch_kernel("attention_dq_kernel", kernel, rows, dim3(BR * TPR), stream,
+                    dq, dy, q, k, v, static_cast<const float *>(lse),
+                    static_cast<const float *>(delta), H, Hkv, S, D, scale);
+    }
+  }
+};
+
+using Attention64 = Attention<4, 16, 64>;
+using Attention128 = Attention<4, 32, 64>;
+using Attention256 = Attention<8, 32, 32>;
+
+void check_shape(const char *op, int64_t H, int64_t Hkv, int64_t D) {
+  if (Hkv <= 0 || H % Hkv != 0)
+    fail("cuda ", op, ": ", H, " query heads do not group over ", Hkv,
+         " KV heads");
+  if (D > 256)
+    fail("cuda ", op, ": head dim ", D,
+         " is over the 256 the attention kernels support");
+}
+
+} // namespace
+
+void CudaKernels::attention_forward(void *y, const void *q, const void *k,
+                                    const void *v, int64_t Bn, int64_t H,
+                                    int64_t Hkv, int64_t S, int64_t D,
+                                    float scale) {
+  if (Bn * H * S * D <= 0)
+    return;
+  check_shape("attention_forward", H, Hkv, D);
+  const cudaStream_t s = cudaStream_t(stream_);
+  if (D <= 64)
+    Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, s);
+  else if (D <= 128)
+    Attention128::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, s);
+  else
+    Attention256::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, s);
+}
+
+void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
+                                     const void *dy, const void *q,
+                                     const void *k, const void *v, int64_t Bn,
+                                     int64_t H, int64_t Hkv, int64_t S,
+                                     int64_t D, float scale) {
+  if (Bn * H * S * D <= 0 || (!dq && !dk && !dv))
+    return;
+  check_shape("attention_backward", H, Hkv, D);
+  const int64_t rows = Bn * H * S;
+  float *lse = static_cast<float *>(scratch(2 * rows * int64_t(sizeof(float))));
+  float *delta = lse + rows;
+  const cudaStream_t s = cudaStream_t(stream_);
+  if (D <= 64)
+    Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
+                          delta, Bn, H, Hkv, S, D, scale, s);
+  else if (D <= 128)
+    Attention128::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
+                           delta, Bn, H, Hkv, S, D, scale, s);
+  else
+    Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
+                           delta, Bn, H, Hkv, S, D, scale, s);
+}
+
+} // namespace mtrt::MT_KNS

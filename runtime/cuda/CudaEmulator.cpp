@@ -1,0 +1,167 @@
+//===- CudaEmulator.cpp - run kernel sources on the CPU, for tests --------===//
+
+#include "runtime/cuda/CudaEmulator.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <ucontext.h>
+#include <vector>
+
+namespace mtrt::emu {
+
+uint3 threadIdx;
+uint3 blockIdx;
+dim3 blockDim;
+dim3 gridDim;
+
+namespace {
+
+enum class State { Ready, AtBlockBarrier, AtWarpBarrier, Done };
+
+struct Fiber {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  State state = State::Ready;
+  uint3 tid;
+};
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+std::mutex grid_mutex;
+ucontext_t scheduler;
+std::vector<Fiber> fibers;
+int current = -1;
+const std::function<void()> *body_fn = nullptr;
+double exchange[1024]; // one slot per thread, for shuffles
+
+void entry() {
+  (*body_fn)();
+  fibers[current].state = State::Done;
+  swapcontext(&fibers[current].ctx, &scheduler);
+}
+
+void block_until(State s) {
+  fibers[current].state = s;
+  swapcontext(&fibers[current].ctx, &scheduler);
+}
+
+[[noreturn]] void deadlock(const char *what) {
+  std::fprintf(stderr, "cuda emulator: deadlock in block (%u,%u,%u): %s\n",
+               blockIdx.x, blockIdx.y, blockIdx.z, what);
+  std::abort();
+}
+
+// Releases every barrier all of whose live threads have arrived; returns
+// whether any thread became ready.
+bool release_barriers() {
+  const int n = int(fibers.size());
+  bool released = false;
+  for (int w = 0; w * 32 < n; ++w) {
+    bool all = true, any = false;
+    for (int t = w * 32; t < std::min(n, w * 32 + 32); ++t) {
+      if (fibers[t].state == State::Done)
+        continue;
+      any |= fibers[t].state == State::AtWarpBarrier;
+      all &= fibers[t].state == State::AtWarpBarrier;
+    }
+    if (any && all) {
+      for (int t = w * 32; t < std::min(n, w * 32 + 32); ++t)
+        if (fibers[t].state == State::AtWarpBarrier)
+          fibers[t].state = State::Ready;
+      released = true;
+    }
+  }
+  if (released)
+    return true;
+  bool all = true, any = false;
+  for (const Fiber &f : fibers) {
+    if (f.state == State::Done)
+      continue;
+    any |= f.state == State::AtBlockBarrier;
+    all &= f.state == State::AtBlockBarrier;
+  }
+  if (any && all) {
+    for (Fiber &f : fibers)
+      if (f.state == State::AtBlockBarrier)
+        f.state = State::Ready;
+    return true;
+  }
+  return false;
+}
+
+// Runs one block's threads until all have returned. (A function of its own:
+// the loop variables of run_grid must not live across swapcontext.)
+void run_block(uint3 block_index, unsigned n) {
+  blockIdx = block_index;
+  for (unsigned t = 0; t < n; ++t) {
+    Fiber &f = fibers[t];
+    f.state = State::Ready;
+    f.tid = {t % blockDim.x, t / blockDim.x % blockDim.y,
+             t / (blockDim.x * blockDim.y)};
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, entry, 0);
+  }
+  for (;;) {
+    bool ran = false, live = false;
+    for (unsigned t = 0; t < n; ++t) {
+      if (fibers[t].state != State::Done)
+        live = true;
+      if (fibers[t].state != State::Ready)
+        continue;
+      current = int(t);
+      threadIdx = fibers[t].tid;
+      swapcontext(&scheduler, &fibers[t].ctx);
+      ran = true;
+    }
+    if (!live)
+      return;
+    if (!release_barriers() && !ran)
+      deadlock("threads wait at different barriers");
+  }
+}
+
+} // namespace
+
+void run_grid(dim3 grid, dim3 block, const std::function<void()> &body) {
+  std::lock_guard<std::mutex> lock(grid_mutex);
+  const unsigned n = block.x * block.y * block.z;
+  if (n == 0 || n > 1024) {
+    std::fprintf(stderr, "cuda emulator: bad block size %u\n", n);
+    std::abort();
+  }
+  gridDim = grid;
+  blockDim = block;
+  body_fn = &body;
+  fibers.assign(n, Fiber());
+  for (Fiber &f : fibers)
+    f.stack.resize(kStackBytes);
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx)
+        run_block({bx, by, bz}, n);
+  current = -1;
+}
+
+void sync_block() { block_until(State::AtBlockBarrier); }
+void sync_warp() { block_until(State::AtWarpBarrier); }
+
+double shfl_xor(double v, int mask) {
+  const int t = current;
+  const int lane = t % 32, warp = t / 32;
+  exchange[t] = v;
+  sync_warp();
+  const int from = warp * 32 + (lane ^ mask);
+  if (from >= int(fibers.size()))
+    deadlock("shuffle from a lane outside the block");
+  const double r = exchange[from];
+  sync_warp();
+  return r;
+}
+
+float shfl_xor(float v, int mask) { return float(shfl_xor(double(v), mask)); }
+
+} // namespace mtrt::emu

@@ -1,0 +1,44 @@
+//===- CudaEmulator.h - run kernel sources on the CPU, for tests --*- C++
+//-*-===//
+//
+// Just enough of CUDA's execution model to check the kernels' indexing and
+// math without a GPU: blocks run one after another; the threads of a block
+// are coroutines (ucontext) switched at __syncthreads, __syncwarp and warp
+// shuffles, so barriers and shuffles have their real meaning, and a barrier
+// that some threads never reach is reported as a deadlock instead of hanging.
+// Exited threads count as arrived. Not thread-safe: one grid at a time
+// (run_grid takes a lock).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MEGATRAIN_RUNTIME_CUDA_CUDAEMULATOR_H
+#define MEGATRAIN_RUNTIME_CUDA_CUDAEMULATOR_H
+
+#include <functional>
+
+namespace mtrt::emu {
+
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1)
+      : x(x_), y(y_), z(z_) {}
+};
+struct uint3 {
+  unsigned x, y, z;
+};
+
+// The running thread's coordinates; the scheduler sets them at each switch.
+extern uint3 threadIdx;
+extern uint3 blockIdx;
+extern dim3 blockDim;
+extern dim3 gridDim;
+
+void run_grid(dim3 grid, dim3 block, const std::function<void()> &body);
+
+void sync_block();
+void sync_warp();
+float shfl_xor(float v, int mask);
+double shfl_xor(double v, int mask);
+
+} // namespace mtrt::emu
+
+#endif // MEGATRAIN_RUNTIME_CUDA_CUDAEMULATOR_H

@@ -1,0 +1,192 @@
+//===- CudaKernels.h - DeviceKernels on a CUDA stream -------------*- C++
+//-*-===//
+//
+// Storage is bf16 (__nv_bfloat16), param gradients f32, token ids i32, as
+// DeviceKernels.h says; every kernel reads bf16, computes in f32 and rounds
+// its storage outputs once, to nearest even. Every call only enqueues work
+// on the stream set with set_stream() (the backend's compute stream) and
+// returns: nothing here synchronizes.
+//
+//  - GEMMs: cuBLASLt, bf16 operands, f32 accumulation; dW accumulates into
+//    the f32 gradient slot (C = D in f32, beta = 1); bias as an epilogue.
+//  - Everything else: own kernels in ElementwiseKernels.cu, NormKernels.cu,
+//    AttentionKernels.cu and LossKernels.cu. Reductions run in a fixed order
+//    with no atomics, so two runs give the same bits.
+//  - Scratch (row statistics, partial sums, attention's log-sum-exp) comes
+//    from one buffer that grows with cudaMallocAsync on the stream the first
+//    time a shape needs more; after the first step nothing is allocated.
+//
+// This header has no CUDA types, so host code and tests include it freely.
+// The same sources build an emulated variant in mtrt::cudaemu (see
+// CudaCompat.h) for tests on machines without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MEGATRAIN_RUNTIME_CUDA_CUDAKERNELS_H
+#define MEGATRAIN_RUNTIME_CUDA_CUDAKERNELS_H
+
+#include "runtime/exec/DeviceKernels.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#ifndef MT_KNS
+#ifdef MEGATRAIN_CUDA_EMULATION
+#define MT_KNS cudaemu
+#else
+#define MT_KNS cuda
+#endif
+#endif
+
+namespace mtrt::MT_KNS {
+
+/// A column-major GEMM in cuBLAS terms: D = alpha·op(A)·op(B) + beta·C (+
+/// bias over rows), D = C in place. A and B are bf16; C is f32 or bf16.
+struct GemmSpec {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  const void *a;
+  int64_t lda;
+  const void *b;
+  int64_t ldb;
+  void *c;
+  int64_t ldc;
+  bool c_f32;
+  float beta;
+  const void *bias; // bf16 (m), or null
+};
+
+/// Maps linear's row-major products to cuBLAS's column-major GEMMs
+/// (docs/primitives.md "linear"): the forward, dx and dW.
+GemmSpec linear_forward_gemm(void *y, const void *x, const void *w,
+                             const void *b, int64_t M, int64_t K, int64_t N,
+                             bool w_in_out);
+GemmSpec linear_dx_gemm(void *dx, const void *dy, const void *w, int64_t M,
+                        int64_t K, int64_t N, bool w_in_out);
+GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
+                        int64_t K, int64_t N, bool w_in_out);
+
+class CudaKernels final : public DeviceKernels {
+public:
+  /// Creates the cuBLASLt handle and its workspace on the current device.
+  CudaKernels();
+  ~CudaKernels() override;
+  CudaKernels(const CudaKernels &) = delete;
+  CudaKernels &operator=(const CudaKernels &) = delete;
+
+  /// The stream every later call enqueues on (a cudaStream_t).
+  void set_stream(void *stream) { stream_ = stream; }
+  void *stream() const { return stream_; }
+  /// The most scratch any call has needed so far, bytes.
+  int64_t scratch_peak() const { return scratch_bytes_; }
+
+  int64_t storage_size() const override { return 2; }
+
+  void zero(void *x, int64_t n) override;
+  void zero_f32(float *x, int64_t n) override;
+  void copy(void *y, const void *x, int64_t n) override;
+  void accumulate_f32(float *g, const void *x, int64_t n) override;
+
+  void linear_forward(void *y, const void *x, const void *w, const void *b,
+                      int64_t M, int64_t K, int64_t N, bool w_in_out) override;
+  void linear_backward(void *dx, float *dw, float *db, const void *dy,
+                       const void *x, const void *w, int64_t M, int64_t K,
+                       int64_t N, bool w_in_out) override;
+  void rms_norm_forward(void *y, const void *x, const void *w, int64_t M,
+                        int64_t D, float eps) override;
+  void rms_norm_backward(void *dx, float *dw, const void *dy, const void *x,
+                         const void *w, int64_t M, int64_t D,
+                         float eps) override;
+  void layer_norm_forward(void *y, const void *x, const void *w, const void *b,
+                          int64_t M, int64_t D, float eps) override;
+  void layer_norm_backward(void *dx, float *dw, float *db, const void *dy,
+                           const void *x, const void *w, int64_t M, int64_t D,
+                           float eps) override;
+  void rope_forward(void *y, const void *x, const void *cos, const void *sin,
+                    int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
+                    int seq_axis) override;
+  void rope_backward(void *dx, const void *dy, const void *cos, const void *sin,
+                     int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
+                     int seq_axis) override;
+  void attention_forward(void *y, const void *q, const void *k, const void *v,
+                         int64_t B, int64_t H, int64_t Hkv, int64_t S,
+                         int64_t D, float scale) override;
+  void attention_backward(void *dq, void *dk, void *dv, const void *dy,
+                          const void *q, const void *k, const void *v,
+                          int64_t B, int64_t H, int64_t Hkv, int64_t S,
+                          int64_t D, float scale) override;
+  void silu_forward(void *y, const void *x, int64_t n) override;
+  void silu_backward(void *dx, const void *dy, const void *x,
+                     int64_t n) override;
+  void gelu_forward(void *y, const void *x, int64_t n,
+                    bool approximate_tanh) override;
+  void gelu_backward(void *dx, const void *dy, const void *x, int64_t n,
+                     bool approximate_tanh) override;
+  void swiglu_forward(void *y, const void *gate, const void *up,
+                      int64_t n) override;
+  void swiglu_backward(void *dgate, void *dup, const void *dy, const void *gate,
+                       const void *up, int64_t n) override;
+  void scale_forward(void *y, const void *x, int64_t n, float factor) override;
+  void add_forward(void *y, const void *a, const void *b,
+                   const Broadcast &bc) override;
+  void add_backward(void *da, void *db, const void *dy,
+                    const Broadcast &bc) override;
+  void mul_forward(void *y, const void *a, const void *b,
+                   const Broadcast &bc) override;
+  void mul_backward(void *da, void *db, const void *dy, const void *a,
+                    const void *b, const Broadcast &bc) override;
+  void embed_forward(void *y, const int32_t *ids, const void *table, int64_t N,
+                     int64_t V, int64_t D) override;
+  void embed_backward(float *dtable, const void *dy, const int32_t *ids,
+                      int64_t N, int64_t V, int64_t D) override;
+  void position_embed_forward(void *y, const void *table, int64_t S, int64_t D,
+                              int64_t offset) override;
+  void position_embed_backward(float *dtable, const void *dy, int64_t S,
+                               int64_t D, int64_t offset) override;
+  void cross_entropy_forward(float *loss, const void *logits,
+                             const int32_t *targets, int64_t N,
+                             int64_t V) override;
+  void cross_entropy_backward(void *dlogits, const void *logits,
+                              const int32_t *targets, int64_t N, int64_t V,
+                              float dloss) override;
+  void transpose_forward(void *y, const void *x, const int64_t *x_shape,
+                         const int64_t *perm, int rank) override;
+  void transpose_backward(void *dx, const void *dy, const int64_t *x_shape,
+                          const int64_t *perm, int rank) override;
+  void slice_forward(void *y, const void *x, int64_t outer, int64_t dim,
+                     int64_t inner, int64_t start, int64_t n) override;
+  void slice_backward(void *dx, const void *dy, int64_t outer, int64_t dim,
+                      int64_t inner, int64_t start, int64_t n) override;
+
+  /// Runs one GEMM (cuBLASLt on the device; a plain loop when emulated).
+  void gemm(const GemmSpec &g);
+
+private:
+  /// Scratch for the current call: at least `bytes`, valid until the next
+  /// call that asks for scratch (calls are ordered on one stream).
+  void *scratch(int64_t bytes);
+  /// One broadcast operand's gradient (add: other == null).
+  void reduce_to_operand(void *d_operand, const void *dy, const void *other,
+                         const Broadcast &bc, bool lhs);
+
+  void *stream_ = nullptr;
+  void *scratch_ = nullptr;
+  int64_t scratch_bytes_ = 0;
+  int sm_count_ = 108;
+
+  struct Lt; // cuBLASLt handle, workspace, cached plans (device build only)
+  std::unique_ptr<Lt> lt_;
+};
+
+/// Sleeps `ns` nanoseconds on the stream (stress mode's device-side delays).
+void launch_delay(void *stream, uint32_t ns);
+
+#ifndef MEGATRAIN_CUDA_EMULATION
+/// Loads cuBLASLt (once); false, with the reason, when it cannot. Needs no
+/// device.
+bool load_cublaslt(std::string *why);
+#endif
+
+} // namespace mtrt::MT_KNS
+
+#endif // MEGATRAIN_RUNTIME_CUDA_CUDAKERNELS_H

@@ -1,0 +1,665 @@
+//===- ElementwiseKernels.cu - pointwise, layout and embedding kernels ----===//
+//
+// Grid-stride loops over bf16 storage, f32 math, one rounding per output
+// (docs/primitives.md gives each formula). Broadcast and transpose index
+// spaces are coalesced on the host first (runtime/kernels/Strided.h), so
+// the common cases run with rank 1 or 2.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/KernelCommon.cuh"
+#include "runtime/exec/Error.h"
+#include "runtime/kernels/Strided.h"
+
+#ifdef MEGATRAIN_CUDA_EMULATION
+#include <chrono>
+#include <thread>
+#endif
+
+namespace mtrt::MT_KNS {
+
+namespace {
+
+constexpr float kSqrt1_2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.f / (1.f + expf(-x));
+}
+__device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
+__device__ __forceinline__ float silu_grad(float x) {
+  const float s = sigmoid(x);
+  return s * (1.f + x * (1.f - s));
+}
+__device__ __forceinline__ float gelu(float x, bool tanh_form) {
+  if (tanh_form)
+    return 0.5f * x *
+           (1.f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+  return 0.5f * x * erfcf(-x * kSqrt1_2);
+}
+__device__ __forceinline__ float gelu_grad(float x, bool tanh_form) {
+  if (tanh_form) {
+    const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+    return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi *
+                                  (1.f + 3.f * kGeluCubic * x * x);
+  }
+  return 0.5f * erfcf(-x * kSqrt1_2) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
+}
+
+// ---- pointwise ------------------------------------------------------------
+
+enum class Pointwise : int {
+  Silu,
+  SiluGrad,
+  Gelu,
+  GeluTanh,
+  GeluGrad,
+  GeluTanhGrad
+};
+
+/// y = f(x) (forward) or y += dy · f'(x) (backward).
+template <Pointwise Op>
+__global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
+                                 int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const float v = bf2f(x[i]);
+    switch (Op) {
+    case Pointwise::Silu:
+      y[i] = f2bf(silu(v));
+      break;
+    case Pointwise::Gelu:
+      y[i] = f2bf(gelu(v, false));
+      break;
+    case Pointwise::GeluTanh:
+      y[i] = f2bf(gelu(v, true));
+      break;
+    case Pointwise::SiluGrad:
+      add_store(y, i, bf2f(dy[i]) * silu_grad(v));
+      break;
+    case Pointwise::GeluGrad:
+      add_store(y, i, bf2f(dy[i]) * gelu_grad(v, false));
+      break;
+    case Pointwise::GeluTanhGrad:
+      add_store(y, i, bf2f(dy[i]) * gelu_grad(v, true));
+      break;
+    }
+  }
+}
+
+__global__ void swiglu_forward_kernel(bf16 *y, const bf16 *gate, const bf16 *up,
+                                      int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    y[i] = f2bf(silu(bf2f(gate[i])) * bf2f(up[i]));
+}
+
+__global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const bf16 *dy,
+                                       const bf16 *gate, const bf16 *up,
+                                       int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const float g = bf2f(gate[i]), u = bf2f(up[i]), d = bf2f(dy[i]);
+    if (dgate)
+      add_store(dgate, i, d * u * silu_grad(g));
+    if (dup)
+      add_store(dup, i, d * silu(g));
+  }
+}
+
+__global__ void scale_kernel(bf16 *y, const bf16 *x, int64_t n, float factor) {
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    y[i] = f2bf(factor * bf2f(x[i]));
+}
+
+__global__ void accumulate_kernel(float *g, const bf16 *x, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    g[i] += bf2f(x[i]);
+}
+
+// ---- strided index spaces -------------------------------------------------
+
+/// A coalesced cpu::StridedSpace, by value in kernel parameters.
+struct Space {
+  int rank;
+  int64_t shape[cpu::kMaxRank];
+  int64_t stride[cpu::kMaxArrays][cpu::kMaxRank];
+};
+
+Space to_device(const cpu::StridedSpace &s) {
+  Space d{};
+  d.rank = s.rank;
+  for (int i = 0; i < s.rank; ++i) {
+    d.shape[i] = s.shape[i];
+    for (int a = 0; a < cpu::kMaxArrays; ++a)
+      d.stride[a][i] = s.stride[a][i];
+  }
+  return d;
+}
+
+/// Offsets of linear index i (row-major over the space) in each array.
+__device__ __forceinline__ void offsets(const Space &s, int64_t i,
+                                        int64_t off[cpu::kMaxArrays]) {
+  off[0] = off[1] = off[2] = 0;
+  for (int d = s.rank - 1; d >= 0; --d) {
+    const int64_t idx = i % s.shape[d];
+    i /= s.shape[d];
+    off[0] += idx * s.stride[0][d];
+    off[1] += idx * s.stride[1][d];
+    off[2] += idx * s.stride[2][d];
+  }
+}
+
+constexpr int kOut = 0, kLhs = 1, kRhs = 2;
+
+cpu::StridedSpace binary_space(const Broadcast &bc) {
+  cpu::StridedSpace s;
+  s.rank = bc.rank;
+  int64_t contiguous = 1;
+  for (int d = bc.rank - 1; d >= 0; --d) {
+    s.shape[d] = bc.shape[d];
+    s.stride[kOut][d] = contiguous;
+    s.stride[kLhs][d] = bc.lhs_stride[d];
+    s.stride[kRhs][d] = bc.rhs_stride[d];
+    contiguous *= bc.shape[d];
+  }
+  return s;
+}
+
+template <bool Mul>
+__global__ void binary_flat_kernel(bf16 *y, const bf16 *a, const bf16 *b,
+                                   int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const float x = bf2f(a[i]), z = bf2f(b[i]);
+    y[i] = f2bf(Mul ? x * z : x + z);
+  }
+}
+
+template <bool Mul>
+__global__ void binary_kernel(bf16 *y, const bf16 *a, const bf16 *b, Space s,
+                              int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    int64_t off[cpu::kMaxArrays];
+    offsets(s, i, off);
+    const float x = bf2f(a[off[kLhs]]), z = bf2f(b[off[kRhs]]);
+    y[off[kOut]] = f2bf(Mul ? x * z : x + z);
+  }
+}
+
+/// The gradient of one broadcast operand: `kept` walks the operand's
+/// elements (arrays: operand, dy, other), `reduced` the dims it was
+/// broadcast over (arrays: -, dy, other). Pass 1 sums a chunk of the
+/// reduced index space per (element, chunk) in order; pass 2 adds the
+/// chunks in order. Both are deterministic.
+__global__ void reduce_partials_kernel(float *partials, const bf16 *dy,
+                                       const bf16 *other, Space kept,
+                                       Space reduced, int64_t E, int64_t R,
+                                       int64_t per_chunk) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= E)
+    return;
+  int64_t k[cpu::kMaxArrays];
+  offsets(kept, e, k);
+  const int64_t r0 = int64_t(blockIdx.y) * per_chunk;
+  const int64_t r1 = min64(R, r0 + per_chunk);
+  float acc = 0.f;
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t o[cpu::kMaxArrays];
+    offsets(reduced, r, o);
+    const float g = bf2f(dy[k[1] + o[1]]);
+    acc += other ? g * bf2f(other[k[2] + o[2]]) : g;
+  }
+  partials[int64_t(blockIdx.y) * E + e] = acc;
+}
+
+__global__ void reduce_finish_kernel(bf16 *d_operand, const float *partials,
+                                     Space kept, int64_t E, int64_t chunks) {
+  for (int64_t e = global_index(); e < E; e += global_stride()) {
+    int64_t k[cpu::kMaxArrays];
+    offsets(kept, e, k);
+    float s = 0.f;
+    for (int64_t c = 0; c < chunks; ++c)
+      s += partials[c * E + e];
+    add_store(d_operand, k[0], s);
+  }
+}
+
+/// Not broadcast (R = 1): d_operand[e] += dy · other, elementwise.
+__global__ void reduce_direct_kernel(bf16 *d_operand, const bf16 *dy,
+                                     const bf16 *other, Space kept, int64_t E) {
+  for (int64_t e = global_index(); e < E; e += global_stride()) {
+    int64_t k[cpu::kMaxArrays];
+    offsets(kept, e, k);
+    const float g = bf2f(dy[k[1]]);
+    add_store(d_operand, k[0], other ? g * bf2f(other[k[2]]) : g);
+  }
+}
+
+// ---- layout ---------------------------------------------------------------
+
+/// Arrays: 0 = y, 1 = x. Forward y[o0] = x[o1]; backward dx[o1] += dy[o0]
+/// (a permutation: each dx element is written by one thread).
+template <bool Backward>
+__global__ void transpose_kernel(bf16 *out, const bf16 *in, Space s,
+                                 int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    int64_t off[cpu::kMaxArrays];
+    offsets(s, i, off);
+    if (Backward)
+      add_store(out, off[1], bf2f(in[off[0]]));
+    else
+      out[off[0]] = in[off[1]];
+  }
+}
+
+template <bool Backward>
+__global__ void slice_kernel(bf16 *out, const bf16 *in, int64_t dim,
+                             int64_t inner, int64_t start, int64_t n,
+                             int64_t total) {
+  const int64_t run = n * inner; // one outer index's slice
+  for (int64_t i = global_index(); i < total; i += global_stride()) {
+    const int64_t o = i / run, rem = i % run;
+    const int64_t xi = (o * dim + start) * inner + rem;
+    if (Backward)
+      add_store(out, xi, bf2f(in[i]));
+    else
+      out[i] = in[xi];
+  }
+}
+
+// ---- rope -----------------------------------------------------------------
+
+template <bool Backward>
+__global__ void rope_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
+                            const bf16 *sin, int64_t H, int64_t S, int64_t D,
+                            int64_t R, int seq_axis, int64_t total) {
+  const int64_t half = R / 2;
+  for (int64_t i = global_index(); i < total; i += global_stride()) {
+    const int64_t d = i % D, row = i - d;
+    const int64_t s = seq_axis == 2 ? (i / D) % S : (i / (D * H)) % S;
+    const bf16 *c = cos + s * R, *sn = sin + s * R;
+    const bf16 *g = in + row;
+    float v;
+    if (d >= R) {
+      v = bf2f(g[d]);
+    } else if (!Backward) {
+      v = d < half ? bf2f(g[d]) * bf2f(c[d]) - bf2f(g[d + half]) * bf2f(sn[d])
+                   : bf2f(g[d]) * bf2f(c[d]) + bf2f(g[d - half]) * bf2f(sn[d]);
+    } else {
+      v = d < half
+              ? bf2f(g[d]) * bf2f(c[d]) + bf2f(g[d + half]) * bf2f(sn[d + half])
+              : bf2f(g[d]) * bf2f(c[d]) -
+                    bf2f(g[d - half]) * bf2f(sn[d - half]);
+    }
+    if (Backward)
+      add_store(out, i, v);
+    else
+      out[i] = f2bf(v);
+  }
+}
+
+// ---- embeddings -----------------------------------------------------------
+
+__global__ void embed_forward_kernel(bf16 *y, const int32_t *ids,
+                                     const bf16 *table, int64_t N, int64_t V,
+                                     int64_t D) {
+  for (int64_t i = global_index(); i < N * D; i += global_stride()) {
+    const int64_t n = i / D, j = i % D;
+    const int32_t id = ids[n];
+    // Out-of-range ids (stress mode's poison) give NaN, never a wild read.
+    y[i] = id >= 0 && id < V ? table[int64_t(id) * D + j] : f2bf(quiet_nan());
+  }
+}
+
+constexpr int kEmbedThreads = 256;
+
+/// A block owns table rows [v0, v1) and walks all N tokens in order, adding
+/// the dy rows of the tokens whose id it owns: each table row is summed in
+/// token order by one block, with no atomics. Out-of-range ids add NaN to
+/// row 0, as the CPU kernels do.
+__global__ void __launch_bounds__(kEmbedThreads)
+    embed_backward_kernel(float *dtable, const bf16 *dy, const int32_t *ids,
+                          int64_t N, int64_t V, int64_t D,
+                          int64_t rows_per_block) {
+  __shared__ int32_t match[kEmbedThreads];
+  __shared__ int count;
+  const int64_t v0 = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t v1 = min64(V, v0 + rows_per_block);
+  for (int64_t n0 = 0; n0 < N; n0 += kEmbedThreads) {
+    const int64_t n = n0 + threadIdx.x;
+    bool mine = false;
+    if (n < N) {
+      const int32_t id = ids[n];
+      const bool bad = id < 0 || id >= V;
+      mine = bad ? v0 == 0 : (id >= v0 && id < v1);
+    }
+    match[threadIdx.x] = mine ? 1 : 0;
+    __syncthreads();
+    if (threadIdx.x == 0) { // compact the matches, keeping token order
+      int c = 0;
+      for (int t = 0; t < kEmbedThreads; ++t)
+        if (match[t])
+          match[c++] = t; // c <= t: compacting in place is safe
+      count = c;
+    }
+    __syncthreads();
+    for (int m = 0; m < count; ++m) {
+      const int64_t tok = n0 + match[m];
+      const int32_t id = ids[tok];
+      const bool bad = id < 0 || id >= V;
+      float *row = dtable + (bad ? 0 : int64_t(id)) * D;
+      for (int64_t j = threadIdx.x; j < D; j += kEmbedThreads)
+        row[j] += bad ? quiet_nan() : bf2f(dy[tok * D + j]);
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void position_embed_kernel(bf16 *y, const bf16 *table, int64_t n,
+                                      int64_t base) {
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    y[i] = table[base + i];
+}
+
+__global__ void position_embed_backward_kernel(float *dtable, const bf16 *dy,
+                                               int64_t n, int64_t base) {
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    dtable[base + i] += bf2f(dy[i]);
+}
+
+__global__ void delay_kernel(uint32_t ns) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+#else
+  (void)ns;
+#endif
+}
+
+} // namespace
+
+// ---- the DeviceKernels entry points ---------------------------------------
+
+namespace {
+#define S_ cudaStream_t(stream_)
+const dim3 kBlock(kThreads);
+} // namespace
+
+void CudaKernels::zero(void *x, int64_t n) {
+  if (n > 0 && cudaMemsetAsync(x, 0, size_t(n) * 2, S_) != cudaSuccess)
+    fail("cuda: cudaMemsetAsync failed in zero (", n, " elements)");
+}
+void CudaKernels::zero_f32(float *x, int64_t n) {
+  if (n > 0 && cudaMemsetAsync(x, 0, size_t(n) * 4, S_) != cudaSuccess)
+    fail("cuda: cudaMemsetAsync failed in zero_f32 (", n, " elements)");
+}
+void CudaKernels::copy(void *y, const void *x, int64_t n) {
+  if (n > 0 && y != x &&
+      cudaMemcpyAsync(y, x, size_t(n) * 2, cudaMemcpyDeviceToDevice, S_) !=
+          cudaSuccess)
+    fail("cuda: cudaMemcpyAsync failed in copy (", n, " elements)");
+}
+void CudaKernels::accumulate_f32(float *g, const void *x, int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(accumulate_kernel, blocks_for(n), kBlock, S_, g, B(x), n);
+}
+
+void CudaKernels::silu_forward(void *y, const void *x, int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(pointwise_kernel<Pointwise::Silu>, blocks_for(n), kBlock, S_,
+              B(y), static_cast<const bf16 *>(nullptr), B(x), n);
+}
+void CudaKernels::silu_backward(void *dx, const void *dy, const void *x,
+                                int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(pointwise_kernel<Pointwise::SiluGrad>, blocks_for(n), kBlock, S_,
+              B(dx), B(dy), B(x), n);
+}
+void CudaKernels::gelu_forward(void *y, const void *x, int64_t n,
+                               bool approximate_tanh) {
+  if (n <= 0)
+    return;
+  if (approximate_tanh)
+    MT_LAUNCH(pointwise_kernel<Pointwise::GeluTanh>, blocks_for(n), kBlock, S_,
+              B(y), static_cast<const bf16 *>(nullptr), B(x), n);
+  else
+    MT_LAUNCH(pointwise_kernel<Pointwise::Gelu>, blocks_for(n), kBlock, S_,
+              B(y), static_cast<const bf16 *>(nullptr), B(x), n);
+}
+void CudaKernels::gelu_backward(void *dx, const void *dy, const void *x,
+                                int64_t n, bool approximate_tanh) {
+  if (n <= 0)
+    return;
+  if (approximate_tanh)
+    MT_LAUNCH(pointwise_kernel<Pointwise::GeluTanhGrad>, blocks_for(n), kBlock,
+              S_, B(dx), B(dy), B(x), n);
+  else
+    MT_LAUNCH(pointwise_kernel<Pointwise::GeluGrad>, blocks_for(n), kBlock, S_,
+              B(dx), B(dy), B(x), n);
+}
+void CudaKernels::swiglu_forward(void *y, const void *gate, const void *up,
+                                 int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(swiglu_forward_kernel, blocks_for(n), kBlock, S_, B(y), B(gate),
+              B(up), n);
+}
+void CudaKernels::swiglu_backward(void *dgate, void *dup, const void *dy,
+                                  const void *gate, const void *up, int64_t n) {
+  if (n > 0 && (dgate || dup))
+    MT_LAUNCH(swiglu_backward_kernel, blocks_for(n), kBlock, S_, B(dgate),
+              B(dup), B(dy), B(gate), B(up), n);
+}
+void CudaKernels::scale_forward(void *y, const void *x, int64_t n,
+                                float factor) {
+  if (n > 0)
+    MT_LAUNCH(scale_kernel, blocks_for(n), kBlock, S_, B(y), B(x), n, factor);
+}
+
+namespace {
+template <bool Mul>
+void binary(const Broadcast &bc, void *y, const void *a, const void *b,
+            cudaStream_t stream) {
+  cpu::StridedSpace s = binary_space(bc);
+  const int64_t n = cpu::numel(s);
+  if (n <= 0)
+    return;
+  cpu::coalesce(s);
+  if (s.rank == 1 && s.stride[kOut][0] == 1 && s.stride[kLhs][0] == 1 &&
+      s.stride[kRhs][0] == 1) {
+    MT_LAUNCH(binary_flat_kernel<Mul>, blocks_for(n), kBlock, stream, B(y),
+              B(a), B(b), n);
+    return;
+  }
+  MT_LAUNCH(binary_kernel<Mul>, blocks_for(n), kBlock, stream, B(y), B(a), B(b),
+            to_device(s), n);
+}
+} // namespace
+
+void CudaKernels::add_forward(void *y, const void *a, const void *b,
+                              const Broadcast &bc) {
+  binary<false>(bc, y, a, b, S_);
+}
+void CudaKernels::mul_forward(void *y, const void *a, const void *b,
+                              const Broadcast &bc) {
+  binary<true>(bc, y, a, b, S_);
+}
+
+void CudaKernels::reduce_to_operand(void *d_operand, const void *dy,
+                                    const void *other, const Broadcast &bc,
+                                    bool lhs) {
+  const int slot = lhs ? kLhs : kRhs, other_slot = lhs ? kRhs : kLhs;
+  cpu::StridedSpace s = binary_space(bc);
+  if (cpu::numel(s) <= 0)
+    return;
+  cpu::coalesce(s);
+  // Arrays of `kept`: 0 = operand, 1 = dy, 2 = other; of `reduced`: 1, 2.
+  cpu::StridedSpace kept, reduced;
+  for (int d = 0; d < s.rank; ++d) {
+    cpu::StridedSpace &t = s.stride[slot][d] != 0 ? kept : reduced;
+    t.shape[t.rank] = s.shape[d];
+    t.stride[0][t.rank] = s.stride[slot][d];
+    t.stride[1][t.rank] = s.stride[kOut][d];
+    t.stride[2][t.rank] = other ? s.stride[other_slot][d] : 0;
+    ++t.rank;
+  }
+  for (cpu::StridedSpace *t : {&kept, &reduced})
+    if (t->rank == 0) {
+      t->rank = 1;
+      t->shape[0] = 1;
+    }
+  const int64_t E = cpu::numel(kept), R = cpu::numel(reduced);
+  const Space k = to_device(kept), r = to_device(reduced);
+  if (R == 1) {
+    MT_LAUNCH(reduce_direct_kernel, blocks_for(E), kBlock, S_, B(d_operand),
+              B(dy), B(other), k, E);
+    return;
+  }
+  const int64_t e_blocks = (E + kThreads - 1) / kThreads;
+  int64_t chunks = std::max<int64_t>(1, (2048 + e_blocks - 1) / e_blocks);
+  chunks = std::min<int64_t>({chunks, R, 1024});
+  const int64_t per_chunk = (R + chunks - 1) / chunks;
+  chunks = (R + per_chunk - 1) / per_chunk;
+  float *partials = static_cast<float *>(scratch(chunks * E * 4));
+  MT_LAUNCH(reduce_partials_kernel, dim3(unsigned(e_blocks), unsigned(chunks)),
+            kBlock, S_, partials, B(dy), B(other), k, r, E, R, per_chunk);
+  MT_LAUNCH(reduce_finish_kernel, blocks_for(E), kBlock, S_, B(d_operand),
+            static_cast<const float *>(partials), k, E, chunks);
+}
+
+void CudaKernels::add_backward(void *da, void *db, const void *dy,
+                               const Broadcast &bc) {
+  if (da)
+    reduce_to_operand(da, dy, nullptr, bc, true);
+  if (db)
+    reduce_to_operand(db, dy, nullptr, bc, false);
+}
+void CudaKernels::mul_backward(void *da, void *db, const void *dy,
+                               const void *a, const void *b,
+                               const Broadcast &bc) {
+  if (da)
+    reduce_to_operand(da, dy, b, bc, true);
+  if (db)
+    reduce_to_operand(db, dy, a, bc, false);
+}
+
+namespace {
+// Arrays: 0 = y (contiguous in its own order), 1 = x.
+cpu::StridedSpace transpose_space(const int64_t *x_shape, const int64_t *perm,
+                                  int rank) {
+  int64_t x_stride[cpu::kMaxRank];
+  for (int64_t d = rank - 1, c = 1; d >= 0; --d) {
+    x_stride[d] = c;
+    c *= x_shape[d];
+  }
+  cpu::StridedSpace s;
+  s.rank = rank;
+  for (int64_t d = rank - 1, c = 1; d >= 0; --d) {
+    s.shape[d] = x_shape[perm[d]];
+    s.stride[0][d] = c;
+    s.stride[1][d] = x_stride[perm[d]];
+    c *= s.shape[d];
+  }
+  cpu::coalesce(s);
+  return s;
+}
+} // namespace
+
+void CudaKernels::transpose_forward(void *y, const void *x,
+                                    const int64_t *x_shape, const int64_t *perm,
+                                    int rank) {
+  const cpu::StridedSpace s = transpose_space(x_shape, perm, rank);
+  const int64_t n = cpu::numel(s);
+  if (n > 0)
+    MT_LAUNCH(transpose_kernel<false>, blocks_for(n), kBlock, S_, B(y), B(x),
+              to_device(s), n);
+}
+void CudaKernels::transpose_backward(void *dx, const void *dy,
+                                     const int64_t *x_shape,
+                                     const int64_t *perm, int rank) {
+  const cpu::StridedSpace s = transpose_space(x_shape, perm, rank);
+  const int64_t n = cpu::numel(s);
+  if (n > 0)
+    MT_LAUNCH(transpose_kernel<true>, blocks_for(n), kBlock, S_, B(dx), B(dy),
+              to_device(s), n);
+}
+void CudaKernels::slice_forward(void *y, const void *x, int64_t outer,
+                                int64_t dim, int64_t inner, int64_t start,
+                                int64_t n) {
+  const int64_t total = outer * n * inner;
+  if (total > 0)
+    MT_LAUNCH(slice_kernel<false>, blocks_for(total), kBlock, S_, B(y), B(x),
+              dim, inner, start, n, total);
+}
+void CudaKernels::slice_backward(void *dx, const void *dy, int64_t outer,
+                                 int64_t dim, int64_t inner, int64_t start,
+                                 int64_t n) {
+  const int64_t total = outer * n * inner;
+  if (total > 0)
+    MT_LAUNCH(slice_kernel<true>, blocks_for(total), kBlock, S_, B(dx), B(dy),
+              dim, inner, start, n, total);
+}
+
+void CudaKernels::rope_forward(void *y, const void *x, const void *cos,
+                               const void *sin, int64_t B_, int64_t H,
+                               int64_t S, int64_t D, int64_t R, int seq_axis) {
+  const int64_t total = B_ * H * S * D;
+  if (total > 0)
+    MT_LAUNCH(rope_kernel<false>, blocks_for(total), kBlock, S_, B(y), B(x),
+              B(cos), B(sin), H, S, D, R, seq_axis, total);
+}
+void CudaKernels::rope_backward(void *dx, const void *dy, const void *cos,
+                                const void *sin, int64_t B_, int64_t H,
+                                int64_t S, int64_t D, int64_t R, int seq_axis) {
+  const int64_t total = B_ * H * S * D;
+  if (total > 0)
+    MT_LAUNCH(rope_kernel<true>, blocks_for(total), kBlock, S_, B(dx), B(dy),
+              B(cos), B(sin), H, S, D, R, seq_axis, total);
+}
+
+void CudaKernels::embed_forward(void *y, const int32_t *ids, const void *table,
+                                int64_t N, int64_t V, int64_t D) {
+  if (N * D > 0)
+    MT_LAUNCH(embed_forward_kernel, blocks_for(N * D), kBlock, S_, B(y), ids,
+              B(table), N, V, D);
+}
+void CudaKernels::embed_backward(float *dtable, const void *dy,
+                                 const int32_t *ids, int64_t N, int64_t V,
+                                 int64_t D) {
+  if (N <= 0 || V <= 0 || D <= 0)
+    return;
+  // About 8 blocks per SM, each scanning all N ids (cheap: they sit in L2).
+  const int64_t blocks = std::min<int64_t>(V, int64_t(sm_count_) * 8);
+  const int64_t rows = (V + blocks - 1) / blocks;
+  MT_LAUNCH(embed_backward_kernel, dim3(unsigned((V + rows - 1) / rows)),
+            dim3(kEmbedThreads), S_, dtable, B(dy), ids, N, V, D, rows);
+}
+void CudaKernels::position_embed_forward(void *y, const void *table, int64_t S,
+                                         int64_t D, int64_t offset) {
+  if (S * D > 0)
+    MT_LAUNCH(position_embed_kernel, blocks_for(S * D), kBlock, S_, B(y),
+              B(table), S * D, offset * D);
+}
+void CudaKernels::position_embed_backward(float *dtable, const void *dy,
+                                          int64_t S, int64_t D,
+                                          int64_t offset) {
+  if (S * D > 0)
+    MT_LAUNCH(position_embed_backward_kernel, blocks_for(S * D), kBlock, S_,
+              dtable, B(dy), S * D, offset * D);
+}
+
+void launch_delay(void *stream, uint32_t ns) {
+#ifdef MEGATRAIN_CUDA_EMULATION
+  mock_enqueue(cudaStream_t(stream), [ns] {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+  });
+#else
+  MT_LAUNCH(delay_kernel, dim3(1), dim3(1), cudaStream_t(stream), ns);
+#endif
+}
+
+#undef S_
+
+} // namespace mtrt::MT_KNS

@@ -1,0 +1,665 @@
+//===- KernelsTest.cpp - CUDA kernels against the CPU reference kernels ---===//
+//
+// Every DeviceKernels method on random inputs, against CpuKernels in bf16
+// mode (the reference kernels of runtime/kernels on the same bf16-rounded
+// inputs, each storage output rounded to bf16). Outputs the device writes
+// start as NaN (0xFFFF), so an unwritten element fails; gradients start
+// random, so a kernel that overwrites instead of accumulating fails.
+//
+// Tolerances, for bf16 storage with f32 accumulation on both sides: the two
+// differ by the order of f32 sums and by the math library (a few f32 ulps),
+// which can move a result across a bf16 rounding boundary: one bf16 ulp,
+// 2^-8 relative (1/128 covers it with margin for values near a binade edge).
+// Results that sum many terms with cancellation (GEMMs, norms' backward,
+// attention) also get an absolute allowance relative to the largest
+// magnitude, 1e-3 (2e-3 for attention, whose gradients go through a
+// recomputed softmax); f32 gradient slots compare at 1e-4. A wrong index,
+// term or sign is off by far more.
+//
+// Built twice (TestDevice.h): on the GPU, skipped without one, and on the
+// emulated kernels, which runs everywhere.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestDevice.h"
+
+#include "runtime/exec/CpuKernels.h"
+#include "runtime/kernels/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <vector>
+
+using namespace mtrt;
+
+namespace {
+
+uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((u | 0x00400000u) >> 16);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float bf16_value(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// A tensor on the device and its host mirror (the CPU reference's input
+/// and output). Storage tensors hold bf16 on the device and bf16-rounded
+/// f32 on the host.
+class Tensor {
+public:
+  enum Kind { Storage, F32, I32 };
+
+  static Tensor random(int64_t n, uint32_t seed, float lo = -1.f,
+                       float hi = 1.f) {
+    Tensor t(Storage, n);
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    for (float &x : t.h)
+      x = bf16_value(bf16_bits(dist(gen)));
+    t.upload();
+    return t;
+  }
+  /// A storage gradient, likewise.
+  static Tensor grad(int64_t n, uint32_t seed) {
+    return random(n, seed, -1.f / 64, 1.f / 64);
+  }
+  /// A storage output: NaN until the kernel writes it.
+  static Tensor output(int64_t n) {
+    Tensor t(Storage, n);
+    for (float &x : t.h)
+      x = std::nanf("");
+    t.upload();
+    return t;
+  }
+  static Tensor zeros(int64_t n) {
+    Tensor t(Storage, n);
+    t.upload();
+    return t;
+  }
+  /// An f32 gradient slot, small and random: it must be added to, and
+  /// small enough that what is added decides the comparison.
+  static Tensor f32(int64_t n, uint32_t seed) {
+    Tensor t(F32, n);
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-1.f / 64, 1.f / 64);
+    for (float &x : t.h)
+      x = dist(gen);
+    t.upload();
+    return t;
+  }
+  static Tensor ids(const std::vector<int32_t> &v) {
+    Tensor t(I32, int64_t(v.size()));
+    t.i = v;
+    t.upload();
+    return t;
+  }
+
+  Tensor(Tensor &&o) noexcept
+      : kind(o.kind), n(o.n), h(std::move(o.h)), i(std::move(o.i)), d(o.d) {
+    o.d = nullptr;
+  }
+  ~Tensor() {
+    if (d)
+      testdev::release(d);
+  }
+
+  void *dev() { return d; }
+  float *host() { return h.data(); }
+  const int32_t *dev_ids() const { return static_cast<const int32_t *>(d); }
+  float *dev_f32() { return static_cast<float *>(d); }
+
+  /// What the device holds now, as floats.
+  std::vector<float> fetch() const {
+    std::vector<float> out(static_cast<size_t>(n));
+    if (kind == Storage) {
+      std::vector<uint16_t> b(static_cast<size_t>(n));
+      testdev::download(b.data(), d, size_t(n) * 2);
+      for (int64_t k = 0; k < n; ++k)
+        out[k] = bf16_value(b[k]);
+    } else {
+      testdev::download(out.data(), d, size_t(n) * 4);
+    }
+    return out;
+  }
+
+  Kind kind;
+  int64_t n;
+  std::vector<float> h;
+  std::vector<int32_t> i;
+
+private:
+  Tensor(Kind k, int64_t count) : kind(k), n(count), h(size_t(count), 0.f) {
+    d = testdev::alloc(size_t(count) * (k == Storage ? 2 : 4));
+  }
+  void upload() {
+    if (kind == Storage) {
+      std::vector<uint16_t> b(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k)
+        b[k] = bf16_bits(h[k]);
+      testdev::upload(d, b.data(), size_t(n) * 2);
+    } else if (kind == F32) {
+      testdev::upload(d, h.data(), size_t(n) * 4);
+    } else {
+      testdev::upload(d, i.data(), size_t(n) * 4);
+    }
+  }
+  void *d = nullptr;
+};
+
+/// |got - want| <= rtol·|want| + atol·max|want| everywhere; NaN where and
+/// only where the reference has NaN.
+::testing::AssertionResult near(const std::vector<float> &got,
+                                const std::vector<float> &want, double rtol,
+                                double atol) {
+  double scale = 0.0;
+  for (float w : want)
+    if (std::isfinite(w))
+      scale = std::max(scale, double(std::fabs(w)));
+  for (size_t k = 0; k < want.size(); ++k) {
+    if (std::isnan(want[k]) != std::isnan(got[k]))
+      return ::testing::AssertionFailure()
+             << "element " << k << ": got " << got[k] << ", want " << want[k];
+    if (std::isnan(want[k]))
+      continue;
+    const double err = std::fabs(double(got[k]) - double(want[k]));
+    const double tol = rtol * std::fabs(double(want[k])) + atol * scale;
+    if (!(err <= tol))
+      return ::testing::AssertionFailure()
+             << "element " << k << " of " << want.size() << ": got " << got[k]
+             << ", want " << want[k] << " (error " << err << " > " << tol
+             << ", max |want| " << scale << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+constexpr double kUlp = 1.0 / 128; // one bf16 ulp, with margin
+constexpr double kPointwise = 1e-6, kSums = 1e-3, kAttention = 2e-3;
+
+class CudaKernelsTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string why;
+    if (!testdev::ready(&why))
+      GTEST_SKIP() << "no CUDA device here: " << why;
+    k_ = std::make_unique<testdev::Kernels>();
+    stream_ = testdev::make_stream();
+    k_->set_stream(stream_);
+  }
+  void sync() { testdev::sync(stream_); }
+
+  std::unique_ptr<testdev::Kernels> k_;
+  void *stream_ = nullptr;
+  CpuKernels cpu_{true};
+};
+
+#ifndef MEGATRAIN_CUDA_EMULATION
+// cuBLASLt is loaded at run time, not linked: check that it loads and has
+// every entry point, which needs no GPU.
+TEST(CuBlasLt, Loads) {
+  std::string why;
+  EXPECT_TRUE(mtrt::cuda::load_cublaslt(&why)) << why;
+}
+#endif
+
+TEST_F(CudaKernelsTest, ZeroCopyAccumulate) {
+  Tensor x = Tensor::random(1000, 1);
+  Tensor y = Tensor::output(1000);
+  Tensor z = Tensor::output(1000);
+  Tensor g = Tensor::f32(1000, 2);
+  k_->copy(y.dev(), x.dev(), 1000);
+  k_->zero(z.dev(), 1000);
+  k_->accumulate_f32(g.dev_f32(), x.dev(), 1000);
+  sync();
+  cpu_.accumulate_f32(g.host(), x.host(), 1000);
+  EXPECT_TRUE(near(y.fetch(), x.h, 0, 0));
+  EXPECT_TRUE(near(z.fetch(), std::vector<float>(1000, 0.f), 0, 0));
+  EXPECT_TRUE(near(g.fetch(), g.h, 1e-6, 0));
+  Tensor f = Tensor::f32(77, 3);
+  k_->zero_f32(f.dev_f32(), 77);
+  sync();
+  EXPECT_TRUE(near(f.fetch(), std::vector<float>(77, 0.f), 0, 0));
+}
+
+class LinearTest
+    : public CudaKernelsTest,
+      public ::testing::WithParamInterface<std::tuple<bool, bool>> {};
+
+TEST_P(LinearTest, ForwardAndBackward) {
+  const bool in_out = std::get<0>(GetParam()), bias = std::get<1>(GetParam());
+  const int64_t M = 37, K = 70, N = 45;
+  Tensor x = Tensor::random(M * K, 10), w = Tensor::random(K * N, 11);
+  Tensor b = bias ? Tensor::random(N, 12) : Tensor::zeros(0);
+  Tensor y = Tensor::output(M * N);
+  k_->linear_forward(y.dev(), x.dev(), w.dev(), bias ? b.dev() : nullptr, M, K,
+                     N, in_out);
+  cpu_.linear_forward(y.host(), x.host(), w.host(), bias ? b.host() : nullptr,
+                      M, K, N, in_out);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kSums)) << "forward";
+
+  Tensor dy = Tensor::random(M * N, 13);
+  Tensor dx = Tensor::grad(M * K, 14);
+  Tensor dw = Tensor::f32(K * N, 15), db = Tensor::f32(N, 16);
+  k_->linear_backward(dx.dev(), dw.dev_f32(), bias ? db.dev_f32() : nullptr,
+                      dy.dev(), x.dev(), w.dev(), M, K, N, in_out);
+  cpu_.linear_backward(dx.host(), dw.host(), bias ? db.host() : nullptr,
+                       dy.host(), x.host(), w.host(), M, K, N, in_out);
+  sync();
+  EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx";
+  EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5)) << "dw";
+  EXPECT_TRUE(near(db.fetch(), db.h, 1e-4, 1e-5)) << "db";
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LinearTest,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Bool()));
+
+TEST_F(CudaKernelsTest, LinearWithoutDxOrDw) {
+  const int64_t M = 8, K = 16, N = 24;
+  Tensor x = Tensor::random(M * K, 20), w = Tensor::random(N * K, 21);
+  Tensor dy = Tensor::random(M * N, 22), dw = Tensor::f32(N * K, 23);
+  k_->linear_backward(nullptr, dw.dev_f32(), nullptr, dy.dev(), x.dev(),
+                      w.dev(), M, K, N, false);
+  cpu_.linear_backward(nullptr, dw.host(), nullptr, dy.host(), x.host(),
+                       w.host(), M, K, N, false);
+  sync();
+  EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5));
+}
+
+class NormTest : public CudaKernelsTest,
+                 public ::testing::WithParamInterface<bool> {};
+
+TEST_P(NormTest, RmsNorm) {
+  const bool with_w = GetParam();
+  const int64_t M = 17, D = 300;
+  Tensor x = Tensor::random(M * D, 30, -2.f, 2.f);
+  Tensor w = with_w ? Tensor::random(D, 31, 0.5f, 1.5f) : Tensor::zeros(0);
+  const void *wd = with_w ? w.dev() : nullptr;
+  const float *wh = with_w ? w.host() : nullptr;
+  Tensor y = Tensor::output(M * D);
+  k_->rms_norm_forward(y.dev(), x.dev(), wd, M, D, 1e-5f);
+  cpu_.rms_norm_forward(y.host(), x.host(), wh, M, D, 1e-5f);
+  Tensor dy = Tensor::random(M * D, 32), dx = Tensor::grad(M * D, 33);
+  Tensor dw = Tensor::f32(D, 34);
+  k_->rms_norm_backward(dx.dev(), with_w ? dw.dev_f32() : nullptr, dy.dev(),
+                        x.dev(), wd, M, D, 1e-5f);
+  cpu_.rms_norm_backward(dx.host(), with_w ? dw.host() : nullptr, dy.host(),
+                         x.host(), wh, M, D, 1e-5f);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "y";
+  EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx";
+  EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5)) << "dw";
+}
+
+TEST_P(NormTest, LayerNorm) {
+  const bool with_wb = GetParam();
+  const int64_t M = 19, D = 130;
+  Tensor x = Tensor::random(M * D, 40, -1.f, 3.f);
+  Tensor w = with_wb ? Tensor::random(D, 41, 0.5f, 1.5f) : Tensor::zeros(0);
+  Tensor b = with_wb ? Tensor::random(D, 42) : Tensor::zeros(0);
+  Tensor y = Tensor::output(M * D);
+  k_->layer_norm_forward(y.dev(), x.dev(), with_wb ? w.dev() : nullptr,
+                         with_wb ? b.dev() : nullptr, M, D, 1e-5f);
+  cpu_.layer_norm_forward(y.host(), x.host(), with_wb ? w.host() : nullptr,
+                          with_wb ? b.host() : nullptr, M, D, 1e-5f);
+  Tensor dy = Tensor::random(M * D, 43), dx = Tensor::grad(M * D, 44);
+  Tensor dw = Tensor::f32(D, 45), db = Tensor::f32(D, 46);
+  k_->layer_norm_backward(dx.dev(), with_wb ? dw.dev_f32() : nullptr,
+                          with_wb ? db.dev_f32() : nullptr, dy.dev(), x.dev(),
+                          with_wb ? w.dev() : nullptr, M, D, 1e-5f);
+  cpu_.layer_norm_backward(dx.host(), with_wb ? dw.host() : nullptr,
+                           with_wb ? db.host() : nullptr, dy.host(), x.host(),
+                           with_wb ? w.host() : nullptr, M, D, 1e-5f);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "y";
+  EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx";
+  EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5)) << "dw";
+  EXPECT_TRUE(near(db.fetch(), db.h, 1e-4, 1e-5)) << "db";
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, NormTest, ::testing::Bool());
+
+class RopeTest : public CudaKernelsTest,
+                 public ::testing::WithParamInterface<std::tuple<int, int>> {};
+
+TEST_P(RopeTest, ForwardAndBackward) {
+  const int seq_axis = std::get<0>(GetParam());
+  const int64_t R = std::get<1>(GetParam());
+  const int64_t B = 2, H = 3, S = 5, D = 16, n = B * H * S * D;
+  Tensor x = Tensor::random(n, 50);
+  Tensor cos = Tensor::random(S * R, 51), sin = Tensor::random(S * R, 52);
+  Tensor y = Tensor::output(n);
+  k_->rope_forward(y.dev(), x.dev(), cos.dev(), sin.dev(), B, H, S, D, R,
+                   seq_axis);
+  cpu_.rope_forward(y.host(), x.host(), cos.host(), sin.host(), B, H, S, D, R,
+                    seq_axis);
+  Tensor dx = Tensor::grad(n, 53);
+  k_->rope_backward(dx.dev(), x.dev(), cos.dev(), sin.dev(), B, H, S, D, R,
+                    seq_axis);
+  cpu_.rope_backward(dx.host(), x.host(), cos.host(), sin.host(), B, H, S, D, R,
+                     seq_axis);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise));
+  EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, RopeTest,
+                         ::testing::Combine(::testing::Values(1, 2),
+                                            ::testing::Values(16, 8)));
+
+struct AttentionShape {
+  int64_t B, H, Hkv, S, D;
+};
+void PrintTo(const AttentionShape &s, std::ostream *os) {
+  *os << "B" << s.B << " H" << s.H << " Hkv" << s.Hkv << " S" << s.S << " D"
+      << s.D;
+}
+
+class AttentionTest : public CudaKernelsTest,
+                      public ::testing::WithParamInterface<AttentionShape> {};
+
+TEST_P(AttentionTest, ForwardAndBackward) {
+  const AttentionShape s = GetParam();
+  const int64_t nq = s.B * s.H * s.S * s.D, nk = s.B * s.Hkv * s.S * s.D;
+  const float scale = 1.f / std::sqrt(float(s.D));
+  Tensor q = Tensor::random(nq, 60, -2.f, 2.f),
+         k = Tensor::random(nk, 61, -2.f, 2.f);
+  Tensor v = Tensor::random(nk, 62);
+  Tensor y = Tensor::output(nq);
+  k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), s.B, s.H, s.Hkv,
+                        s.S, s.D, scale);
+  cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), s.B, s.H,
+                         s.Hkv, s.S, s.D, scale);
+  Tensor dy = Tensor::random(nq, 63);
+  Tensor dq = Tensor::grad(nq, 64), dk = Tensor::grad(nk, 65),
+         dv = Tensor::grad(nk, 66);
+  k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
+                         k.dev(), v.dev(), s.B, s.H, s.Hkv, s.S, s.D, scale);
+  cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
+                          k.host(), v.host(), s.B, s.H, s.Hkv, s.S, s.D, scale);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
+  EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kAttention)) << "dq";
+  EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention)) << "dk";
+  EXPECT_TRUE(near(dv.fetch(), dv.h, kUlp, kAttention)) << "dv";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Values(AttentionShape{2, 4, 2, 37, 16},  // GQA, tiles cut
+                      AttentionShape{1, 2, 1, 70, 64},  // MQA, two tiles
+                      AttentionShape{1, 2, 2, 33, 80},  // 128 layout, D < 128
+                      AttentionShape{1, 1, 1, 40, 160}, // 256 layout
+                      AttentionShape{1, 3, 3, 1, 32})); // one token
+
+TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
+  const int64_t B = 1, H = 2, Hkv = 1, S = 20, D = 16;
+  Tensor q = Tensor::random(B * H * S * D, 70),
+         k = Tensor::random(B * Hkv * S * D, 71);
+  Tensor v = Tensor::random(B * Hkv * S * D, 72),
+         dy = Tensor::random(B * H * S * D, 73);
+  Tensor dk = Tensor::grad(B * Hkv * S * D, 74);
+  k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
+                         v.dev(), B, H, Hkv, S, D, 0.25f);
+  cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
+                          k.host(), v.host(), B, H, Hkv, S, D, 0.25f);
+  sync();
+  EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
+}
+
+TEST_F(CudaKernelsTest, Activations) {
+  const int64_t n = 3000;
+  Tensor x = Tensor::random(n, 80, -6.f, 6.f), u = Tensor::random(n, 81);
+  Tensor dy = Tensor::random(n, 82);
+  for (int op = 0; op < 3; ++op) {
+    Tensor y = Tensor::output(n), dx = Tensor::grad(n, 83);
+    if (op == 0) {
+      k_->silu_forward(y.dev(), x.dev(), n);
+      k_->silu_backward(dx.dev(), dy.dev(), x.dev(), n);
+      cpu_.silu_forward(y.host(), x.host(), n);
+      cpu_.silu_backward(dx.host(), dy.host(), x.host(), n);
+    } else {
+      const bool tanh_form = op == 2;
+      k_->gelu_forward(y.dev(), x.dev(), n, tanh_form);
+      k_->gelu_backward(dx.dev(), dy.dev(), x.dev(), n, tanh_form);
+      cpu_.gelu_forward(y.host(), x.host(), n, tanh_form);
+      cpu_.gelu_backward(dx.host(), dy.host(), x.host(), n, tanh_form);
+    }
+    sync();
+    EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "op " << op;
+    EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise)) << "op " << op;
+  }
+  Tensor y = Tensor::output(n), dg = Tensor::grad(n, 84),
+         du = Tensor::grad(n, 85);
+  k_->swiglu_forward(y.dev(), x.dev(), u.dev(), n);
+  k_->swiglu_backward(dg.dev(), du.dev(), dy.dev(), x.dev(), u.dev(), n);
+  cpu_.swiglu_forward(y.host(), x.host(), u.host(), n);
+  cpu_.swiglu_backward(dg.host(), du.host(), dy.host(), x.host(), u.host(), n);
+  Tensor s = Tensor::output(n);
+  k_->scale_forward(s.dev(), x.dev(), n, 0.125f);
+  cpu_.scale_forward(s.host(), x.host(), n, 0.125f);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "swiglu";
+  EXPECT_TRUE(near(dg.fetch(), dg.h, kUlp, kPointwise)) << "dgate";
+  EXPECT_TRUE(near(du.fetch(), du.h, kUlp, kPointwise)) << "dup";
+  EXPECT_TRUE(near(s.fetch(), s.h, 0, 0)) << "scale";
+}
+
+struct BroadcastCase {
+  std::vector<int64_t> lhs, rhs;
+};
+void PrintTo(const BroadcastCase &c, std::ostream *os) {
+  auto shape = [&](const std::vector<int64_t> &v) {
+    *os << "(";
+    for (size_t i = 0; i < v.size(); ++i)
+      *os << (i ? "," : "") << v[i];
+    *os << ")";
+  };
+  shape(c.lhs);
+  *os << " with ";
+  shape(c.rhs);
+}
+
+class BroadcastTest : public CudaKernelsTest,
+                      public ::testing::WithParamInterface<BroadcastCase> {};
+
+TEST_P(BroadcastTest, AddAndMul) {
+  const BroadcastCase c = GetParam();
+  Broadcast bc{};
+  ASSERT_TRUE(cpu::make_broadcast(bc, c.lhs.data(), int(c.lhs.size()),
+                                  c.rhs.data(), int(c.rhs.size())));
+  int64_t n = 1, na = 1, nb = 1;
+  for (int d = 0; d < bc.rank; ++d)
+    n *= bc.shape[d];
+  for (int64_t x : c.lhs)
+    na *= x;
+  for (int64_t x : c.rhs)
+    nb *= x;
+  Tensor a = Tensor::random(na, 90), b = Tensor::random(nb, 91);
+  Tensor dy = Tensor::random(n, 92);
+  for (int mul = 0; mul < 2; ++mul) {
+    Tensor y = Tensor::output(n);
+    Tensor da = Tensor::grad(na, 93), db = Tensor::grad(nb, 94);
+    if (mul) {
+      k_->mul_forward(y.dev(), a.dev(), b.dev(), bc);
+      k_->mul_backward(da.dev(), db.dev(), dy.dev(), a.dev(), b.dev(), bc);
+      cpu_.mul_forward(y.host(), a.host(), b.host(), bc);
+      cpu_.mul_backward(da.host(), db.host(), dy.host(), a.host(), b.host(),
+                        bc);
+    } else {
+      k_->add_forward(y.dev(), a.dev(), b.dev(), bc);
+      k_->add_backward(da.dev(), db.dev(), dy.dev(), bc);
+      cpu_.add_forward(y.host(), a.host(), b.host(), bc);
+      cpu_.add_backward(da.host(), db.host(), dy.host(), bc);
+    }
+    sync();
+    EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "mul " << mul;
+    EXPECT_TRUE(near(da.fetch(), da.h, kUlp, kSums)) << "da, mul " << mul;
+    EXPECT_TRUE(near(db.fetch(), db.h, kUlp, kSums)) << "db, mul " << mul;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, BroadcastTest,
+    ::testing::Values(BroadcastCase{{4, 5, 7}, {4, 5, 7}}, // same shape
+                      BroadcastCase{{6, 33}, {33}},        // rows + vector
+                      BroadcastCase{{3, 1, 7}, {1, 5, 1}}, // both broadcast
+                      BroadcastCase{{1}, {2, 3, 4}},       // scalar
+                      BroadcastCase{{700, 3}, {700, 1}})); // long reduction
+
+TEST_F(CudaKernelsTest, Embeddings) {
+  const int64_t N = 300, V = 50, D = 40;
+  std::vector<int32_t> ids(N);
+  std::mt19937 gen(100);
+  for (int32_t &id : ids)
+    id = int32_t(gen() % 7 == 0 ? 3 : gen() % V); // id 3 repeats often
+  Tensor t = Tensor::ids(ids), table = Tensor::random(V * D, 101);
+  Tensor y = Tensor::output(N * D);
+  k_->embed_forward(y.dev(), t.dev_ids(), table.dev(), N, V, D);
+  cpu_.embed_forward(y.host(), ids.data(), table.host(), N, V, D);
+  Tensor dy = Tensor::random(N * D, 102), dtable = Tensor::f32(V * D, 103);
+  k_->embed_backward(dtable.dev_f32(), dy.dev(), t.dev_ids(), N, V, D);
+  cpu_.embed_backward(dtable.host(), dy.host(), ids.data(), N, V, D);
+  const int64_t S = 7, P = 20;
+  Tensor pos = Tensor::random(P * D, 104), py = Tensor::output(S * D);
+  Tensor pdy = Tensor::random(S * D, 105), dpos = Tensor::f32(P * D, 106);
+  k_->position_embed_forward(py.dev(), pos.dev(), S, D, 5);
+  k_->position_embed_backward(dpos.dev_f32(), pdy.dev(), S, D, 5);
+  cpu_.position_embed_forward(py.host(), pos.host(), S, D, 5);
+  cpu_.position_embed_backward(dpos.host(), pdy.host(), S, D, 5);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, 0, 0)) << "embed";
+  EXPECT_TRUE(near(dtable.fetch(), dtable.h, 1e-5, 1e-6)) << "dtable";
+  EXPECT_TRUE(near(py.fetch(), py.h, 0, 0)) << "position";
+  EXPECT_TRUE(near(dpos.fetch(), dpos.h, 1e-6, 0)) << "dposition";
+}
+
+TEST_F(CudaKernelsTest, EmbeddingOfPoisonedIdsIsNaN) {
+  const int64_t N = 4, V = 10, D = 8;
+  std::vector<int32_t> ids = {1, -1, 9, 10};
+  Tensor t = Tensor::ids(ids), table = Tensor::random(V * D, 110);
+  Tensor y = Tensor::output(N * D);
+  k_->embed_forward(y.dev(), t.dev_ids(), table.dev(), N, V, D);
+  Tensor dy = Tensor::random(N * D, 111), dtable = Tensor::f32(V * D, 112);
+  k_->embed_backward(dtable.dev_f32(), dy.dev(), t.dev_ids(), N, V, D);
+  cpu_.embed_forward(y.host(), ids.data(), table.host(), N, V, D);
+  cpu_.embed_backward(dtable.host(), dy.host(), ids.data(), N, V, D);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, 0, 0));
+  EXPECT_TRUE(near(dtable.fetch(), dtable.h, 1e-6, 0));
+}
+
+TEST_F(CudaKernelsTest, CrossEntropy) {
+  const int64_t N = 19, V = 300;
+  std::vector<int32_t> targets(N);
+  for (int64_t n = 0; n < N; ++n)
+    targets[n] = int32_t((n * 37) % V);
+  Tensor t = Tensor::ids(targets),
+         logits = Tensor::random(N * V, 120, -8.f, 8.f);
+  Tensor loss = Tensor::f32(1, 121);
+  k_->cross_entropy_forward(loss.dev_f32(), logits.dev(), t.dev_ids(), N, V);
+  cpu_.cross_entropy_forward(loss.host(), logits.host(), targets.data(), N, V);
+  Tensor dl = Tensor::grad(N * V, 122);
+  const float dloss = 1.f / float(N);
+  k_->cross_entropy_backward(dl.dev(), logits.dev(), t.dev_ids(), N, V, dloss);
+  cpu_.cross_entropy_backward(dl.host(), logits.host(), targets.data(), N, V,
+                              dloss);
+  sync();
+  EXPECT_TRUE(near(loss.fetch(), loss.h, 1e-5, 0)) << "loss";
+  EXPECT_TRUE(near(dl.fetch(), dl.h, kUlp, kPointwise)) << "dlogits";
+
+  std::vector<int32_t> bad = {0, -1, 5};
+  Tensor tb = Tensor::ids(bad), lb = Tensor::random(3 * V, 123);
+  Tensor lossb = Tensor::f32(1, 124), dlb = Tensor::grad(3 * V, 125);
+  k_->cross_entropy_forward(lossb.dev_f32(), lb.dev(), tb.dev_ids(), 3, V);
+  k_->cross_entropy_backward(dlb.dev(), lb.dev(), tb.dev_ids(), 3, V, 0.5f);
+  sync();
+  EXPECT_TRUE(std::isnan(lossb.fetch()[0]));
+  const std::vector<float> g = dlb.fetch();
+  EXPECT_TRUE(std::isnan(g[V + 7]));
+  EXPECT_FALSE(std::isnan(g[7]));
+}
+
+TEST_F(CudaKernelsTest, TransposeAndSlice) {
+  struct Case {
+    std::vector<int64_t> shape, perm;
+  };
+  for (const Case &c :
+       {Case{{2, 5, 3, 4}, {0, 2, 1, 3}}, Case{{3, 4, 5}, {2, 0, 1}},
+        Case{{6, 7}, {1, 0}}, Case{{2, 3, 1, 4, 2, 3}, {5, 3, 1, 0, 4, 2}}}) {
+    int64_t n = 1;
+    for (int64_t x : c.shape)
+      n *= x;
+    const int rank = int(c.shape.size());
+    Tensor x = Tensor::random(n, 130), y = Tensor::output(n);
+    Tensor dx = Tensor::grad(n, 131);
+    k_->transpose_forward(y.dev(), x.dev(), c.shape.data(), c.perm.data(),
+                          rank);
+    k_->transpose_backward(dx.dev(), x.dev(), c.shape.data(), c.perm.data(),
+                           rank);
+    cpu_.transpose_forward(y.host(), x.host(), c.shape.data(), c.perm.data(),
+                           rank);
+    cpu_.transpose_backward(dx.host(), x.host(), c.shape.data(), c.perm.data(),
+                            rank);
+    sync();
+    EXPECT_TRUE(near(y.fetch(), y.h, 0, 0)) << "rank " << rank;
+    EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise)) << "rank " << rank;
+  }
+  const int64_t outer = 3, dim = 10, inner = 4, start = 2, cnt = 5;
+  Tensor x = Tensor::random(outer * dim * inner, 132);
+  Tensor y = Tensor::output(outer * cnt * inner);
+  Tensor dx = Tensor::grad(outer * dim * inner, 133);
+  Tensor dy = Tensor::random(outer * cnt * inner, 134);
+  k_->slice_forward(y.dev(), x.dev(), outer, dim, inner, start, cnt);
+  k_->slice_backward(dx.dev(), dy.dev(), outer, dim, inner, start, cnt);
+  cpu_.slice_forward(y.host(), x.host(), outer, dim, inner, start, cnt);
+  cpu_.slice_backward(dx.host(), dy.host(), outer, dim, inner, start, cnt);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, 0, 0));
+  EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise));
+}
+
+// Two runs of the reductions give the same bits (no atomics anywhere).
+TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
+  const int64_t B = 1, H = 4, Hkv = 2, S = 50, D = 32, N = 200, V = 30;
+  Tensor q = Tensor::random(B * H * S * D, 140),
+         k = Tensor::random(B * Hkv * S * D, 141);
+  Tensor v = Tensor::random(B * Hkv * S * D, 142),
+         dy = Tensor::random(B * H * S * D, 143);
+  std::vector<int32_t> ids(N);
+  for (int64_t n = 0; n < N; ++n)
+    ids[n] = int32_t(n % 3);
+  Tensor t = Tensor::ids(ids), edy = Tensor::random(N * D, 144);
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Tensor dq = Tensor::zeros(B * H * S * D),
+           dk = Tensor::zeros(B * Hkv * S * D);
+    Tensor dv = Tensor::zeros(B * Hkv * S * D), dt = Tensor::f32(V * D, 145);
+    k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
+                           k.dev(), v.dev(), B, H, Hkv, S, D, 0.2f);
+    k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
+    sync();
+    std::vector<float> all = dq.fetch();
+    for (const Tensor *x : {&dk, &dv, &dt}) {
+      std::vector<float> f = x->fetch();
+      all.insert(all.end(), f.begin(), f.end());
+    }
+    runs.push_back(all);
+  }
+  EXPECT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(),
+                           runs[0].size() * sizeof(float)));
+}
+
+} // namespace
