@@ -5,13 +5,16 @@
 // planTemplate chose. Backward kernels accumulate, so their scratch results
 // are zeroed first; param gradients accumulate straight into the gradient
 // slot (zeroed by the runtime on a unit's first micro-batch), which also
-// sums them over micro-batches.
+// sums them over micro-batches. A head's backward with `loss_chunk` becomes
+// a loop over chunks of token rows (LossChunk.h): row values are addressed
+// at the chunk's first row, and scratch holds one chunk of them.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/TemplateCodegen.h"
 
 #include "passes/TemplateMemory.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -47,7 +50,8 @@ int64_t numel(Value v) {
 class FunctionWriter {
 public:
   FunctionWriter(TemplateOp tmpl, const TemplatePlan &plan)
-      : tmpl_(tmpl), plan_(plan), os_(body_) {}
+      : tmpl_(tmpl), plan_(plan),
+        chunk_(plan.chunking ? &*plan.chunking : nullptr), os_(body_) {}
 
   FailureOr<std::string> run() {
     for (Operation &op : tmpl_.getBlock())
@@ -58,18 +62,49 @@ public:
     os << "// @" << tmpl_.getSymName() << "\n";
     os << "static void " << templateFunctionName(tmpl_.getSymName())
        << "(const mtrt::LaunchArgs &a) {\n";
-    os << "  mtrt::DeviceKernels &k = *a.k;\n" << body_ << "}\n";
+    os << "  mtrt::DeviceKernels &k = *a.k;\n";
+    if (!chunk_) {
+      os << body_ << "}\n";
+      return out;
+    }
+    // Row values address the chunk that starts at token row r0.
+    os << llvm::formatv("  for (int64_t r0 = 0; r0 < {0}; r0 += {1}) {{\n",
+                        chunk_->rows, chunk_->chunk);
+    for (StringRef line : llvm::split(StringRef(body_).rtrim('\n'), '\n'))
+      os << "  " << line << "\n";
+    os << "  }\n}\n";
     return out;
   }
 
 private:
   const Placement &where(Value v) { return plan_.values.find(v)->second; }
+  bool isRow(Value v) const { return chunk_ && chunk_->isRow(v); }
+  // Elements of v one kernel call covers: a chunk's worth of a row value.
+  int64_t count(Value v) const {
+    return chunk_ ? chunk_->elements(v) : numel(v);
+  }
+  // v's shape as one chunk sees it: its rows cut to the chunk's.
+  SmallVector<int64_t> chunkShape(Value v) const {
+    SmallVector<int64_t> s(shapeOf(v));
+    if (isRow(v)) {
+      std::fill(s.begin(), s.end() - 1, 1);
+      s[s.size() - 2] = chunk_->chunk;
+    }
+    return s;
+  }
+  // The offset of the chunk's first row in a launch input or output.
+  std::string rowOffset(Value v) const {
+    return llvm::formatv(", r0 * {0}", shapeOf(v).back()).str();
+  }
 
   // A C++ expression for v's memory (void*, or float* for f32 places).
   std::string ref(Value v) {
     const Placement &p = where(v);
     switch (p.kind) {
     case Placement::Input:
+      if (isRow(v))
+        return llvm::formatv("k.at(a.inputs[{0}]{1})", p.index, rowOffset(v))
+            .str();
       return llvm::formatv("a.inputs[{0}]", p.index).str();
     case Placement::Scalar:
       return "a.dloss";
@@ -94,7 +129,7 @@ private:
     const Placement &where = plan_.values.find(v)->second;
     if (where.kind == Placement::Input && where.index == 1 &&
         tmpl_.getKind() == "head")
-      p += " + " + std::to_string(numel(v));
+      p += " + " + std::to_string(numel(v)) + (chunk_ ? " + r0" : "");
     return p;
   }
   std::string opt(Value v) { return v ? ref(v) : "nullptr"; }
@@ -104,7 +139,7 @@ private:
       return "nullptr";
     const Placement &p = where(v);
     if (p.kind == Placement::Workspace)
-      os_ << "  k.zero(" << ref(v) << ", " << numel(v) << ");\n";
+      os_ << "  k.zero(" << ref(v) << ", " << count(v) << ");\n";
     return ref(v);
   }
   // An f32 param gradient argument (dw, db, dtable).
@@ -120,7 +155,7 @@ private:
   }
   std::string broadcast(Value lhs, Value rhs) {
     std::string name = "bc" + std::to_string(counter_++);
-    auto a = shapeOf(lhs), b = shapeOf(rhs);
+    auto a = chunkShape(lhs), b = chunkShape(rhs);
     os_ << "  static const mtrt::Broadcast " << name
         << " = mtrt::codegen::broadcast(" << ints(a) << ", " << ints(b)
         << ");\n";
@@ -155,7 +190,7 @@ private:
       int64_t D = shapeOf(n.getX()).back();
       os_ << llvm::formatv("  k.rms_norm_forward({0}, {1}, {2}, {3}, {4}, {5});\n",
                            ref(n.getY()), ref(n.getX()), opt(n.getWeight()),
-                           numel(n.getX()) / D, D,
+                           count(n.getX()) / D, D,
                            lit(n.getEps().convertToDouble()));
     } else if (auto g = dyn_cast<RmsNormGradOp>(op)) {
       int64_t D = shapeOf(g.getX()).back();
@@ -166,14 +201,14 @@ private:
                            "{6}, {7});\n",
                            grad(g.getGrads()[0]), *dw, ref(g.getDy()),
                            ref(g.getX()), opt(g.getWeight()),
-                           numel(g.getX()) / D, D,
+                           count(g.getX()) / D, D,
                            lit(g.getEps().convertToDouble()));
     } else if (auto n = dyn_cast<LayerNormOp>(op)) {
       int64_t D = shapeOf(n.getX()).back();
       os_ << llvm::formatv("  k.layer_norm_forward({0}, {1}, {2}, {3}, {4}, {5}, "
                            "{6});\n",
                            ref(n.getY()), ref(n.getX()), opt(n.getWeight()),
-                           opt(n.getBias()), numel(n.getX()) / D, D,
+                           opt(n.getBias()), count(n.getX()) / D, D,
                            lit(n.getEps().convertToDouble()));
     } else if (auto g = dyn_cast<LayerNormGradOp>(op)) {
       int64_t D = shapeOf(g.getX()).back();
@@ -187,7 +222,7 @@ private:
                            "{5}, {6}, {7}, {8});\n",
                            grad(g.getGrads()[0]), *dwRef, *dbRef, ref(g.getDy()),
                            ref(g.getX()), opt(g.getWeight()),
-                           numel(g.getX()) / D, D,
+                           count(g.getX()) / D, D,
                            lit(g.getEps().convertToDouble()));
     } else if (auto r = dyn_cast<RopeOp>(op)) {
       os_ << "  k.rope_forward(" << ref(r.getY()) << ", " << ref(r.getX())
@@ -215,30 +250,30 @@ private:
           << ");\n";
     } else if (auto s = dyn_cast<SiluOp>(op)) {
       os_ << llvm::formatv("  k.silu_forward({0}, {1}, {2});\n", ref(s.getY()),
-                           ref(s.getX()), numel(s.getX()));
+                           ref(s.getX()), count(s.getX()));
     } else if (auto s = dyn_cast<SiluGradOp>(op)) {
       os_ << llvm::formatv("  k.silu_backward({0}, {1}, {2}, {3});\n",
                            grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
-                           numel(s.getX()));
+                           count(s.getX()));
     } else if (auto s = dyn_cast<GeluOp>(op)) {
       os_ << llvm::formatv("  k.gelu_forward({0}, {1}, {2}, {3});\n",
-                           ref(s.getY()), ref(s.getX()), numel(s.getX()),
+                           ref(s.getY()), ref(s.getX()), count(s.getX()),
                            s.getApproximate() == "tanh");
     } else if (auto s = dyn_cast<GeluGradOp>(op)) {
       os_ << llvm::formatv("  k.gelu_backward({0}, {1}, {2}, {3}, {4});\n",
                            grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
-                           numel(s.getX()), s.getApproximate() == "tanh");
+                           count(s.getX()), s.getApproximate() == "tanh");
     } else if (auto s = dyn_cast<SwigluOp>(op)) {
       os_ << llvm::formatv("  k.swiglu_forward({0}, {1}, {2}, {3});\n",
                            ref(s.getY()), ref(s.getGate()), ref(s.getUp()),
-                           numel(s.getGate()));
+                           count(s.getGate()));
     } else if (auto s = dyn_cast<SwigluGradOp>(op)) {
       os_ << llvm::formatv("  k.swiglu_backward({0}, {1}, {2}, {3}, {4}, {5});\n",
                            grad(s.getDgate()), grad(s.getDup()), ref(s.getDy()),
-                           ref(s.getGate()), ref(s.getUp()), numel(s.getGate()));
+                           ref(s.getGate()), ref(s.getUp()), count(s.getGate()));
     } else if (auto s = dyn_cast<ScaleOp>(op)) {
       os_ << llvm::formatv("  k.scale_forward({0}, {1}, {2}, {3});\n",
-                           ref(s.getY()), ref(s.getX()), numel(s.getX()),
+                           ref(s.getY()), ref(s.getX()), count(s.getX()),
                            lit(s.getFactor().convertToDouble()));
     } else if (auto s = dyn_cast<AddOp>(op)) {
       std::string bc = broadcast(s.getLhs(), s.getRhs());
@@ -261,7 +296,7 @@ private:
       auto t = shapeOf(e.getTable());
       os_ << llvm::formatv("  k.embed_forward({0}, {1}, {2}, {3}, {4}, {5});\n",
                            ref(e.getY()), ids(e.getIds()), ref(e.getTable()),
-                           numel(e.getIds()), t[0], t[1]);
+                           count(e.getIds()), t[0], t[1]);
     } else if (auto g = dyn_cast<EmbedGradOp>(op)) {
       auto t = shapeOf(g.getDtable());
       auto dt = paramGrad(&op, g.getDtable());
@@ -269,7 +304,7 @@ private:
         return failure();
       os_ << llvm::formatv("  k.embed_backward({0}, {1}, {2}, {3}, {4}, {5});\n",
                            *dt, ref(g.getDy()), ids(g.getIds()),
-                           numel(g.getIds()), t[0], t[1]);
+                           count(g.getIds()), t[0], t[1]);
     } else if (auto p = dyn_cast<PositionEmbedOp>(op)) {
       auto y = shapeOf(p.getY());
       os_ << llvm::formatv("  k.position_embed_forward({0}, {1}, {2}, {3}, {4});\n",
@@ -284,19 +319,23 @@ private:
                            *dt, ref(g.getDy()), y[0], y[1], g.getOffset());
     } else if (auto c = dyn_cast<CrossEntropyOp>(op)) {
       int64_t V = shapeOf(c.getLogits()).back();
-      os_ << llvm::formatv("  k.cross_entropy_forward({0}, {1}, {2}, {3}, {4});\n",
+      // The mean over all the launch's rows, summed chunk by chunk.
+      os_ << llvm::formatv("  k.cross_entropy_forward({0}, {1}, {2}, {3}, {4}, "
+                           "{5}, {6});\n",
                            ref(c.getLoss()), ref(c.getLogits()),
-                           ids(c.getTargets()), numel(c.getLogits()) / V, V);
+                           ids(c.getTargets()), count(c.getLogits()) / V, V,
+                           numel(c.getLogits()) / V,
+                           chunk_ ? "r0 > 0" : "false");
     } else if (auto c = dyn_cast<CrossEntropyGradOp>(op)) {
       int64_t V = shapeOf(c.getLogits()).back();
       os_ << llvm::formatv("  k.cross_entropy_backward({0}, {1}, {2}, {3}, {4}, "
                            "{5});\n",
                            grad(c.getDlogits()), ref(c.getLogits()),
-                           ids(c.getTargets()), numel(c.getLogits()) / V, V,
+                           ids(c.getTargets()), count(c.getLogits()) / V, V,
                            ref(c.getDloss()));
     } else if (auto r = dyn_cast<ReshapeOp>(op)) {
       os_ << llvm::formatv("  k.copy({0}, {1}, {2});\n", ref(r.getY()),
-                           ref(r.getX()), numel(r.getX()));
+                           ref(r.getX()), count(r.getX()));
     } else if (auto t = dyn_cast<TransposeOp>(op)) {
       auto x = shapeOf(t.getX());
       os_ << "  { static const int64_t shape[] = " << ints(x)
@@ -333,8 +372,11 @@ private:
         ++out; // written in place by cross_entropy_forward
         continue;
       }
-      os_ << llvm::formatv("  k.copy(a.outputs[{0}], {1}, {2});\n", out++,
-                           ref(v), numel(v));
+      std::string to = llvm::formatv("a.outputs[{0}]", out++).str();
+      if (isRow(v))
+        to = "k.at(" + to + rowOffset(v) + ")";
+      os_ << llvm::formatv("  k.copy({0}, {1}, {2});\n", to, ref(v),
+                           count(v));
     }
     for (int64_t i = 0; i < numGrads; ++i)
       accumulateGrad(y.getOperand(numActs + i), (*trained)[i]);
@@ -353,14 +395,14 @@ private:
     }
     os_ << llvm::formatv("  k.accumulate_f32(a.grads + a.param_offsets[{0}], "
                          "{1}, {2});\n",
-                         param, ref(v), numel(v));
+                         param, ref(v), count(v));
   }
 
-  static std::tuple<int64_t, int64_t, int64_t> linearDims(Value x, Value w,
-                                                          bool inOut) {
+  std::tuple<int64_t, int64_t, int64_t> linearDims(Value x, Value w,
+                                                   bool inOut) const {
     auto ws = shapeOf(w);
     int64_t K = inOut ? ws[0] : ws[1], N = inOut ? ws[1] : ws[0];
-    return {numel(x) / K, K, N};
+    return {count(x) / K, K, N};
   }
   static std::string ropeDims(Value x, int64_t seqAxis, int64_t rotary) {
     auto s = shapeOf(x);
@@ -396,6 +438,7 @@ private:
 
   TemplateOp tmpl_;
   const TemplatePlan &plan_;
+  const LossChunking *chunk_;
   std::string body_;
   llvm::raw_string_ostream os_;
   int counter_ = 0;

@@ -91,7 +91,8 @@ private:
     auto type = b_.getFunctionType(inputs, {typeOf(blk.output)});
     auto tmpl = b_.create<TemplateOp>(loc(blk.nodes.front()->name), sym,
                                       blk.kind, type, /*numInputs=*/1,
-                                      FlatSymbolRefAttr(), DenseI64ArrayAttr());
+                                      FlatSymbolRefAttr(), DenseI64ArrayAttr(),
+                                      IntegerAttr());
     SmallVector<Location> locs(inputs.size(), b_.getUnknownLoc());
     mlir::Block *body = b_.createBlock(&tmpl.getBody(), {}, inputs, locs);
     std::map<Value *, mlir::Value> env;

@@ -58,6 +58,9 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
     graph, not split into blocks). A backward template (made by
     mt-derive-backward) names its forward template in `grad_of`, and lists
     in `trained_params` the params whose gradients are its last results.
+    A head's backward may carry `loss_chunk` (set by mt-chunk-loss): it then
+    runs over its token rows in chunks of that many rows, so that logits
+    are never held for more than one chunk.
 
     ```mlir
     mt.template @layer0 kind "layer" (%x: tensor<2x16x64xf32>)
@@ -72,7 +75,8 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
                        TypeAttrOf<FunctionType>:$function_type,
                        I64Attr:$num_inputs,
                        OptionalAttr<FlatSymbolRefAttr>:$grad_of,
-                       OptionalAttr<DenseI64ArrayAttr>:$trained_params);
+                       OptionalAttr<DenseI64ArrayAttr>:$trained_params,
+                       OptionalAttr<I64Attr>:$loss_chunk);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;

@@ -154,6 +154,12 @@ LogicalResult TemplateOp::verify() {
     return emitOpError("num_inputs ") << numInputs << " is out of range";
   if (getBody().empty())
     return emitOpError("needs a body");
+  if (std::optional<int64_t> chunk = getLossChunk()) {
+    if (getKind() != "head" || !getGradOf())
+      return emitOpError("loss_chunk is for a head's backward template only");
+    if (*chunk < 1)
+      return emitOpError("loss_chunk must be positive, not ") << *chunk;
+  }
   return verifyBlockSignature(*this, getBlock(), getFunctionType());
 }
 

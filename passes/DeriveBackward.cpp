@@ -94,7 +94,8 @@ LogicalResult deriveBackward(TemplateOp fwd, ModuleOp module) {
   auto bwd = b.create<TemplateOp>(loc, (fwd.getSymName() + ".bwd").str(), kind,
                                   b.getFunctionType(inputs, results),
                                   numInputs, FlatSymbolRefAttr::get(fwd),
-                                  b.getDenseI64ArrayAttr(trainedIndices));
+                                  b.getDenseI64ArrayAttr(trainedIndices),
+                                  IntegerAttr());
   SmallVector<Location> locs(inputs.size(), loc);
   Block *body = b.createBlock(&bwd.getBody(), {}, inputs, locs);
 

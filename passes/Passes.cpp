@@ -14,6 +14,8 @@ void buildTrainingPipeline(mlir::OpPassManager &pm,
   // Backward templates first: partitioning and memory planning look at both
   // directions of every template.
   pm.addPass(createDeriveBackward());
+  // The head over token rows in chunks, so that logits stay small.
+  pm.addPass(createChunkLoss({options.lossChunkTokens}));
   // Units: what moves to the device as one DMA.
   pm.addPass(createPartition({options.minUnitBytes, options.gpuMemLimit}));
   // Offsets inside each unit's packed region.

@@ -25,6 +25,7 @@ struct PipelineOptions {
   int64_t gpuMemLimit = 0;  // bytes; 0 = unlimited
   int64_t minUnitBytes = 0; // merge layers smaller than this
   int64_t hostCheckpoints = -1; // layers whose checkpoints go to host; -1: by budget
+  int64_t lossChunkTokens = 0;  // token rows per chunk of the head; 0: by size
   std::string preset = "h200-pcie5";
   std::string tracePath;    // predicted timeline, Chrome trace JSON
 };

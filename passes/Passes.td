@@ -29,6 +29,27 @@ def DeriveBackward : Pass<"mt-derive-backward", "mlir::ModuleOp"> {
   let dependentDialects = [];
 }
 
+def ChunkLoss : Pass<"mt-chunk-loss", "mlir::ModuleOp"> {
+  let summary = "Runs the head's backward over token rows in chunks";
+  let description = [{
+    Sets `loss_chunk` on the head's backward template: its launch then runs
+    its row-wise ops (final norm, LM head, cross-entropy and their
+    gradients) over the B·S token rows of a micro-batch in chunks, so that
+    no more than one chunk's logits and logit gradients are ever held, and
+    the weight gradients and the loss accumulate chunk by chunk. `tokens`
+    sets the rows per chunk (it must divide B·S); by default the logits of
+    a launch run whole up to 2^27 elements, and above that in chunks of the
+    largest divisor of B·S that keeps a chunk's logits under that size.
+    A head that mixes token rows (anything but row-wise ops) runs whole,
+    with a warning when its logits are that large, or an error when
+    `tokens` asks for chunks.
+  }];
+  let options = [
+    Option<"tokens", "tokens", "int64_t", "0",
+           "token rows per chunk of the head (0: by the logits' size)">,
+  ];
+}
+
 def Partition : Pass<"mt-partition", "mlir::ModuleOp"> {
   let summary = "Groups the model's applications into streaming units";
   let description = [{

@@ -21,6 +21,7 @@
 
 #include "ir/MtOps.h"
 #include "passes/Accesses.h"
+#include "passes/LossChunk.h"
 #include "passes/ModelInfo.h"
 
 #include "mlir/IR/Builders.h"
@@ -74,23 +75,26 @@ double gemmEfficiency(double m, double n, double k) {
   return kGemmEffMax * (1 - std::exp(-std::min({m, n, k}) / kGemmKnee));
 }
 
-int64_t numel(Value v) {
-  auto t = dyn_cast<RankedTensorType>(v.getType());
-  return t ? t.getNumElements() : 0;
-}
-
-/// Seconds one primitive takes on the device.
-double opSeconds(Operation *op, const Machine &m) {
+/// Seconds one primitive takes on the device, over the rows of one chunk
+/// when its template runs in chunks of token rows.
+double opSeconds(Operation *op, const Machine &m,
+                 const std::optional<LossChunking> &chunking) {
+  auto numel = [&](Value v) -> double {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    if (!t)
+      return 0;
+    return chunking ? chunking->elements(v) : t.getNumElements();
+  };
   double flops = 0, eff = 1;
   if (auto l = dyn_cast<LinearOp>(op)) {
     auto x = cast<RankedTensorType>(l.getX().getType());
-    double k = x.getShape().back(), rows = x.getNumElements() / k;
+    double k = x.getShape().back(), rows = numel(l.getX()) / k;
     double n = cast<RankedTensorType>(l.getY().getType()).getShape().back();
     flops = 2 * rows * k * n;
     eff = gemmEfficiency(rows, n, k);
   } else if (auto g = dyn_cast<LinearGradOp>(op)) {
     auto x = cast<RankedTensorType>(g.getX().getType());
-    double k = x.getShape().back(), rows = x.getNumElements() / k;
+    double k = x.getShape().back(), rows = numel(g.getX()) / k;
     double n = cast<RankedTensorType>(g.getDy().getType()).getShape().back();
     flops = 4 * rows * k * n; // dx and dw
     eff = gemmEfficiency(rows, n, k);
@@ -115,11 +119,13 @@ double opSeconds(Operation *op, const Machine &m) {
 }
 
 double templateSeconds(TemplateOp t, const Machine &m) {
+  std::optional<LossChunking> chunking = lossChunkingOf(t);
   double s = 0;
   for (Operation &op : t.getBlock())
     if (!isa<YieldOp>(op))
-      s += opSeconds(&op, m);
-  return s;
+      s += opSeconds(&op, m, chunking);
+  // Each chunk reads and writes the param gradients again.
+  return chunking ? s * chunking->chunks() : s;
 }
 
 int64_t bytesPer(StringRef dtype) { return dtype == "storage" ? 2 : 4; }

@@ -32,6 +32,7 @@ int64_t alignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 TemplatePlan planTemplate(TemplateOp tmpl) {
   TemplatePlan plan;
+  plan.chunking = lossChunkingOf(tmpl);
   Block &body = tmpl.getBlock();
   int64_t numInputs = tmpl.getNumInputs();
   for (BlockArgument arg : body.getArguments()) {
@@ -92,7 +93,9 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
       int64_t end = position[&op];
       for (Operation *user : r.getUsers())
         end = std::max(end, position[user]);
-      intervals.push_back({r, position[&op], end, alignUp(type.getNumElements())});
+      int64_t elems = plan.chunking ? plan.chunking->elements(r)
+                                    : type.getNumElements();
+      intervals.push_back({r, position[&op], end, alignUp(elems)});
     }
   // Active allocations by offset; first fit over the gaps.
   std::multimap<int64_t, const Interval *> active; // end -> interval

@@ -3,6 +3,7 @@
 #define MT_PASSES_TEMPLATEMEMORY_H
 
 #include "ir/MtOps.h"
+#include "passes/LossChunk.h"
 
 #include "llvm/ADT/DenseMap.h"
 
@@ -29,9 +30,12 @@ struct Placement {
 /// directly, and sums of contributions are implicit; other contributions
 /// (through sum_to, mul_grad) are computed in scratch and added with
 /// accumulate_f32. Yielded activations are copied to the output buffers.
+/// A head's backward with `loss_chunk` runs in chunks of token rows
+/// (LossChunk.h): its row values then take one chunk's worth of scratch.
 struct TemplatePlan {
   llvm::DenseMap<mlir::Value, Placement> values;
   int64_t workspaceElems = 0;
+  std::optional<LossChunking> chunking;
 };
 
 TemplatePlan planTemplate(TemplateOp tmpl);

@@ -3,9 +3,10 @@
 // One block per row, two passes over the row for a stable log-sum-exp: the
 // max, then Σ exp(z − max) (every exponential in (0, 1]). The forward leaves
 // each row's loss in scratch (N floats) and one block sums them in a fixed
-// order, in double; the backward recomputes the statistics and adds
-// dloss·(softmax − onehot) into dlogits. Nothing beyond the given logits and
-// N floats is ever held, so the caller may pass the logits in row chunks.
+// order, in double, and writes (or adds) the sum over the launch's rows; the
+// backward recomputes the statistics and adds dloss·(softmax − onehot) into
+// dlogits. Nothing beyond the given logits and N floats is ever held, so the
+// caller passes the logits in row chunks (the head's loss_chunk).
 // A target outside [0, V) (stress mode's poison) gives NaN, never a wild
 // read.
 //
@@ -50,7 +51,8 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 __global__ void __launch_bounds__(kSumThreads)
-    ce_sum_kernel(float *loss, const float *row_loss, int64_t N) {
+    ce_sum_kernel(float *loss, const float *row_loss, int64_t N,
+                  int64_t total_rows, bool accumulate) {
   __shared__ double part[kSumThreads];
   double acc = 0.0;
   for (int64_t n = threadIdx.x; n < N; n += kSumThreads)
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(kSumThreads)
     __syncthreads();
   }
   if (threadIdx.x == 0)
-    *loss = float(part[0] / double(N));
+    *loss = (accumulate ? *loss : 0.f) + float(part[0] / double(total_rows));
 }
 
 __global__ void __launch_bounds__(kRowThreads)
@@ -88,9 +90,11 @@ __global__ void __launch_bounds__(kRowThreads)
 
 void CudaKernels::cross_entropy_forward(float *loss, const void *logits,
                                         const int32_t *targets, int64_t N,
-                                        int64_t V) {
+                                        int64_t V, int64_t total_rows,
+                                        bool accumulate) {
   if (N <= 0 || V <= 0) {
-    zero_f32(loss, 1);
+    if (!accumulate)
+      zero_f32(loss, 1);
     return;
   }
   float *row_loss = static_cast<float *>(scratch(N * int64_t(sizeof(float))));
@@ -98,7 +102,7 @@ void CudaKernels::cross_entropy_forward(float *loss, const void *logits,
   MT_LAUNCH(ce_forward_kernel, dim3(unsigned(N)), dim3(kRowThreads), s,
             row_loss, B(logits), targets, V);
   MT_LAUNCH(ce_sum_kernel, dim3(1), dim3(kSumThreads), s, loss,
-            static_cast<const float *>(row_loss), N);
+            static_cast<const float *>(row_loss), N, total_rows, accumulate);
 }
 
 void CudaKernels::cross_entropy_backward(void *dlogits, const void *logits,

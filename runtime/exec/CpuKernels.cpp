@@ -225,13 +225,15 @@ void CpuKernels::position_embed_backward(float *dtable, const void *dy,
 }
 void CpuKernels::cross_entropy_forward(float *loss, const void *logits,
                                        const int32_t *targets, int64_t N,
-                                       int64_t V) {
+                                       int64_t V, int64_t total_rows,
+                                       bool accumulate) {
+  const float before = accumulate ? *loss : 0.f;
   if (!all_in_range(targets, N, V)) {
     *loss = kNaN;
     return;
   }
   double sum = cpu::cross_entropy_forward(F(logits), targets, N, V);
-  *loss = static_cast<float>(sum / double(N));
+  *loss = before + static_cast<float>(sum / double(total_rows));
 }
 void CpuKernels::cross_entropy_backward(void *dlogits, const void *logits,
                                         const int32_t *targets, int64_t N,

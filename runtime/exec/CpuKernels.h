@@ -82,8 +82,8 @@ public:
   void position_embed_backward(float *dtable, const void *dy, int64_t S,
                                int64_t D, int64_t offset) override;
   void cross_entropy_forward(float *loss, const void *logits,
-                             const int32_t *targets, int64_t N,
-                             int64_t V) override;
+                             const int32_t *targets, int64_t N, int64_t V,
+                             int64_t total_rows, bool accumulate) override;
   void cross_entropy_backward(void *dlogits, const void *logits,
                               const int32_t *targets, int64_t N, int64_t V,
                               float dloss) override;

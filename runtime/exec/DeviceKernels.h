@@ -109,12 +109,14 @@ public:
   virtual void position_embed_backward(float *dtable, const void *dy,
                                        int64_t S, int64_t D,
                                        int64_t offset) = 0;
-  /// Writes the mean cross-entropy over the N rows to *loss (f32); the
-  /// backward adds dloss · (softmax - onehot) into dlogits. Implementations
-  /// may chunk over rows to bound memory.
+  /// The cross-entropy of N rows of logits summed and divided by
+  /// total_rows, written to *loss (f32) or, with accumulate, added to it:
+  /// a launch's rows may come in chunks. The backward adds
+  /// dloss · (softmax - onehot) into dlogits.
   virtual void cross_entropy_forward(float *loss, const void *logits,
                                      const int32_t *targets, int64_t N,
-                                     int64_t V) = 0;
+                                     int64_t V, int64_t total_rows,
+                                     bool accumulate) = 0;
   virtual void cross_entropy_backward(void *dlogits, const void *logits,
                                       const int32_t *targets, int64_t N,
                                       int64_t V, float dloss) = 0;

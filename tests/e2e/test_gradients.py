@@ -17,18 +17,19 @@ class FirstStepGradients(unittest.TestCase):
         cls.w = Workdir()
         cls.data = cls.w.corpus()
 
-    def check(self, model, folded=False, micro_batches=2, extra=(), tag=None):
+    def check(self, model, folded=False, micro_batches=2, extra=(), tag=None,
+              seq_len=16):
         w = self.w
         tag = tag or model + ("-folded" if folded else "")
         onnx = w.export(model, folded)
         # 2 micro-batches of 2 sequences: the oracle sees a batch of 4.
-        plan_dir, plan = w.compile(onnx, tag, "--batch", "2", "--seq-len", "16",
+        plan_dir, plan = w.compile(onnx, tag, "--batch", "2", "--seq-len", str(seq_len),
                                    "--micro-batches", str(micro_batches), *extra)
         w.train(plan_dir, "--data", self.data, "--steps", "1",
                 "--dump-grads", w(tag + ".ours.safetensors"),
                 "--log-jsonl", w(tag + ".ours.jsonl"))
         w.oracle(onnx, plan, "--data", self.data, "--batch", str(2 * micro_batches),
-                 "--seq-len", "16", "--steps", "1",
+                 "--seq-len", str(seq_len), "--steps", "1",
                  "--dump-grads", w(tag + ".ref.safetensors"),
                  "--log-jsonl", w(tag + ".ref.jsonl"))
         ours, ref = read_jsonl(w(tag + ".ours.jsonl"))[0], read_jsonl(w(tag + ".ref.jsonl"))[0]
@@ -64,6 +65,16 @@ class FirstStepGradients(unittest.TestCase):
                    tag="chunked")
         self.check("tiny-gpt2", extra=("--staging-elems", "4096", "--slots", "3"),
                    tag="chunked3")
+
+    def test_loss_in_token_chunks(self):
+        # The head's launch over 24 tokens in chunks of 8: the middle chunk
+        # spans two sequences of 12; the loss and the head's weight
+        # gradients add up chunk by chunk. RMSNorm with an untied head, and
+        # LayerNorm with a tied one.
+        for model in ("tiny-llama", "tiny-gpt2"):
+            with self.subTest(model=model):
+                self.check(model, seq_len=12, extra=("--loss-chunk-tokens", "8"),
+                           tag=model + "-loss-chunks")
 
 
 if __name__ == "__main__":

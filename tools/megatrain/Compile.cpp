@@ -49,6 +49,10 @@ plan:
   --min-unit-bytes SIZE  merge consecutive layers smaller than this
   --staging-elems N      elements per pinned host staging slab (default
                          8388608): units move in chunks of this size
+  --loss-chunk-tokens T  run the head (LM head and loss) over T tokens of a
+                         micro-batch at a time, T dividing batch x seq-len
+                         (default: chunks only when the logits would pass
+                         2^27 elements)
 prediction (mt-simulate; see docs/schedule.md):
   --preset NAME          machine to predict the step on: h200-pcie5 (default),
                          gh200, a100-pcie4 or rtx3090-pcie4
@@ -67,10 +71,10 @@ output:
 )";
 
 const char *const kPipelinePasses[] = {
-    "mt-derive-backward", "mt-partition",     "mt-pack-weights",
-    "mt-schedule",        "mt-place-checkpoints", "mt-insert-transfers",
-    "mt-insert-events",
-    "mt-plan-memory",     "mt-verify-schedule",  "mt-simulate"};
+    "mt-derive-backward", "mt-chunk-loss",      "mt-partition",
+    "mt-pack-weights",    "mt-schedule",        "mt-place-checkpoints",
+    "mt-insert-transfers", "mt-insert-events",  "mt-plan-memory",
+    "mt-verify-schedule", "mt-simulate"};
 
 void writeFile(const std::string &path, const std::string &text) {
   std::ofstream out(path, std::ios::binary);
@@ -115,7 +119,7 @@ int runCompile(const std::vector<std::string> &args) {
   Flags flags(args,
               {"--batch", "--seq-len", "--bind", "--emit", "--micro-batches",
                "--slots", "--gpu-mem-limit", "--min-unit-bytes", "--staging-elems",
-               "--host-checkpoints",
+               "--host-checkpoints", "--loss-chunk-tokens",
                "--dump-ir-after", "--preset", "--sim-trace", "-o"},
               {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
@@ -135,7 +139,7 @@ int runCompile(const std::vector<std::string> &args) {
       !llvm::is_contained(kPipelinePasses, dumpAfter))
     throw UsageError("--dump-ir-after: '" + dumpAfter +
                      "' is not a pass of the pipeline (mt-derive-backward, "
-                     "mt-partition, mt-pack-weights, mt-schedule, "
+                     "mt-chunk-loss, mt-partition, mt-pack-weights, mt-schedule, "
                      "mt-place-checkpoints, mt-insert-transfers, "
                      "mt-insert-events, mt-plan-memory, "
                      "mt-verify-schedule, mt-simulate) or all");
@@ -169,6 +173,8 @@ int runCompile(const std::vector<std::string> &args) {
     else
       pipeline.hostCheckpoints = *flags.positiveInt("--host-checkpoints");
   }
+  pipeline.lossChunkTokens =
+      flags.positiveInt("--loss-chunk-tokens").value_or(0);
   pipeline.preset = flags.get("--preset").value_or(pipeline.preset);
   pipeline.tracePath = flags.get("--sim-trace").value_or("");
 

@@ -569,8 +569,18 @@ TEST_F(CudaKernelsTest, CrossEntropy) {
   Tensor t = Tensor::ids(targets),
          logits = Tensor::random(N * V, 120, -8.f, 8.f);
   Tensor loss = Tensor::f32(1, 121);
-  k_->cross_entropy_forward(loss.dev_f32(), logits.dev(), t.dev_ids(), N, V);
-  cpu_.cross_entropy_forward(loss.host(), logits.host(), targets.data(), N, V);
+  k_->cross_entropy_forward(loss.dev_f32(), logits.dev(), t.dev_ids(), N, V,
+                            N, false);
+  cpu_.cross_entropy_forward(loss.host(), logits.host(), targets.data(), N, V,
+                             N, false);
+  // The same mean from row chunks (11 + 8 rows), added up on the device.
+  const int64_t first = 11;
+  Tensor chunked = Tensor::f32(1, 126);
+  k_->cross_entropy_forward(chunked.dev_f32(), logits.dev(), t.dev_ids(),
+                            first, V, N, false);
+  k_->cross_entropy_forward(chunked.dev_f32(),
+                            k_->at(logits.dev(), first * V),
+                            t.dev_ids() + first, N - first, V, N, true);
   Tensor dl = Tensor::grad(N * V, 122);
   const float dloss = 1.f / float(N);
   k_->cross_entropy_backward(dl.dev(), logits.dev(), t.dev_ids(), N, V, dloss);
@@ -578,12 +588,14 @@ TEST_F(CudaKernelsTest, CrossEntropy) {
                               dloss);
   sync();
   EXPECT_TRUE(near(loss.fetch(), loss.h, 1e-5, 0)) << "loss";
+  EXPECT_TRUE(near(chunked.fetch(), loss.h, 1e-5, 0)) << "loss from chunks";
   EXPECT_TRUE(near(dl.fetch(), dl.h, kUlp, kPointwise)) << "dlogits";
 
   std::vector<int32_t> bad = {0, -1, 5};
   Tensor tb = Tensor::ids(bad), lb = Tensor::random(3 * V, 123);
   Tensor lossb = Tensor::f32(1, 124), dlb = Tensor::grad(3 * V, 125);
-  k_->cross_entropy_forward(lossb.dev_f32(), lb.dev(), tb.dev_ids(), 3, V);
+  k_->cross_entropy_forward(lossb.dev_f32(), lb.dev(), tb.dev_ids(), 3, V, 3,
+                            false);
   k_->cross_entropy_backward(dlb.dev(), lb.dev(), tb.dev_ids(), 3, V, 0.5f);
   sync();
   EXPECT_TRUE(std::isnan(lossb.fetch()[0]));

@@ -86,7 +86,7 @@ void head_bwd(const LaunchArgs &a) {
   void *dh = a.k->at(dlogits, N * V);            // (N, D)
   a.k->mul_forward(h, x, scale, rows_by_vector());
   a.k->linear_forward(logits, h, w, hb, N, D, V, true);
-  a.k->cross_entropy_forward(loss, logits, targets, N, V);
+  a.k->cross_entropy_forward(loss, logits, targets, N, V, N, false);
   a.k->zero(dlogits, N * V);
   a.k->cross_entropy_backward(dlogits, logits, targets, N, V, a.dloss);
   a.k->zero(dh, N * D);
