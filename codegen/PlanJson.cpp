@@ -35,11 +35,16 @@ json::Object planJson(ModuleOp module, StringRef modelName,
 
   json::Array units;
   for (UnitOp u : module.getOps<UnitOp>()) {
+    // The elements the unit holds: a vocabulary piece holds part of its
+    // weight.
     int64_t params = 0;
-    for (Attribute ref : u.getParams())
-      params += symbols.lookup<ParamOp>(cast<FlatSymbolRefAttr>(ref).getValue())
-                    .getTensorType()
-                    .getNumElements();
+    for (auto [i, ref] : llvm::enumerate(u.getParams()))
+      params += u.getParts()
+                    ? (*u.getParts())[3 * i + 2]
+                    : symbols
+                          .lookup<ParamOp>(cast<FlatSymbolRefAttr>(ref).getValue())
+                          .getTensorType()
+                          .getNumElements();
     json::Array applies;
     for (int64_t a : u.getApplies())
       applies.push_back(a);

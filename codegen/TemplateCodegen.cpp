@@ -118,6 +118,8 @@ private:
       return llvm::formatv("(a.grads + a.param_offsets[{0}])", p.index).str();
     case Placement::Loss:
       return "static_cast<float *>(a.outputs[0])";
+    case Placement::Output:
+      return llvm::formatv("a.outputs[{0}]", p.index).str();
     }
     return "";
   }
@@ -133,6 +135,16 @@ private:
     return p;
   }
   std::string opt(Value v) { return v ? ref(v) : "nullptr"; }
+  // Vocabulary-piece statistics, always f32: in place in an output buffer,
+  // or read from an input.
+  FailureOr<std::string> stats(Operation *op, Value v) {
+    Placement::Kind kind = where(v).kind;
+    if (kind != Placement::Output && kind != Placement::Input)
+      return op->emitOpError("statistics must be a launch input or be "
+                             "yielded"),
+             failure();
+    return "static_cast<float *>(" + ref(v) + ")";
+  }
   // A gradient result the kernel accumulates into: zeroed when in scratch.
   std::string grad(Value v) {
     if (!v)
@@ -333,6 +345,54 @@ private:
                            grad(c.getDlogits()), ref(c.getLogits()),
                            ids(c.getTargets()), count(c.getLogits()) / V, V,
                            ref(c.getDloss()));
+    } else if (auto c = dyn_cast<CrossEntropyStatsOp>(op)) {
+      // In place: a later piece's stats_in is the same launch buffer.
+      int64_t V = shapeOf(c.getLogits()).back();
+      auto out = stats(&op, c.getStats());
+      if (failed(out))
+        return failure();
+      os_ << llvm::formatv("  k.cross_entropy_stats({0}, {1}, {2}, {3}, {4}, "
+                           "{5}, {6}, {7});\n",
+                           *out, ref(c.getLogits()), ids(c.getTargets()),
+                           count(c.getLogits()) / V, V, c.getVocabOffset(),
+                           c.getVocabSize(), c.getStatsIn() ? "false" : "true");
+    } else if (auto c = dyn_cast<CrossEntropyStatsLossOp>(op)) {
+      int64_t rows = count(c.getStats()) / 3;
+      auto in = stats(&op, c.getStats());
+      if (failed(in))
+        return failure();
+      os_ << llvm::formatv("  k.cross_entropy_stats_loss({0}, {1}, {2}, {2}, "
+                           "false);\n",
+                           ref(c.getLoss()), *in, rows);
+    } else if (auto c = dyn_cast<CrossEntropyPieceGradOp>(op)) {
+      int64_t V = shapeOf(c.getLogits()).back();
+      auto in = stats(&op, c.getStats());
+      if (failed(in))
+        return failure();
+      os_ << llvm::formatv("  k.cross_entropy_backward_piece({0}, {1}, {2}, "
+                           "{3}, {4}, {5}, {6}, {7});\n",
+                           grad(c.getDlogits()), ref(c.getLogits()),
+                           ids(c.getTargets()), *in, count(c.getLogits()) / V,
+                           V, c.getVocabOffset(), ref(c.getDloss()));
+    } else if (auto e = dyn_cast<EmbedPieceOp>(op)) {
+      // In place: a later piece's y_in is the same launch buffer.
+      if (where(e.getY()).kind != Placement::Output)
+        return op.emitOpError("must be yielded"), failure();
+      auto t = shapeOf(e.getTable());
+      os_ << llvm::formatv("  k.embed_forward_piece({0}, {1}, {2}, {3}, {4}, "
+                           "{5}, {6}, {7}, {8});\n",
+                           ref(e.getY()), ids(e.getIds()), ref(e.getTable()),
+                           count(e.getIds()), t[0], t[1], e.getVocabOffset(),
+                           e.getVocabSize(), e.getYIn() ? "false" : "true");
+    } else if (auto g = dyn_cast<EmbedPieceGradOp>(op)) {
+      auto t = shapeOf(g.getDtable());
+      auto dt = paramGrad(&op, g.getDtable());
+      if (failed(dt))
+        return failure();
+      os_ << llvm::formatv("  k.embed_backward_piece({0}, {1}, {2}, {3}, {4}, "
+                           "{5}, {6});\n",
+                           *dt, ref(g.getDy()), ids(g.getIds()),
+                           count(g.getIds()), t[0], t[1], g.getVocabOffset());
     } else if (auto r = dyn_cast<ReshapeOp>(op)) {
       os_ << llvm::formatv("  k.copy({0}, {1}, {2});\n", ref(r.getY()),
                            ref(r.getX()), count(r.getX()));
@@ -368,8 +428,9 @@ private:
     int64_t out = 0;
     for (int64_t i = 0; i < numActs; ++i) {
       Value v = y.getOperand(i);
-      if (where(v).kind == Placement::Loss) {
-        ++out; // written in place by cross_entropy_forward
+      if (where(v).kind == Placement::Loss ||
+          where(v).kind == Placement::Output) {
+        ++out; // written in place by its op
         continue;
       }
       std::string to = llvm::formatv("a.outputs[{0}]", out++).str();

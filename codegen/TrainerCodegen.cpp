@@ -37,7 +37,8 @@ StringRef bufferKind(StringRef kind) {
       {"checkpoint", "Checkpoint"},   {"activation_grad", "ActGrad"},
       {"tokens", "Tokens"},           {"loss", "Loss"},
       {"staging", "Staging"},         {"grad_staging", "GradStaging"},
-      {"batch", "Batch"},             {"loss_host", "LossHost"}};
+      {"batch", "Batch"},             {"loss_host", "LossHost"},
+      {"loss_state", "LossState"}};
   return kinds.lookup(kind);
 }
 
@@ -95,7 +96,9 @@ private:
     for (UnitOp u : module_.getOps<UnitOp>()) {
       unitIndex_[u.getSymName()] = unitIndex_.size();
       for (Attribute o : u.getOwnsAttr())
-        owner_[cast<FlatSymbolRefAttr>(o).getValue()] = unitIndex_.size() - 1;
+        // A param in vocabulary pieces: its first part's unit.
+        owner_.try_emplace(cast<FlatSymbolRefAttr>(o).getValue(),
+                           unitIndex_.size() - 1);
     }
     for (BufferOp b : module_.getOps<BufferOp>())
       if (b.getKind() != "workspace")
@@ -161,10 +164,31 @@ private:
       os_ << "const int kUnitOwned_" << n << "[] = "
           << (owned.empty() ? std::string("{-1}") : list<int64_t>(owned))
           << ";\n";
+      // A vocabulary piece holds parts of its params.
+      std::string parts = "nullptr, nullptr, nullptr";
+      if (std::optional<ArrayRef<int64_t>> p = u.getParts()) {
+        static const char *const kinds[] = {"Whole", "Range", "Columns"};
+        SmallVector<int64_t> begin, elems;
+        std::string kind = "{";
+        for (size_t i = 0; i + 2 < p->size(); i += 3) {
+          kind += (i ? ", mtrt::PartKind::" : "mtrt::PartKind::") +
+                  std::string(kinds[(*p)[i]]);
+          begin.push_back((*p)[i + 1]);
+          elems.push_back((*p)[i + 2]);
+        }
+        os_ << "const mtrt::PartKind kUnitPartKind_" << n << "[] = " << kind
+            << "};\n"
+            << "const int64_t kUnitPartBegin_" << n << "[] = "
+            << list<int64_t>(begin) << ";\n"
+            << "const int64_t kUnitPartElems_" << n << "[] = "
+            << list<int64_t>(elems) << ";\n";
+        parts = "kUnitPartKind_" + n + ", kUnitPartBegin_" + n +
+                ", kUnitPartElems_" + n;
+      }
       table += llvm::formatv("    {{{0}, {1}, {2}, {3}, kUnitParams_{4}, "
-                             "kUnitOffsets_{4}, {5}, kUnitOwned_{4}},\n",
+                             "kUnitOffsets_{4}, {5}, kUnitOwned_{4}, {6}},\n",
                              quoted(n), quoted(u.getKind()), *u.getElems(),
-                             params.size(), n, owned.size());
+                             params.size(), n, owned.size(), parts);
     }
     os_ << "\n" << table << "};\n\n";
   }
@@ -209,9 +233,13 @@ private:
       auto unit = symbols_.lookup<UnitOp>(l.getUnit());
       ApplyOp apply = applies_[l.getApply()];
       SmallVector<int64_t> offsets;
+      // The template's params: the application's, or those of them a
+      // vocabulary piece holds.
       for (Attribute p : apply.getParams()) {
         auto params = unit.getParams();
         auto it = llvm::find(params, p);
+        if (it == params.end() && unit.getVocabRows())
+          continue;
         if (it == params.end())
           return l.emitOpError("binds a param its unit does not hold"),
                  failure();

@@ -92,7 +92,7 @@ private:
     auto tmpl = b_.create<TemplateOp>(loc(blk.nodes.front()->name), sym,
                                       blk.kind, type, /*numInputs=*/1,
                                       FlatSymbolRefAttr(), DenseI64ArrayAttr(),
-                                      IntegerAttr());
+                                      IntegerAttr(), FlatSymbolRefAttr());
     SmallVector<Location> locs(inputs.size(), b_.getUnknownLoc());
     mlir::Block *body = b_.createBlock(&tmpl.getBody(), {}, inputs, locs);
     std::map<Value *, mlir::Value> env;
@@ -144,7 +144,7 @@ private:
       auto apply = b_.create<ApplyOp>(
           loc(blk.kind), TypeRange{typeOf(blk.output)},
           templates.at(blk.signature), ValueRange{h}, layer,
-          b_.getArrayAttr(params));
+          b_.getArrayAttr(params), DenseI64ArrayAttr(), DenseI64ArrayAttr());
       h = apply.getResult(0);
     }
     if (cast<RankedTensorType>(logits).getRank() != 3)

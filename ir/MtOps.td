@@ -60,7 +60,9 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
     in `trained_params` the params whose gradients are its last results.
     A head's backward may carry `loss_chunk` (set by mt-chunk-loss): it then
     runs over its token rows in chunks of that many rows, so that logits
-    are never held for more than one chunk.
+    are never held for more than one chunk. A template made by
+    mt-split-vocab for one vocabulary piece of template T names T in
+    `piece_of`.
 
     ```mlir
     mt.template @layer0 kind "layer" (%x: tensor<2x16x64xf32>)
@@ -76,7 +78,8 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
                        I64Attr:$num_inputs,
                        OptionalAttr<FlatSymbolRefAttr>:$grad_of,
                        OptionalAttr<DenseI64ArrayAttr>:$trained_params,
-                       OptionalAttr<I64Attr>:$loss_chunk);
+                       OptionalAttr<I64Attr>:$loss_chunk,
+                       OptionalAttr<FlatSymbolRefAttr>:$piece_of);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
@@ -144,7 +147,11 @@ def Mt_ApplyOp : Mt_Op<"apply", [DeclareOpInterfaceMethods<SymbolUserOpInterface
   let description = [{
     Binds the params named in `params` to the template's weight arguments, in
     order, and applies it. `layer` is the decoder layer index, absent for the
-    embedding and the head.
+    embedding and the head. `vocab_pieces` (set by mt-split-vocab) are the
+    vocabulary row bounds [0, b1, ..., V] of an LM head or embedding that
+    runs in pieces, one unit each, and `vocab_params` the positions in
+    `params` of the [V, ...] weights cut by rows (a head's first piece also
+    holds its other params).
 
     ```mlir
     %y = mt.apply @decoder(%x) layer(3) params(@"l3.ln", @"l3.wq") : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
@@ -153,7 +160,9 @@ def Mt_ApplyOp : Mt_Op<"apply", [DeclareOpInterfaceMethods<SymbolUserOpInterface
   let arguments = (ins FlatSymbolRefAttr:$callee,
                        Variadic<AnyRankedTensor>:$inputs,
                        OptionalAttr<I64Attr>:$layer,
-                       TypedArrayAttrBase<FlatSymbolRefAttr, "param symbols">:$params);
+                       TypedArrayAttrBase<FlatSymbolRefAttr, "param symbols">:$params,
+                       OptionalAttr<DenseI64ArrayAttr>:$vocab_pieces,
+                       OptionalAttr<DenseI64ArrayAttr>:$vocab_params);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let assemblyFormat = [{
     $callee `(` $inputs `)` (`layer` `(` $layer^ `)`)? `params` custom<SymbolList>($params)
@@ -421,6 +430,7 @@ def Mt_TransposeOp : Mt_PrimOp<"transpose"> {
 }
 
 include "ir/MtGradOps.td"
+include "ir/MtPieceOps.td"
 include "ir/MtScheduleOps.td"
 
 #endif // MT_OPS_TD

@@ -31,6 +31,13 @@ def Mt_UnitOp : Mt_Op<"unit", [Symbol]> {
     in bf16), and `elems` the region's size (a multiple of 2048 elements:
     4 KiB in bf16). `owns` lists the params whose master copy, moments and
     update belong to this unit (a tied param is owned by its first unit).
+    A piece of an LM head or embedding split by mt-split-vocab holds
+    vocabulary rows `vocab_rows` = [begin, end) of it, and `parts` says,
+    per param, which part it holds of the storage the param reads (itself,
+    or its tie): [kind, begin, elements] each, kind 0 whole, 1 the
+    elements from begin (rows of a [V, D] weight), 2 the columns from
+    begin of an [R, C] weight held one column after another (rows of a
+    weight stored [D, V]). It owns its part of what it owns.
 
     ```mlir
     mt.unit @u3 kind "layer" applies array<i64: 3> params [@"l2.wq", @"l2.wk"] {elems = 4096 : i64, offsets = array<i64: 0, 2048>}
@@ -40,7 +47,9 @@ def Mt_UnitOp : Mt_Op<"unit", [Symbol]> {
                        DenseI64ArrayAttr:$applies, SymbolRefArrayAttr:$params,
                        OptionalAttr<I64Attr>:$elems,
                        OptionalAttr<DenseI64ArrayAttr>:$offsets,
-                       OptionalAttr<SymbolRefArrayAttr>:$owns);
+                       OptionalAttr<SymbolRefArrayAttr>:$owns,
+                       OptionalAttr<DenseI64ArrayAttr>:$vocab_rows,
+                       OptionalAttr<DenseI64ArrayAttr>:$parts);
   let assemblyFormat = [{
     $sym_name `kind` $kind `applies` $applies `params` $params attr-dict
   }];

@@ -33,6 +33,18 @@ LogicalResult UnitOp::verify() {
                                << getParams().size() << " params";
   if (getApplies().empty())
     return emitOpError("holds no application");
+  if (getParts() && getParts()->size() != 3 * getParams().size())
+    return emitOpError("has ") << getParts()->size() << " part numbers for "
+                               << getParams().size()
+                               << " params (3 each: kind, begin, elements)";
+  if (getParts())
+    for (size_t i = 0; i < getParts()->size(); i += 3)
+      if ((*getParts())[i] < 0 || (*getParts())[i] > 2)
+        return emitOpError("part kind must be 0 (whole), 1 (range) or 2 "
+                           "(columns)");
+  if (getVocabRows() && (getVocabRows()->size() != 2 ||
+                         (*getVocabRows())[0] >= (*getVocabRows())[1]))
+    return emitOpError("vocab_rows must be [begin, end) with begin < end");
   return success();
 }
 

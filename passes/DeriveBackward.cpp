@@ -95,7 +95,7 @@ LogicalResult deriveBackward(TemplateOp fwd, ModuleOp module) {
                                   b.getFunctionType(inputs, results),
                                   numInputs, FlatSymbolRefAttr::get(fwd),
                                   b.getDenseI64ArrayAttr(trainedIndices),
-                                  IntegerAttr());
+                                  IntegerAttr(), FlatSymbolRefAttr());
   SmallVector<Location> locs(inputs.size(), loc);
   Block *body = b.createBlock(&bwd.getBody(), {}, inputs, locs);
 
@@ -166,7 +166,7 @@ struct DeriveBackwardPass
     ModuleOp module = getOperation();
     SmallVector<TemplateOp> forwards;
     for (TemplateOp t : module.getOps<TemplateOp>())
-      if (!t.getGradOf() && t.getKind() != "graph")
+      if (!t.getGradOf() && !t.getPieceOf() && t.getKind() != "graph")
         forwards.push_back(t);
     for (TemplateOp t : forwards) {
       if (SymbolTable::lookupSymbolIn(module, (t.getSymName() + ".bwd").str()))

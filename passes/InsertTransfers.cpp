@@ -136,6 +136,15 @@ struct InsertTransfersPass
       return buf && buf.getKind() == "checkpoint" && buf.getSpace() == "host";
     };
 
+    // An offloaded checkpoint is saved once its last writer is done (the
+    // pieces of an embedding in vocabulary pieces each write some rows).
+    llvm::DenseMap<Attribute, Operation *> lastWriter;
+    for (Visit &v : visits)
+      if (!v.backward)
+        for (LaunchOp l : v.launches)
+          for (Attribute o : l.getOutputs())
+            lastWriter[o] = l;
+
     // Rebuild the body in the new issue order.
     Block &body = step.getBody().front();
     b.setInsertionPointToEnd(&body);
@@ -215,7 +224,7 @@ struct InsertTransfersPass
               continue;
             StringRef name = cast<FlatSymbolRefAttr>(ref).getValue();
             std::string ring = ringName("fact", applyOf(name) % 2, l.getMb());
-            if (save)
+            if (save && lastWriter.lookup(ref) == l.getOperation())
               b.create<D2HOp>(loc, sym(ring), cast<FlatSymbolRefAttr>(ref),
                               str("d2h"), DenseI64ArrayAttr());
             ref = sym(ring);

@@ -26,21 +26,45 @@ struct PackWeightsPass : public mt::impl::PackWeightsBase<PackWeightsPass> {
     ModuleOp module = getOperation();
     SymbolTable symbols(module);
     Builder b(module.getContext());
-    llvm::DenseSet<Operation *> owned;
+    // Per primary, the element ranges some unit already owns.
+    llvm::DenseMap<Operation *, SmallVector<std::pair<int64_t, int64_t>>> owned;
     for (UnitOp unit : module.getOps<UnitOp>()) {
       SmallVector<int64_t> offsets;
       SmallVector<Attribute> owns;
       int64_t at = 0;
-      for (Attribute ref : unit.getParams()) {
+      for (auto [i, ref] : llvm::enumerate(unit.getParams())) {
         auto param =
             symbols.lookup<ParamOp>(cast<FlatSymbolRefAttr>(ref).getValue());
-        offsets.push_back(at);
-        at = alignUp(at + elementsOf(param.getType()), kParamAlign);
-        // The master copy of a tied weight lives once, with the first unit
-        // that reads it.
+        // A vocabulary piece holds a part of its weight (mt-partition).
+        int64_t begin = 0, n = elementsOf(param.getType());
         ParamOp primary = primaryOf(param, symbols);
-        if (owned.insert(primary).second)
+        if (std::optional<ArrayRef<int64_t>> parts = unit.getParts()) {
+          // Columns of an [R, C] weight count R elements each.
+          int64_t scale = (*parts)[3 * i] == 2
+                              ? cast<RankedTensorType>(primary.getType())
+                                    .getDimSize(0)
+                              : 1;
+          begin = (*parts)[3 * i + 1] * scale;
+          n = (*parts)[3 * i + 2];
+        }
+        offsets.push_back(at);
+        at = alignUp(at + n, kParamAlign);
+        // The master copy of a tied weight lives once, with the first unit
+        // that reads it; of a weight in pieces, each part with its first.
+        auto &ranges = owned[primary];
+        int64_t overlap = 0;
+        for (auto [lo, hi] : ranges)
+          overlap += std::max<int64_t>(0, std::min(hi, begin + n) -
+                                              std::max(lo, begin));
+        if (overlap == 0) {
+          ranges.push_back({begin, begin + n});
           owns.push_back(FlatSymbolRefAttr::get(primary));
+        } else if (overlap != n) {
+          unit.emitOpError("holds elements [")
+              << begin << ", " << begin + n << ") of @" << primary.getSymName()
+              << ", of which another unit owns only some";
+          return signalPassFailure();
+        }
       }
       unit.setElems(alignUp(std::max<int64_t>(at, 1), kRegionAlign));
       unit.setOffsets(offsets);

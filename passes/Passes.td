@@ -50,6 +50,30 @@ def ChunkLoss : Pass<"mt-chunk-loss", "mlir::ModuleOp"> {
   ];
 }
 
+def SplitVocab : Pass<"mt-split-vocab", "mlir::ModuleOp"> {
+  let summary = "Cuts an LM head and embedding into vocabulary pieces";
+  let description = [{
+    An LM head or embedding whose [V, D] weight outweighs a decoder layer
+    would size the device's weight and gradient slots alone. This pass cuts
+    it into `pieces` ranges of vocabulary rows (by default, under a
+    `gpu-mem-limit`, when its weight and gradient slots alone would not
+    fit it, as many as make each piece no larger than a layer),
+    adds a template per piece and direction (the head's pieces merge
+    log-sum-exp statistics, so no piece needs the others' logits) and
+    records the row bounds on the application as `vocab_pieces`;
+    mt-partition then makes a unit of each piece. A tied head and embedding
+    are cut alike. What cannot be cut (a head whose weight is stored
+    [hidden, vocab], an embedding that does more than look up rows) stays
+    whole, with a warning, or an error when `pieces` asks for the cut.
+  }];
+  let options = [
+    Option<"pieces", "pieces", "int64_t", "0",
+           "vocabulary pieces (0: by gpu-mem-limit, 1: never split)">,
+    Option<"gpuMemLimit", "gpu-mem-limit", "int64_t", "0",
+           "device memory budget in bytes (0: unlimited)">,
+  ];
+}
+
 def Partition : Pass<"mt-partition", "mlir::ModuleOp"> {
   let summary = "Groups the model's applications into streaming units";
   let description = [{

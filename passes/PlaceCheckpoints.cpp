@@ -68,8 +68,7 @@ struct PlaceCheckpointsPass
     int64_t maxUnit = 0, workspace = 0, fixed = 0, perLayer = 0, perMb = 0;
     for (UnitOp u : module.getOps<UnitOp>())
       maxUnit = std::max<int64_t>(maxUnit, u.getElems() ? *u.getElems() : 0);
-    for (TemplateOp t : module.getOps<TemplateOp>())
-      workspace = std::max(workspace, planTemplate(t).workspaceElems);
+    workspace = launchScratchElems(module);
     for (BufferOp buf : module.getOps<BufferOp>())
       if (buf.getKind() != "checkpoint")
         fixed += buf.getElems() * (buf.getDtype() == "storage" ? 2 : 4);

@@ -50,9 +50,7 @@ struct PlanMemoryPass : public mt::impl::PlanMemoryBase<PlanMemoryPass> {
     SymbolTable symbols(module);
 
     // Template scratch: the largest any launched template needs.
-    int64_t workspace = 0;
-    for (TemplateOp t : module.getOps<TemplateOp>())
-      workspace = std::max(workspace, planTemplate(t).workspaceElems);
+    int64_t workspace = launchScratchElems(module);
     if (!symbols.lookup("workspace")) {
       OpBuilder b(step);
       declareBuffer(b, step.getLoc(), "workspace", "device", "workspace",
@@ -80,7 +78,8 @@ struct PlanMemoryPass : public mt::impl::PlanMemoryBase<PlanMemoryPass> {
       int64_t bytes = elems * bytesPer(buf.getDtype());
       total += bytes;
       byKind[buf.getKind().str()] += bytes;
-      if (buf.getKind() == "checkpoint" || buf.getKind() == "activation_grad")
+      if (buf.getKind() == "checkpoint" || buf.getKind() == "activation_grad" ||
+          buf.getKind() == "loss_state")
         perMicroBatch += bytes / M;
     }
     Builder b(module.getContext());
@@ -115,6 +114,20 @@ struct PlanMemoryPass : public mt::impl::PlanMemoryBase<PlanMemoryPass> {
       hint = "the weight and gradient slots alone exceed it: fewer --slots, "
              "or a larger budget";
     }
+    // Slots sized by an LM head or embedding that outweighs every layer
+    // shrink when it runs in vocabulary pieces.
+    int64_t layerElems = 0, vocabElems = 0;
+    for (UnitOp u : module.getOps<UnitOp>()) {
+      int64_t e = u.getElems() ? *u.getElems() : 0;
+      (u.getKind() == "layer" ? layerElems : vocabElems) =
+          std::max(u.getKind() == "layer" ? layerElems : vocabElems, e);
+    }
+    if (layerElems > 0 && vocabElems > layerElems)
+      hint += llvm::formatv("; or --vocab-pieces {0}: the weight and gradient "
+                            "slots shrink by {1}",
+                            (vocabElems + layerElems - 1) / layerElems,
+                            gib(slots - slots * layerElems / vocabElems))
+                  .str();
     module.emitError() << "the plan needs " << gib(total)
                        << " of device memory, over the budget of "
                        << gib(gpuMemLimit) << ":" << lines << "\nhint: " << hint;

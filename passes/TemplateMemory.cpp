@@ -18,7 +18,7 @@ bool writesParamGradient(Operation *op, unsigned i) {
     return i >= 1;
   if (isa<RmsNormGradOp, LayerNormGradOp>(op))
     return i >= 1;
-  return isa<EmbedGradOp, PositionEmbedGradOp>(op);
+  return isa<EmbedGradOp, PositionEmbedGradOp, EmbedPieceGradOp>(op);
 }
 
 namespace {
@@ -71,6 +71,11 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
     }
   }
 
+  // Vocabulary-piece results go straight to their output buffers.
+  for (auto [i, v] : llvm::enumerate(yield.getOperands()))
+    if (v.getDefiningOp<CrossEntropyStatsOp>() || v.getDefiningOp<EmbedPieceOp>())
+      plan.values[v] = {Placement::Output, static_cast<int64_t>(i)};
+
   // Scratch for every other result, by liveness.
   llvm::DenseMap<Operation *, int64_t> position;
   int64_t n = 0;
@@ -117,6 +122,16 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
     plan.workspaceElems = std::max(plan.workspaceElems, at + iv.size);
   }
   return plan;
+}
+
+int64_t launchScratchElems(ModuleOp module) {
+  llvm::DenseSet<StringRef> launched;
+  module.walk([&](LaunchOp l) { launched.insert(l.getCallee()); });
+  int64_t elems = 0;
+  for (TemplateOp t : module.getOps<TemplateOp>())
+    if (launched.contains(t.getSymName()))
+      elems = std::max(elems, planTemplate(t).workspaceElems);
+  return elems;
 }
 
 } // namespace mt

@@ -5,6 +5,7 @@
 #include "ir/MtOps.h"
 #include "passes/LossChunk.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
 
 namespace mt {
@@ -19,6 +20,9 @@ struct Placement {
     ParamGrad, // accumulated straight into the gradient slot (index: param #)
     SumNode,   // an mt.add of param-gradient contributions: implicit
     Loss,      // the 0-d loss, written to the launch's loss output
+    Output,    // written in place in launch output #index: a vocabulary
+               // piece's statistics (f32) or embedding rows, which a chain
+               // of pieces updates in one buffer
   } kind;
   int64_t index = -1;
   int64_t offset = -1;
@@ -39,6 +43,9 @@ struct TemplatePlan {
 };
 
 TemplatePlan planTemplate(TemplateOp tmpl);
+
+/// The scratch the step needs: the largest any launched template needs.
+int64_t launchScratchElems(mlir::ModuleOp module);
 
 /// Whether op writes an f32 param gradient as its result #i (dw, db,
 /// dtable): such results can target the gradient slot directly.

@@ -139,6 +139,12 @@ public:
                      int64_t V, int64_t D) override;
   void embed_backward(float *dtable, const void *dy, const int32_t *ids,
                       int64_t N, int64_t V, int64_t D) override;
+  void embed_forward_piece(void *y, const int32_t *ids, const void *table,
+                           int64_t N, int64_t Vp, int64_t D, int64_t v0,
+                           int64_t V, bool first) override;
+  void embed_backward_piece(float *dtable, const void *dy, const int32_t *ids,
+                            int64_t N, int64_t Vp, int64_t D,
+                            int64_t v0) override;
   void position_embed_forward(void *y, const void *table, int64_t S, int64_t D,
                               int64_t offset) override;
   void position_embed_backward(float *dtable, const void *dy, int64_t S,
@@ -149,6 +155,15 @@ public:
   void cross_entropy_backward(void *dlogits, const void *logits,
                               const int32_t *targets, int64_t N, int64_t V,
                               float dloss) override;
+  void cross_entropy_stats(float *stats, const void *logits,
+                           const int32_t *targets, int64_t N, int64_t Vp,
+                           int64_t v0, int64_t V, bool first) override;
+  void cross_entropy_stats_loss(float *loss, const float *stats, int64_t N,
+                                int64_t total_rows, bool accumulate) override;
+  void cross_entropy_backward_piece(void *dlogits, const void *logits,
+                                    const int32_t *targets, const float *stats,
+                                    int64_t N, int64_t Vp, int64_t v0,
+                                    float dloss) override;
   void transpose_forward(void *y, const void *x, const int64_t *x_shape,
                          const int64_t *perm, int rank) override;
   void transpose_backward(void *dx, const void *dy, const int64_t *x_shape,

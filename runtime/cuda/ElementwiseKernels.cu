@@ -310,27 +310,45 @@ __global__ void embed_forward_kernel(bf16 *y, const int32_t *ids,
   }
 }
 
+/// Rows of y whose id lies in the table piece [v0, v0 + Vp) get its row;
+/// with `first`, ids outside [0, V) give NaN; other rows are left alone.
+__global__ void embed_forward_piece_kernel(bf16 *y, const int32_t *ids,
+                                           const bf16 *table, int64_t N,
+                                           int64_t Vp, int64_t D, int64_t v0,
+                                           int64_t V, bool first) {
+  for (int64_t i = global_index(); i < N * D; i += global_stride()) {
+    const int64_t n = i / D, j = i % D;
+    const int64_t id = ids[n], r = id - v0;
+    if (r >= 0 && r < Vp)
+      y[i] = table[r * D + j];
+    else if (first && (id < 0 || id >= V))
+      y[i] = f2bf(quiet_nan());
+  }
+}
+
 constexpr int kEmbedThreads = 256;
 
-/// A block owns table rows [v0, v1) and walks all N tokens in order, adding
-/// the dy rows of the tokens whose id it owns: each table row is summed in
-/// token order by one block, with no atomics. Out-of-range ids add NaN to
-/// row 0, as the CPU kernels do.
+/// The table holds ids [v0, v0 + Vp) (the whole table: v0 = 0, Vp = V). A
+/// block owns its rows [r0, r1) and walks all N tokens in order, adding the
+/// dy rows of the tokens whose id it owns: each table row is summed in
+/// token order by one block, with no atomics. With `poison` (the whole
+/// table), ids outside it add NaN to row 0, as the CPU kernels do; a piece
+/// skips them, since they belong to other pieces.
 __global__ void __launch_bounds__(kEmbedThreads)
     embed_backward_kernel(float *dtable, const bf16 *dy, const int32_t *ids,
-                          int64_t N, int64_t V, int64_t D,
-                          int64_t rows_per_block) {
+                          int64_t N, int64_t Vp, int64_t D, int64_t v0,
+                          int64_t rows_per_block, bool poison) {
   __shared__ int32_t match[kEmbedThreads];
   __shared__ int count;
-  const int64_t v0 = int64_t(blockIdx.x) * rows_per_block;
-  const int64_t v1 = min64(V, v0 + rows_per_block);
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t r1 = min64(Vp, r0 + rows_per_block);
   for (int64_t n0 = 0; n0 < N; n0 += kEmbedThreads) {
     const int64_t n = n0 + threadIdx.x;
     bool mine = false;
     if (n < N) {
-      const int32_t id = ids[n];
-      const bool bad = id < 0 || id >= V;
-      mine = bad ? v0 == 0 : (id >= v0 && id < v1);
+      const int64_t r = int64_t(ids[n]) - v0;
+      const bool outside = r < 0 || r >= Vp;
+      mine = outside ? (poison && r0 == 0) : (r >= r0 && r < r1);
     }
     match[threadIdx.x] = mine ? 1 : 0;
     __syncthreads();
@@ -344,14 +362,28 @@ __global__ void __launch_bounds__(kEmbedThreads)
     __syncthreads();
     for (int m = 0; m < count; ++m) {
       const int64_t tok = n0 + match[m];
-      const int32_t id = ids[tok];
-      const bool bad = id < 0 || id >= V;
-      float *row = dtable + (bad ? 0 : int64_t(id)) * D;
+      const int64_t r = int64_t(ids[tok]) - v0;
+      const bool outside = r < 0 || r >= Vp;
+      float *row = dtable + (outside ? 0 : r) * D;
       for (int64_t j = threadIdx.x; j < D; j += kEmbedThreads)
-        row[j] += bad ? quiet_nan() : bf2f(dy[tok * D + j]);
+        row[j] += outside ? quiet_nan() : bf2f(dy[tok * D + j]);
     }
     __syncthreads();
   }
+}
+
+/// embed_backward_kernel over a table of Vp rows holding ids [v0, v0 + Vp).
+void launch_embed_backward(float *dtable, const bf16 *dy, const int32_t *ids,
+                           int64_t N, int64_t Vp, int64_t D, int64_t v0,
+                           bool poison, int sm_count, cudaStream_t stream) {
+  if (N <= 0 || Vp <= 0 || D <= 0)
+    return;
+  // About 8 blocks per SM, each scanning all N ids (cheap: they sit in L2).
+  const int64_t blocks = std::min<int64_t>(Vp, int64_t(sm_count) * 8);
+  const int64_t rows = (Vp + blocks - 1) / blocks;
+  MT_LAUNCH(embed_backward_kernel, dim3(unsigned((Vp + rows - 1) / rows)),
+            dim3(kEmbedThreads), stream, dtable, dy, ids, N, Vp, D, v0, rows,
+            poison);
 }
 
 __global__ void position_embed_kernel(bf16 *y, const bf16 *table, int64_t n,
@@ -628,13 +660,20 @@ void CudaKernels::embed_forward(void *y, const int32_t *ids, const void *table,
 void CudaKernels::embed_backward(float *dtable, const void *dy,
                                  const int32_t *ids, int64_t N, int64_t V,
                                  int64_t D) {
-  if (N <= 0 || V <= 0 || D <= 0)
-    return;
-  // About 8 blocks per SM, each scanning all N ids (cheap: they sit in L2).
-  const int64_t blocks = std::min<int64_t>(V, int64_t(sm_count_) * 8);
-  const int64_t rows = (V + blocks - 1) / blocks;
-  MT_LAUNCH(embed_backward_kernel, dim3(unsigned((V + rows - 1) / rows)),
-            dim3(kEmbedThreads), S_, dtable, B(dy), ids, N, V, D, rows);
+  launch_embed_backward(dtable, B(dy), ids, N, V, D, 0, true, sm_count_, S_);
+}
+void CudaKernels::embed_forward_piece(void *y, const int32_t *ids,
+                                      const void *table, int64_t N, int64_t Vp,
+                                      int64_t D, int64_t v0, int64_t V,
+                                      bool first) {
+  if (N * D > 0)
+    MT_LAUNCH(embed_forward_piece_kernel, blocks_for(N * D), kBlock, S_, B(y),
+              ids, B(table), N, Vp, D, v0, V, first);
+}
+void CudaKernels::embed_backward_piece(float *dtable, const void *dy,
+                                       const int32_t *ids, int64_t N,
+                                       int64_t Vp, int64_t D, int64_t v0) {
+  launch_embed_backward(dtable, B(dy), ids, N, Vp, D, v0, false, sm_count_, S_);
 }
 void CudaKernels::position_embed_forward(void *y, const void *table, int64_t S,
                                          int64_t D, int64_t offset) {

@@ -213,6 +213,21 @@ void CpuKernels::embed_backward(float *dtable, const void *dy,
       row[j] += ok ? F(dy)[n * D + j] : kNaN;
   }
 }
+// The piece kernels read only the rows or entries a piece holds, so a
+// poisoned id or target needs no range check here: the reference kernels
+// turn it into NaN themselves.
+void CpuKernels::embed_forward_piece(void *y, const int32_t *ids,
+                                     const void *table, int64_t N, int64_t Vp,
+                                     int64_t D, int64_t v0, int64_t V,
+                                     bool first) {
+  cpu::embed_forward_piece(F(y), ids, F(table), N, Vp, D, v0, V, first);
+  store(y, N * D);
+}
+void CpuKernels::embed_backward_piece(float *dtable, const void *dy,
+                                      const int32_t *ids, int64_t N, int64_t Vp,
+                                      int64_t D, int64_t v0) {
+  cpu::embed_backward_piece(dtable, F(dy), ids, N, Vp, D, v0);
+}
 void CpuKernels::position_embed_forward(void *y, const void *table, int64_t S,
                                         int64_t D, int64_t offset) {
   cpu::position_embed_forward(F(y), F(table), S, D, offset);
@@ -250,6 +265,28 @@ void CpuKernels::cross_entropy_backward(void *dlogits, const void *logits,
     }
   }
   store(dlogits, N * V);
+}
+void CpuKernels::cross_entropy_stats(float *stats, const void *logits,
+                                     const int32_t *targets, int64_t N,
+                                     int64_t Vp, int64_t v0, int64_t V,
+                                     bool first) {
+  cpu::cross_entropy_stats(stats, F(logits), targets, N, Vp, v0, V, first);
+}
+void CpuKernels::cross_entropy_stats_loss(float *loss, const float *stats,
+                                          int64_t N, int64_t total_rows,
+                                          bool accumulate) {
+  const float before = accumulate ? *loss : 0.f;
+  const double sum = cpu::cross_entropy_stats_loss(stats, N);
+  *loss = before + static_cast<float>(sum / double(total_rows));
+}
+void CpuKernels::cross_entropy_backward_piece(void *dlogits, const void *logits,
+                                              const int32_t *targets,
+                                              const float *stats, int64_t N,
+                                              int64_t Vp, int64_t v0,
+                                              float dloss) {
+  cpu::cross_entropy_backward_piece(F(dlogits), F(logits), targets, stats, N,
+                                    Vp, v0, dloss);
+  store(dlogits, N * Vp);
 }
 void CpuKernels::transpose_forward(void *y, const void *x,
                                    const int64_t *x_shape, const int64_t *perm,

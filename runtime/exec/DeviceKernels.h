@@ -104,6 +104,19 @@ public:
   virtual void embed_backward(float *dtable, const void *dy,
                               const int32_t *ids, int64_t N, int64_t V,
                               int64_t D) = 0;
+  /// Rows of y (N x D) whose id lies in [v0, v0 + Vp) get table row id - v0
+  /// (table: Vp x D); other rows are left as they are. first: rows whose id
+  /// is outside [0, V) are set to NaN (a poisoned id must show, as in
+  /// embed_forward).
+  virtual void embed_forward_piece(void *y, const int32_t *ids,
+                                   const void *table, int64_t N, int64_t Vp,
+                                   int64_t D, int64_t v0, int64_t V,
+                                   bool first) = 0;
+  /// dtable (Vp x D, f32) row id - v0 += dy row n for every n whose id is in
+  /// [v0, v0 + Vp); deterministic (same summation order as embed_backward).
+  virtual void embed_backward_piece(float *dtable, const void *dy,
+                                    const int32_t *ids, int64_t N, int64_t Vp,
+                                    int64_t D, int64_t v0) = 0;
   virtual void position_embed_forward(void *y, const void *table, int64_t S,
                                       int64_t D, int64_t offset) = 0;
   virtual void position_embed_backward(float *dtable, const void *dy,
@@ -120,6 +133,31 @@ public:
   virtual void cross_entropy_backward(void *dlogits, const void *logits,
                                       const int32_t *targets, int64_t N,
                                       int64_t V, float dloss) = 0;
+  /// Cross-entropy over a vocabulary in pieces. stats: 3 floats per row
+  /// (running max m, running sum s of exp(z - m), the target's logit t),
+  /// f32. logits: the N x Vp logits of vocabulary entries [v0, v0 + Vp).
+  /// first: the stats start fresh (m = -inf, s = 0, t = 0, and t = NaN for
+  /// a row whose target is outside [0, V)); else they are merged with the
+  /// piece's: m' = max(m, mp), s' = s·exp(m - m') + sp·exp(mp - m'); t is
+  /// set when the target falls in the piece. stats may be read and written
+  /// in place.
+  virtual void cross_entropy_stats(float *stats, const void *logits,
+                                   const int32_t *targets, int64_t N,
+                                   int64_t Vp, int64_t v0, int64_t V,
+                                   bool first) = 0;
+  /// The loss from complete stats: sum over the N rows of (m + log s - t),
+  /// divided by total_rows, written to *loss or, with accumulate, added.
+  virtual void cross_entropy_stats_loss(float *loss, const float *stats,
+                                        int64_t N, int64_t total_rows,
+                                        bool accumulate) = 0;
+  /// Adds dloss · (softmax - onehot) of the piece into dlogits (N x Vp),
+  /// the softmax taken from complete stats: exp(z - m) / s. A row whose
+  /// stats are NaN gets NaN.
+  virtual void cross_entropy_backward_piece(void *dlogits, const void *logits,
+                                            const int32_t *targets,
+                                            const float *stats, int64_t N,
+                                            int64_t Vp, int64_t v0,
+                                            float dloss) = 0;
   virtual void transpose_forward(void *y, const void *x,
                                  const int64_t *x_shape, const int64_t *perm,
                                  int rank) = 0;

@@ -50,23 +50,44 @@ HostStore::HostStore(const Program &p, StorageFormat format,
     : p_(p), format_(format), config_(config),
       slot_(size_t(p.num_params), -1), constant_(size_t(p.num_params), -1),
       runs_(size_t(p.num_units)), pending_(size_t(p.num_units), 0) {
-  // Layer-contiguous: each unit's owned params, in its `owned` order.
+  // Layer-contiguous: each unit's owned params, in its `owned` order. A
+  // param split over units (by vocabulary rows) is laid out whole where its
+  // first part is owned; each owner updates its own part.
   for (int u = 0; u < p.num_units; ++u) {
     const UnitDesc &unit = p.units[u];
     for (int i = 0; i < unit.num_owned; ++i) {
       int q = unit.owned[i];
       const ParamDesc &d = p.params[q];
-      if (d.frozen || d.tie >= 0 || slot_[q] >= 0)
+      if (d.frozen || d.tie >= 0)
         continue;
-      slot_[q] = trainable_elems_;
+      int k = 0;
+      while (k < unit.num_params && unit.params[k] != q)
+        ++k;
+      if (k == unit.num_params)
+        fail("program: unit '", unit.name, "' owns param '", d.name,
+             "' but does not hold it (plan ", p.plan_hash, ")");
+      if (slot_[q] < 0) {
+        slot_[q] = trainable_elems_;
+        trainable_elems_ += d.numel;
+      }
       bool decay = d.rank >= 2;
       std::vector<Run> &runs = runs_[u];
-      if (!runs.empty() && runs.back().decay == decay &&
-          runs.back().begin + runs.back().n == trainable_elems_)
-        runs.back().n += d.numel;
-      else
-        runs.push_back({trainable_elems_, d.numel, decay});
-      trainable_elems_ += d.numel;
+      auto add_run = [&](int64_t begin, int64_t n) {
+        if (!runs.empty() && runs.back().decay == decay &&
+            runs.back().begin + runs.back().n == begin)
+          runs.back().n += n;
+        else
+          runs.push_back({begin, n, decay});
+      };
+      const int64_t first = part_begin(unit, k), n = part_elems(p, unit, k);
+      if (part_kind(unit, k) == PartKind::Columns) {
+        // One stretch of the columns per row of the weight.
+        const int64_t rows = d.shape[0], cols = d.shape[1];
+        for (int64_t r = 0; r < rows; ++r)
+          add_run(slot_[q] + r * cols + first, n / rows);
+      } else {
+        add_run(slot_[q] + first, n);
+      }
     }
   }
   int64_t constant_elems = 0;
@@ -103,6 +124,45 @@ const float *HostStore::values(int q) const {
 
 namespace {
 
+// Where element k of a unit's copy of a param lives in its primary's
+// storage (Program.h's PartKind; a whole transposed tie (rows, cols) reads
+// its primary (cols, rows)).
+struct Layout {
+  enum Kind { Contiguous, Transposed, Columns } kind = Contiguous;
+  int64_t base = 0, rows = 1, cols = 1;
+  int64_t at(int64_t k) const {
+    switch (kind) {
+    case Contiguous:
+      return base + k;
+    case Transposed:
+      return (k % cols) * rows + k / cols;
+    case Columns:
+      return (k % rows) * cols + base + k / rows;
+    }
+    return 0;
+  }
+};
+
+Layout layout_of(const Program &p, const UnitDesc &unit, int i) {
+  const ParamDesc &d = p.params[unit.params[i]];
+  const ParamDesc &primary = d.tie >= 0 ? p.params[d.tie] : d;
+  Layout l;
+  switch (part_kind(unit, i)) {
+  case PartKind::Whole:
+    if (d.tie >= 0 && d.tie_transposed)
+      l = {Layout::Transposed, 0, d.shape[0], d.shape[1]};
+    break;
+  case PartKind::Range:
+    l.base = part_begin(unit, i);
+    break;
+  case PartKind::Columns:
+    l = {Layout::Columns, part_begin(unit, i), primary.shape[0],
+         primary.shape[1]};
+    break;
+  }
+  return l;
+}
+
 // The part of a param at [offset, offset + numel) of a unit's region that
 // falls in the chunk [begin, end), as indices into the param.
 struct Overlap {
@@ -121,19 +181,15 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
   const int64_t end = count < 0 ? unit.elems : begin + count;
   for (int i = 0; i < unit.num_params; ++i) {
     const ParamDesc &d = p_.params[unit.params[i]];
-    const Overlap part = overlap(unit.offsets[i], d.numel, begin, end);
+    const Overlap part =
+        overlap(unit.offsets[i], part_elems(p_, unit, i), begin, end);
     if (part.lo >= part.hi)
       continue;
-    const int src_param = d.tie >= 0 ? d.tie : unit.params[i];
-    const float *src = values(src_param);
+    const float *src = values(d.tie >= 0 ? d.tie : unit.params[i]);
     const int64_t at = unit.offsets[i] - begin; // param index 0 in staging
-    const bool transposed = d.tie >= 0 && d.tie_transposed;
-    // This param is (rows, cols); a transposed tie's primary is (cols, rows).
-    const int64_t rows = transposed ? d.shape[0] : 1;
-    const int64_t cols = transposed ? d.shape[1] : d.numel;
-    auto element = [&](int64_t k) {
-      return transposed ? src[(k % cols) * rows + k / cols] : src[k];
-    };
+    const Layout layout = layout_of(p_, unit, i);
+    const bool strided = layout.kind != Layout::Contiguous;
+    auto element = [&](int64_t k) { return src[layout.at(k)]; };
     const int64_t n = part.hi - part.lo;
     if (format_ == StorageFormat::Bf16) {
       uint16_t *dst = static_cast<uint16_t *>(staging) + at;
@@ -148,11 +204,12 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
     parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
       lo += part.lo;
       hi += part.lo;
-      if (transposed)
+      if (strided)
         for (int64_t k = lo; k < hi; ++k)
           dst[k] = element(k);
       else
-        std::memcpy(dst + lo, src + lo, size_t(hi - lo) * sizeof(float));
+        std::memcpy(dst + lo, src + layout.base + lo,
+                    size_t(hi - lo) * sizeof(float));
       if (round)
         cpu::round_to_bf16(dst + lo, hi - lo);
     });
@@ -168,12 +225,20 @@ void HostStore::accumulate(int u, const float *grads, host::ThreadPool *pool,
     const int primary = d.tie >= 0 ? d.tie : unit.params[i];
     if (d.frozen || !trainable(primary))
       continue;
-    const Overlap part = overlap(unit.offsets[i], d.numel, begin, end);
+    const Overlap part =
+        overlap(unit.offsets[i], part_elems(p_, unit, i), begin, end);
     if (part.lo >= part.hi)
       continue;
     float *acc = grad(primary);
     const float *g = grads + (unit.offsets[i] - begin); // param index 0
-    if (d.tie >= 0 && d.tie_transposed) {
+    const Layout layout = layout_of(p_, unit, i);
+    if (layout.kind == Layout::Columns) {
+      // Each element of the part adds into its own accumulator entry.
+      parallel(pool, part.hi - part.lo, kGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t k = part.lo + lo; k < part.lo + hi; ++k)
+          acc[layout.at(k)] += g[k];
+      });
+    } else if (layout.kind == Layout::Transposed) {
       // g is (rows, cols); the accumulator (cols, rows). Threads own
       // accumulator columns of the chunk's rows, so none add into one element.
       const int64_t rows = d.shape[0], cols = d.shape[1];
@@ -188,9 +253,10 @@ void HostStore::accumulate(int u, const float *grads, host::ThreadPool *pool,
                    }
                });
     } else {
+      float *a = acc + layout.base;
       parallel(pool, part.hi - part.lo, kGrain, [&](int64_t lo, int64_t hi) {
         for (int64_t k = part.lo + lo; k < part.lo + hi; ++k)
-          acc[k] += g[k];
+          a[k] += g[k];
       });
     }
   }
@@ -232,17 +298,34 @@ bool HostStore::any_pending() const {
 void HostStore::adamw(int u, host::ThreadPool *pool) {
   if (!pending_[u])
     return;
-  for (const Run &r : runs_[u]) {
+  const std::vector<Run> &runs = runs_[u];
+  auto update = [&](const Run &r, host::ThreadPool *inner) {
     host::AdamWHyper h = hyper_;
     if (!r.decay)
       h.weight_decay = 0.0;
     host::adamw_update(master_.data() + r.begin, m_.data() + r.begin,
                        v_.data() + r.begin, grad_.data() + r.begin, r.n, h,
-                       grad_scale_, pool_for(pool, r.n));
+                       grad_scale_, pool_for(inner, r.n));
     float *g = grad_.data() + r.begin;
-    parallel(pool, r.n, kGrain, [&](int64_t lo, int64_t hi) {
+    parallel(inner, r.n, kGrain, [&](int64_t lo, int64_t hi) {
       std::memset(g + lo, 0, size_t(hi - lo) * sizeof(float));
     });
+  };
+  // Many short runs (a weight's columns, one run per row) are spread over
+  // the pool whole; long ones are split inside.
+  int64_t total = 0;
+  for (const Run &r : runs)
+    total += r.n;
+  if (runs.size() > 1 && total / int64_t(runs.size()) < 2 * kGrain) {
+    const int64_t per = std::max<int64_t>(1, kGrain / (total / runs.size() + 1));
+    parallel(pool_for(pool, total), int64_t(runs.size()), per,
+             [&](int64_t lo, int64_t hi) {
+               for (int64_t k = lo; k < hi; ++k)
+                 update(runs[size_t(k)], nullptr);
+             });
+  } else {
+    for (const Run &r : runs)
+      update(r, pool);
   }
   pending_[u] = 0;
 }

@@ -19,6 +19,7 @@
 namespace mtrt {
 
 class DeviceKernels;
+struct Program;
 
 enum class Stream : uint8_t { H2D = 0, Compute = 1, D2H = 2, Host = 3 };
 constexpr int kNumStreams = 4;
@@ -40,6 +41,7 @@ enum class BufferKind : uint8_t {
   GradStaging, // host: a unit's gradients landed from the device (f32)
   Batch,       // host: the step's token windows, as Tokens (i32)
   LossHost,    // host: the landed per-micro-batch losses (f32)
+  LossState,   // device: what a head in vocabulary pieces hands on
 };
 
 struct BufferDesc {
@@ -72,6 +74,15 @@ struct ParamDesc {
   ParamInit init = ParamInit::Auto; // --init random only; frozen: from file
 };
 
+/// How a unit holds a param, in its primary's storage (the param itself,
+/// or for a tie the param it reads):
+///   Whole    all of it (a transposed tie read transposed)
+///   Range    elements [begin, begin + elems): rows of a [V, D] weight
+///   Columns  columns [begin, begin + elems / R) of an [R, C] weight, held
+///            one column after another: rows of the [V, D] weight a
+///            [D, V]-stored LM head computes with
+enum class PartKind : uint8_t { Whole, Range, Columns };
+
 struct UnitDesc {
   const char *name;
   const char *kind;   // "embedding", "layer" or "head"
@@ -81,7 +92,22 @@ struct UnitDesc {
   const int64_t *offsets; // element offsets of the params in the region
   int num_owned;          // untied params whose master copy lives here
   const int *owned;
+  /// The part of params[i] the unit holds (and, when owned, updates), in
+  /// part_elems[i] elements. An LM head or embedding too large for one unit
+  /// is split by vocabulary rows over several units. Null: every param
+  /// whole.
+  const PartKind *part_kind = nullptr;
+  const int64_t *part_begin = nullptr;
+  const int64_t *part_elems = nullptr;
 };
+
+inline PartKind part_kind(const UnitDesc &u, int i) {
+  return u.part_kind ? u.part_kind[i] : PartKind::Whole;
+}
+inline int64_t part_begin(const UnitDesc &u, int i) {
+  return u.part_begin ? u.part_begin[i] : 0;
+}
+inline int64_t part_elems(const Program &p, const UnitDesc &u, int i);
 
 /// What a template function gets for one launch.
 struct LaunchArgs {
@@ -174,6 +200,10 @@ struct Program {
   int num_commands; // one training step, in issue order
   const Command *commands;
 };
+
+inline int64_t part_elems(const Program &p, const UnitDesc &u, int i) {
+  return u.part_elems ? u.part_elems[i] : p.params[u.params[i]].numel;
+}
 
 } // namespace mtrt
 

@@ -4,6 +4,7 @@
 
 #include "runtime/exec/Error.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,7 @@ public:
       param(i);
     for (int u = 0; u < p_.num_units; ++u)
       unit(u);
+    owned_parts();
     for (int b = 0; b < p_.num_buffers; ++b)
       if (p_.buffers[b].elems < 0 ||
           (p_.buffers[b].space == Space::Device && p_.buffers[b].offset < 0))
@@ -137,16 +139,84 @@ private:
       int q = d.params[i];
       if (q < 0 || q >= p_.num_params)
         bad("unit '", d.name, "' lists param ", q, " of ", p_.num_params);
-      if (d.offsets[i] < 0 || d.offsets[i] + p_.params[q].numel > d.elems)
-        bad("unit '", d.name, "': param '", p_.params[q].name,
-            "' at offset ", d.offsets[i], " does not fit in ", d.elems,
-            " elements");
+      const ParamDesc &param = p_.params[q];
+      const ParamDesc &primary =
+          param.tie >= 0 && param.tie < p_.num_params ? p_.params[param.tie]
+                                                      : param;
+      const int64_t begin = part_begin(d, i), n = part_elems(p_, d, i);
+      bool fits = begin >= 0 && n >= 0;
+      switch (part_kind(d, i)) {
+      case PartKind::Whole:
+        fits &= begin == 0 && n == param.numel;
+        break;
+      case PartKind::Range:
+        fits &= begin + n <= primary.numel;
+        break;
+      case PartKind::Columns:
+        fits &= primary.rank == 2 && primary.shape[0] > 0 &&
+                n % primary.shape[0] == 0 &&
+                begin + n / primary.shape[0] <= primary.shape[1];
+        break;
+      }
+      if (!fits)
+        bad("unit '", d.name, "' holds a part [", begin, ", +", n,
+            ") of param '", param.name, "' that does not fit in it");
+      if (d.offsets[i] < 0 || d.offsets[i] + n > d.elems)
+        bad("unit '", d.name, "': param '", param.name, "' at offset ",
+            d.offsets[i], " does not fit in ", d.elems, " elements");
     }
     for (int i = 0; i < d.num_owned; ++i)
       if (d.owned[i] < 0 || d.owned[i] >= p_.num_params ||
           p_.params[d.owned[i]].tie >= 0)
         bad("unit '", d.name, "' owns ", d.owned[i],
             ", which is not an untied param");
+  }
+
+  // Every trainable param is updated exactly once per step: its owners'
+  // parts tile it without overlap.
+  void owned_parts() {
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> parts(
+        size_t(p_.num_params));
+    std::vector<int> kinds(size_t(p_.num_params), -1);
+    for (int u = 0; u < p_.num_units; ++u) {
+      const UnitDesc &d = p_.units[u];
+      for (int k = 0; k < d.num_owned; ++k) {
+        int i = 0;
+        while (i < d.num_params && d.params[i] != d.owned[k])
+          ++i;
+        if (i == d.num_params)
+          bad("unit '", d.name, "' owns param ", d.owned[k],
+              " but does not hold it");
+        // Columns count in whole columns of R elements, so that they tile
+        // [0, numel) as ranges do; one param's parts are of one kind.
+        const ParamDesc &q = p_.params[d.owned[k]];
+        const bool columns = part_kind(d, i) == PartKind::Columns;
+        const int64_t scale = columns ? q.shape[0] : 1;
+        const int64_t lo = part_begin(d, i) * scale;
+        parts[size_t(d.owned[k])].push_back({lo, lo + part_elems(p_, d, i)});
+        auto &kind = kinds[size_t(d.owned[k])];
+        if (kind >= 0 && kind != int(columns))
+          bad("param '", q.name, "' is owned in parts of different kinds");
+        kind = int(columns);
+      }
+    }
+    for (int q = 0; q < p_.num_params; ++q) {
+      const ParamDesc &d = p_.params[q];
+      if (d.tie >= 0 || d.frozen)
+        continue;
+      auto &ps = parts[size_t(q)];
+      std::sort(ps.begin(), ps.end());
+      int64_t at = 0;
+      for (auto [lo, hi] : ps) {
+        if (lo != at)
+          bad("param '", d.name, "': its owners' parts leave a gap or "
+              "overlap at element ", std::min(lo, at));
+        at = hi;
+      }
+      if (at != d.numel)
+        bad("param '", d.name, "': its owners hold ", at, " of ", d.numel,
+            " elements");
+    }
   }
 
   void buffer_is(int b, const char *what, Space space, DType dtype,

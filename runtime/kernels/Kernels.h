@@ -111,6 +111,18 @@ void position_embed_forward(float *y, const float *table, int64_t S, int64_t D,
                             int64_t offset);
 void position_embed_backward(float *dtable, const float *dy, int64_t S,
                              int64_t D, int64_t offset);
+// The table in vocabulary pieces: table (Vp, D) holds rows [v0, v0 + Vp) of
+// the whole (V, D). Ids may lie anywhere, since a piece reads only its own
+// rows. Rows of y whose id is in the piece get its table row; the others
+// are left alone, except that with `first` an id outside [0, V) gives a NaN
+// row (stress mode's poison must show).
+void embed_forward_piece(float *y, const int32_t *ids, const float *table,
+                         int64_t N, int64_t Vp, int64_t D, int64_t v0,
+                         int64_t V, bool first);
+// dtable (Vp, D) row id - v0 += dy row n for each id in the piece, each row
+// summed in token order as embed_backward does.
+void embed_backward_piece(float *dtable, const float *dy, const int32_t *ids,
+                          int64_t N, int64_t Vp, int64_t D, int64_t v0);
 
 // ---- loss -----------------------------------------------------------------
 // logits (N, V), targets (N). Returns sum over rows of -log softmax(row)[t];
@@ -123,6 +135,25 @@ double cross_entropy_forward(const float *logits, const int32_t *targets,
 void cross_entropy_backward(float *dlogits, const float *logits,
                             const int32_t *targets, int64_t N, int64_t V,
                             float dloss);
+// The same loss over a vocabulary in pieces, with an online log-sum-exp.
+// stats (N, 3): per row the running max m, s = Σ exp(logit - m) over the
+// pieces seen, and the target's logit t. logits (N, Vp) hold vocabulary
+// entries [v0, v0 + Vp); targets may lie anywhere (a piece reads only its
+// own entries). `first` starts the stats fresh (m = -inf, s = 0, t = 0, or
+// t = NaN for a target outside [0, V): stress mode's poison); each piece
+// then merges in its own max and sum, and sets t when it holds the target.
+void cross_entropy_stats(float *stats, const float *logits,
+                         const int32_t *targets, int64_t N, int64_t Vp,
+                         int64_t v0, int64_t V, bool first);
+// Σ over the N rows of complete stats of m + log s - t (= -log softmax[t]).
+double cross_entropy_stats_loss(const float *stats, int64_t N);
+// dlogits (N, Vp) += dloss · (softmax - onehot(t)) over the piece, the
+// softmax exp(logit - m) / s from complete stats; a row whose stats hold a
+// NaN is set to NaN.
+void cross_entropy_backward_piece(float *dlogits, const float *logits,
+                                  const int32_t *targets, const float *stats,
+                                  int64_t N, int64_t Vp, int64_t v0,
+                                  float dloss);
 
 // ---- layout ---------------------------------------------------------------
 // y.shape[i] = x.shape[perm[i]], rank <= kMaxRank.

@@ -142,6 +142,12 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
   oc.clip_grad = opts_.clip_grad;
   HostStore store(p_, backend->storage_format(), oc);
 
+  int threads = int(opts_.threads);
+  if (threads == 0)
+    threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  // Before the weights: --init random fills them on it.
+  host::ThreadPool pool(threads);
+
   const std::string weights = opts_.weights.empty()
                                   ? exe_dir_ + "/weights.safetensors"
                                   : opts_.weights;
@@ -160,18 +166,13 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
                      kv.first.c_str(), kv.second.c_str(), it->second.c_str());
     }
   } else if (opts_.init == "random") {
-    init_random(store, opts_.seed, weights);
+    init_random(store, opts_.seed, weights, &pool);
   } else {
     init_from_file(store, weights);
   }
   if (!opts_.dump_grads.empty() && start > 0)
     fail("--dump-grads writes step 0's gradients, but --resume ",
          opts_.resume, " starts at step ", start);
-
-  int threads = int(opts_.threads);
-  if (threads == 0)
-    threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  host::ThreadPool pool(threads);
 
   ExecutorOptions eopts;
   eopts.grad_accum = int(A);

@@ -4,6 +4,7 @@
 
 #include "runtime/exec/Error.h"
 #include "runtime/exec/HostStore.h"
+#include "runtime/host/ThreadPool.h"
 #include "runtime/trainer/AtomicFile.h"
 #include "runtime/trainer/Safetensors.h"
 
@@ -21,8 +22,10 @@ std::vector<int64_t> shape_of(const ParamDesc &d) {
   return std::vector<int64_t>(d.shape, d.shape + d.rank);
 }
 
+constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
+
 uint64_t splitmix64(uint64_t &state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  uint64_t z = (state += kGamma);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -31,6 +34,23 @@ uint64_t splitmix64(uint64_t &state) {
 // Uniform in (0, 1]: never 0, so the log below is finite.
 double uniform(uint64_t &state) {
   return (double(splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+// A normal param is filled in blocks of kBlock elements, each from its own
+// stream, so the values do not depend on which thread fills which block.
+// Even, so that a Box-Muller pair never straddles two blocks.
+constexpr int64_t kBlock = int64_t(1) << 16;
+static_assert(kBlock % 2 == 0, "Box-Muller pairs must stay inside a block");
+
+uint64_t param_seed(uint64_t seed, int q) {
+  return seed * kGamma + uint64_t(q) * 0xd1b54a32d192ed03ull;
+}
+
+// Block b starts from output b (counting from 0) of the param's splitmix64
+// stream: distinct, well-mixed seeds, each computable without the others.
+uint64_t block_seed(uint64_t param, int64_t block) {
+  uint64_t state = param + uint64_t(block) * kGamma;
+  return splitmix64(state);
 }
 
 // Box-Muller: portable, unlike std::normal_distribution, whose output
@@ -45,6 +65,45 @@ void fill_normal(float *x, int64_t n, double stddev, uint64_t seed) {
     if (i + 1 < n)
       x[i + 1] = float(stddev * r * std::sin(a));
   }
+}
+
+// The normal params of a run, cut into blocks numbered across all of them,
+// so that one parallel_for balances many small params and a few big ones.
+struct NormalBlocks {
+  std::vector<int> params;
+  std::vector<int64_t> first; // first[i]: the number of params[i]'s block 0
+  int64_t total = 0;
+
+  void add(int q, int64_t numel) {
+    params.push_back(q);
+    first.push_back(total);
+    total += (numel + kBlock - 1) / kBlock;
+  }
+};
+
+void fill_normal_blocks(HostStore &store, const NormalBlocks &blocks,
+                        uint64_t seed, host::ThreadPool *pool) {
+  auto fill = [&](int64_t lo, int64_t hi) {
+    // The param holding global block lo; later ones follow in order.
+    size_t i = size_t(std::upper_bound(blocks.first.begin(),
+                                       blocks.first.end(), lo) -
+                      blocks.first.begin()) - 1;
+    for (int64_t g = lo; g < hi; ++g) {
+      while (i + 1 < blocks.params.size() && blocks.first[i + 1] <= g)
+        ++i;
+      const int q = blocks.params[i];
+      const int64_t b = g - blocks.first[i];
+      const int64_t begin = b * kBlock;
+      const int64_t n =
+          std::min(kBlock, store.program().params[q].numel - begin);
+      fill_normal(store.values(q) + begin, n, 0.02,
+                  block_seed(param_seed(seed, q), b));
+    }
+  };
+  if (pool)
+    pool->parallel_for(blocks.total, 1, fill);
+  else
+    fill(0, blocks.total);
 }
 
 void load_param(const SafetensorsReader &file, HostStore &store, int q) {
@@ -79,9 +138,11 @@ void init_from_file(HostStore &store, const std::string &path) {
       load_param(file, store, q);
 }
 
-void init_random(HostStore &store, uint64_t seed, const std::string &path) {
+void init_random(HostStore &store, uint64_t seed, const std::string &path,
+                 host::ThreadPool *pool) {
   const Program &p = store.program();
   bool frozen = false;
+  NormalBlocks normal;
   for (int q = 0; q < p.num_params; ++q) {
     const ParamDesc &d = p.params[q];
     if (d.tie >= 0)
@@ -95,13 +156,14 @@ void init_random(HostStore &store, uint64_t seed, const std::string &path) {
       how = d.rank >= 2 ? ParamInit::Normal
                         : (default_fill(d.name) == 0.0f ? ParamInit::Zeros
                                                         : ParamInit::Ones);
-    float *x = store.values(q);
-    if (how == ParamInit::Normal)
-      fill_normal(x, d.numel, 0.02,
-                  seed * 0x9e3779b97f4a7c15ull + uint64_t(q) * 0xd1b54a32d192ed03ull);
-    else
+    if (how == ParamInit::Normal) {
+      normal.add(q, d.numel);
+    } else {
+      float *x = store.values(q);
       std::fill(x, x + d.numel, how == ParamInit::Ones ? 1.0f : 0.0f);
+    }
   }
+  fill_normal_blocks(store, normal, seed, pool);
   if (frozen)
     init_frozen(store, path);
 }

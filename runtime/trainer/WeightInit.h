@@ -6,7 +6,8 @@
 // trainable params from a seeded normal(0, 0.02) (rank >= 2) or a fill
 // (rank < 2: ParamDesc::init, by default 0 for biases, 1 for norm weights);
 // frozen tables still come from the file. Random values depend only on the
-// seed and the param's index, never on thread timing or param order.
+// seed, the param's index and the element's index, never on the number of
+// threads, thread timing or param order.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MEGATRAIN_RUNTIME_TRAINER_WEIGHTINIT_H
@@ -18,13 +19,17 @@
 namespace mtrt {
 
 class HostStore;
+namespace host {
+class ThreadPool;
+}
 
 /// Loads every untied param from `path`; throws Error naming the file and
 /// tensor when one is missing or of another shape or dtype.
 void init_from_file(HostStore &store, const std::string &path);
-/// Random trainable params; frozen ones from `path` (required only when
-/// there are frozen params).
-void init_random(HostStore &store, uint64_t seed, const std::string &path);
+/// Random trainable params, filled on `pool` (null: on the calling thread);
+/// frozen ones from `path` (required only when there are frozen params).
+void init_random(HostStore &store, uint64_t seed, const std::string &path,
+                 host::ThreadPool *pool);
 
 /// Only the frozen params (tables) from `path`; nothing to do and no file
 /// needed when there are none. For a resumed run.

@@ -76,6 +76,24 @@ class FirstStepGradients(unittest.TestCase):
                 self.check(model, seq_len=12, extra=("--loss-chunk-tokens", "8"),
                            tag=model + "-loss-chunks")
 
+    def test_vocab_pieces(self):
+        # The LM head and the embedding in 3 units of vocabulary rows: the
+        # loss from log-sum-exp statistics merged piece by piece, dh summed
+        # over the head's pieces, each embedding piece writing and scattering
+        # its rows. Tied (both cut alike: the embedding's pieces own the rows
+        # the head's read), tied transposed (the head's rows are the
+        # embedding's), a head stored [hidden, vocab] (hf-llama folded: each
+        # piece gathers columns), GPT-2 (the embedding adds positions and
+        # stays whole), and with the embedding's output offloaded to host.
+        for model, folded in (("tiny-llama", False), ("tiny-llama-tied", False),
+                              ("tiny-llama-tied", True), ("hf-llama", True),
+                              ("tiny-gpt2", False)):
+            with self.subTest(model=model, folded=folded):
+                self.check(model, folded, extra=("--vocab-pieces", "3"),
+                           tag=model + ("-folded" if folded else "") + "-vocab")
+        self.check("tiny-llama", extra=("--vocab-pieces", "3", "--host-checkpoints", "2"),
+                   tag="vocab-host-ckpt")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -49,6 +49,10 @@ plan:
   --min-unit-bytes SIZE  merge consecutive layers smaller than this
   --staging-elems N      elements per pinned host staging slab (default
                          8388608): units move in chunks of this size
+  --vocab-pieces K       cut the LM head and embedding into K units of
+                         vocabulary rows (default: with --gpu-mem-limit,
+                         when they outweigh a decoder layer, into pieces no
+                         larger than one; 1: never)
   --loss-chunk-tokens T  run the head (LM head and loss) over T tokens of a
                          micro-batch at a time, T dividing batch x seq-len
                          (default: chunks only when the logits would pass
@@ -71,7 +75,8 @@ output:
 )";
 
 const char *const kPipelinePasses[] = {
-    "mt-derive-backward", "mt-chunk-loss",      "mt-partition",
+    "mt-derive-backward", "mt-chunk-loss",      "mt-split-vocab",
+    "mt-partition",
     "mt-pack-weights",    "mt-schedule",        "mt-place-checkpoints",
     "mt-insert-transfers", "mt-insert-events",  "mt-plan-memory",
     "mt-verify-schedule", "mt-simulate"};
@@ -119,7 +124,7 @@ int runCompile(const std::vector<std::string> &args) {
   Flags flags(args,
               {"--batch", "--seq-len", "--bind", "--emit", "--micro-batches",
                "--slots", "--gpu-mem-limit", "--min-unit-bytes", "--staging-elems",
-               "--host-checkpoints", "--loss-chunk-tokens",
+               "--host-checkpoints", "--loss-chunk-tokens", "--vocab-pieces",
                "--dump-ir-after", "--preset", "--sim-trace", "-o"},
               {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
@@ -139,7 +144,7 @@ int runCompile(const std::vector<std::string> &args) {
       !llvm::is_contained(kPipelinePasses, dumpAfter))
     throw UsageError("--dump-ir-after: '" + dumpAfter +
                      "' is not a pass of the pipeline (mt-derive-backward, "
-                     "mt-chunk-loss, mt-partition, mt-pack-weights, mt-schedule, "
+                     "mt-chunk-loss, mt-split-vocab, mt-partition, mt-pack-weights, mt-schedule, "
                      "mt-place-checkpoints, mt-insert-transfers, "
                      "mt-insert-events, mt-plan-memory, "
                      "mt-verify-schedule, mt-simulate) or all");
@@ -175,6 +180,7 @@ int runCompile(const std::vector<std::string> &args) {
   }
   pipeline.lossChunkTokens =
       flags.positiveInt("--loss-chunk-tokens").value_or(0);
+  pipeline.vocabPieces = flags.positiveInt("--vocab-pieces").value_or(0);
   pipeline.preset = flags.get("--preset").value_or(pipeline.preset);
   pipeline.tracePath = flags.get("--sim-trace").value_or("");
 

@@ -79,3 +79,43 @@ module {
     mt.return %loss : tensor<f32>
   }
 }
+
+// -----
+
+// An embedding and an LM head in vocabulary pieces (mt-split-vocab's
+// vocab_pieces): a unit per piece. The embedding's pieces hold ranges of
+// the table's rows; the head's first piece also holds the norm whole, and
+// as the head stores its weight [hidden, vocab] (in_out) its pieces hold
+// ranges of columns: [kind, begin, elements] per param.
+// CHECK-LABEL: mt.model @main
+// CHECK: mt.unit @u0 kind "embedding" applies [0] params [@wte] {parts = array<i64: 1, 0, 256>, vocab_rows = array<i64: 0, 16>}
+// CHECK: mt.unit @u1 kind "embedding" applies [0] params [@wte] {parts = array<i64: 1, 256, 256>, vocab_rows = array<i64: 16, 32>}
+// CHECK: mt.unit @u2 kind "layer" applies [1] params [@l0.w]
+// CHECK: mt.unit @u3 kind "head" applies [2] params [@ln, @w] {parts = array<i64: 0, 0, 16, 2, 0, 256>, vocab_rows = array<i64: 0, 16>}
+// CHECK: mt.unit @u4 kind "head" applies [2] params [@w] {parts = array<i64: 2, 16, 256>, vocab_rows = array<i64: 16, 32>}
+module {
+  mt.param @wte : tensor<32x16xf32>
+  mt.param @l0.w : tensor<16x16xf32>
+  mt.param @ln : tensor<16xf32>
+  mt.param @w : tensor<16x32xf32>
+  mt.template @embedding kind "embedding" (%ids: tensor<1x8xi32>) params (%t: tensor<32x16xf32>) -> (tensor<1x8x16xf32>) {
+    %h = mt.embed %ids, %t : (tensor<1x8xi32>, tensor<32x16xf32>) -> tensor<1x8x16xf32>
+    mt.yield %h : tensor<1x8x16xf32>
+  }
+  mt.template @layer kind "layer" (%x: tensor<1x8x16xf32>) params (%w: tensor<16x16xf32>) -> (tensor<1x8x16xf32>) {
+    %y = mt.linear %x, %w : (tensor<1x8x16xf32>, tensor<16x16xf32>) -> tensor<1x8x16xf32>
+    mt.yield %y : tensor<1x8x16xf32>
+  }
+  mt.template @head kind "head" (%x: tensor<1x8x16xf32>) params (%g: tensor<16xf32>, %w: tensor<16x32xf32>) -> (tensor<1x8x32xf32>) {
+    %n = mt.rms_norm %x, %g {eps = 1.0e-5 : f64} : (tensor<1x8x16xf32>, tensor<16xf32>) -> tensor<1x8x16xf32>
+    %l = mt.linear %n, %w {w_layout = "in_out"} : (tensor<1x8x16xf32>, tensor<16x32xf32>) -> tensor<1x8x32xf32>
+    mt.yield %l : tensor<1x8x32xf32>
+  }
+  mt.model @main(%tokens: tensor<1x8xi32>, %targets: tensor<1x8xi32>) -> (tensor<f32>) {
+    %h0 = mt.apply @embedding(%tokens) params(@wte) {vocab_params = array<i64: 0>, vocab_pieces = array<i64: 0, 16, 32>} : (tensor<1x8xi32>) -> tensor<1x8x16xf32>
+    %h1 = mt.apply @layer(%h0) layer(0) params(@l0.w) : (tensor<1x8x16xf32>) -> tensor<1x8x16xf32>
+    %lg = mt.apply @head(%h1) params(@ln, @w) {vocab_params = array<i64: 1>, vocab_pieces = array<i64: 0, 16, 32>} : (tensor<1x8x16xf32>) -> tensor<1x8x32xf32>
+    %loss = mt.cross_entropy %lg, %targets : (tensor<1x8x32xf32>, tensor<1x8xi32>) -> tensor<f32>
+    mt.return %loss : tensor<f32>
+  }
+}

@@ -195,7 +195,8 @@ TEST_F(DialectTest, BuilderMakesVerifiedTemplate) {
   b.setInsertionPointToEnd(m->getBody());
   auto tmpl = b.create<mt::TemplateOp>(
       loc, "norm", "layer", b.getFunctionType({x, w}, {x}), /*numInputs=*/1,
-      FlatSymbolRefAttr(), DenseI64ArrayAttr(), IntegerAttr());
+      FlatSymbolRefAttr(), DenseI64ArrayAttr(), IntegerAttr(),
+      FlatSymbolRefAttr());
   Block *block = b.createBlock(&tmpl.getBody(), {}, {x, w}, {loc, loc});
   b.setInsertionPointToEnd(block);
   Value y = b.create<mt::RmsNormOp>(loc, x, block->getArgument(0),

@@ -71,6 +71,14 @@ public:
     t.upload();
     return t;
   }
+  /// Storage holding these values, rounded to bf16.
+  static Tensor of(const std::vector<float> &v) {
+    Tensor t(Storage, int64_t(v.size()));
+    for (size_t k = 0; k < v.size(); ++k)
+      t.h[k] = bf16_value(bf16_bits(v[k]));
+    t.upload();
+    return t;
+  }
   /// A storage gradient, likewise.
   static Tensor grad(int64_t n, uint32_t seed) {
     return random(n, seed, -1.f / 64, 1.f / 64);
@@ -602,6 +610,131 @@ TEST_F(CudaKernelsTest, CrossEntropy) {
   const std::vector<float> g = dlb.fetch();
   EXPECT_TRUE(std::isnan(g[V + 7]));
   EXPECT_FALSE(std::isnan(g[7]));
+}
+
+// The head's vocabulary in three uneven pieces (an online log-sum-exp over
+// them), after an empty one that leaves the max at -inf (merging -inf with
+// -inf must not make NaN); the stats compare like the loss: m and t are
+// copies, s an f32 sum.
+TEST_F(CudaKernelsTest, CrossEntropyPieces) {
+  const int64_t N = 19, V = 300, P = 4;
+  const int64_t v0[] = {0, 0, 97, 247}, Vp[] = {0, 97, 150, 53};
+  std::vector<int32_t> targets(N);
+  for (int64_t n = 0; n < N; ++n)
+    targets[n] = int32_t((n * 37) % V);
+  Tensor t = Tensor::ids(targets);
+  std::vector<Tensor> logits;
+  std::vector<float> whole(N * V);
+  for (int p = 0; p < P; ++p) {
+    // Piece p's logits lie in [-8 + 4p, 8 + 4p]: the running max moves.
+    logits.push_back(
+        Tensor::random(N * Vp[p], 150 + p, -8.f + 4 * p, 8.f + 4 * p));
+    for (int64_t n = 0; n < N; ++n)
+      std::copy(logits[p].h.begin() + n * Vp[p],
+                logits[p].h.begin() + (n + 1) * Vp[p],
+                whole.begin() + n * V + v0[p]);
+  }
+  Tensor stats = Tensor::f32(3 * N, 153); // garbage: `first` resets it
+  for (int p = 0; p < P; ++p) {
+    k_->cross_entropy_stats(stats.dev_f32(), logits[p].dev(), t.dev_ids(), N,
+                            Vp[p], v0[p], V, p == 0);
+    cpu_.cross_entropy_stats(stats.host(), logits[p].host(), targets.data(), N,
+                             Vp[p], v0[p], V, p == 0);
+  }
+  Tensor loss = Tensor::f32(1, 154), chunked = Tensor::f32(1, 155);
+  k_->cross_entropy_stats_loss(loss.dev_f32(), stats.dev_f32(), N, N, false);
+  cpu_.cross_entropy_stats_loss(loss.host(), stats.host(), N, N, false);
+  const int64_t first = 11; // rows in chunks, added up on the device
+  k_->cross_entropy_stats_loss(chunked.dev_f32(), stats.dev_f32(), first, N,
+                               false);
+  k_->cross_entropy_stats_loss(chunked.dev_f32(), stats.dev_f32() + 3 * first,
+                               N - first, N, true);
+  Tensor all = Tensor::of(whole), loss_whole = Tensor::f32(1, 156);
+  k_->cross_entropy_forward(loss_whole.dev_f32(), all.dev(), t.dev_ids(), N, V,
+                            N, false);
+  std::vector<Tensor> dl;
+  const float dloss = 1.f / float(N);
+  for (int p = 0; p < P; ++p) {
+    dl.push_back(Tensor::grad(N * Vp[p], 157 + p));
+    k_->cross_entropy_backward_piece(dl[p].dev(), logits[p].dev(), t.dev_ids(),
+                                     stats.dev_f32(), N, Vp[p], v0[p], dloss);
+    cpu_.cross_entropy_backward_piece(dl[p].host(), logits[p].host(),
+                                      targets.data(), stats.host(), N, Vp[p],
+                                      v0[p], dloss);
+  }
+  sync();
+  EXPECT_TRUE(near(stats.fetch(), stats.h, 1e-5, 0)) << "stats";
+  EXPECT_TRUE(near(loss.fetch(), loss.h, 1e-5, 0)) << "loss";
+  EXPECT_TRUE(near(chunked.fetch(), loss.h, 1e-5, 0)) << "loss from chunks";
+  EXPECT_TRUE(near(loss_whole.fetch(), loss.h, 1e-5, 0)) << "whole vocabulary";
+  for (int p = 0; p < P; ++p)
+    EXPECT_TRUE(near(dl[p].fetch(), dl[p].h, kUlp, kPointwise))
+        << "dlogits of piece " << p;
+}
+
+TEST_F(CudaKernelsTest, CrossEntropyPiecesOfPoisonedTargetsAreNaN) {
+  const int64_t N = 3, V = 300;
+  const int64_t v0[] = {0, 120}, Vp[] = {120, 180};
+  std::vector<int32_t> targets = {200, -1, int32_t(V)};
+  Tensor t = Tensor::ids(targets), stats = Tensor::f32(3 * N, 160);
+  std::vector<Tensor> logits;
+  for (int p = 0; p < 2; ++p) {
+    logits.push_back(Tensor::random(N * Vp[p], 161 + p));
+    k_->cross_entropy_stats(stats.dev_f32(), logits[p].dev(), t.dev_ids(), N,
+                            Vp[p], v0[p], V, p == 0);
+    cpu_.cross_entropy_stats(stats.host(), logits[p].host(), targets.data(), N,
+                             Vp[p], v0[p], V, p == 0);
+  }
+  Tensor loss = Tensor::f32(1, 163), dl = Tensor::grad(N * Vp[1], 164);
+  k_->cross_entropy_stats_loss(loss.dev_f32(), stats.dev_f32(), N, N, false);
+  k_->cross_entropy_backward_piece(dl.dev(), logits[1].dev(), t.dev_ids(),
+                                   stats.dev_f32(), N, Vp[1], v0[1], 0.5f);
+  cpu_.cross_entropy_stats_loss(loss.host(), stats.host(), N, N, false);
+  cpu_.cross_entropy_backward_piece(dl.host(), logits[1].host(), targets.data(),
+                                    stats.host(), N, Vp[1], v0[1], 0.5f);
+  sync();
+  EXPECT_TRUE(std::isnan(loss.fetch()[0]));
+  EXPECT_TRUE(std::isnan(loss.h[0]));
+  EXPECT_TRUE(near(stats.fetch(), stats.h, 1e-5, 0)) << "stats";
+  EXPECT_TRUE(near(dl.fetch(), dl.h, kUlp, kPointwise)) << "dlogits";
+  EXPECT_FALSE(std::isnan(dl.h[7]));
+  EXPECT_TRUE(std::isnan(dl.h[Vp[1] + 7]) && std::isnan(dl.h[2 * Vp[1] + 7]));
+}
+
+// The table in pieces: every id's row comes from the piece that holds it,
+// the rows of other pieces' ids stay as they are (checked after the first
+// piece), and a poisoned id's row is NaN.
+TEST_F(CudaKernelsTest, EmbeddingPieces) {
+  const int64_t N = 300, V = 50, D = 40;
+  const int64_t v0[] = {0, 17, 37}, Vp[] = {17, 20, 13};
+  std::vector<int32_t> ids(N);
+  std::mt19937 gen(170);
+  for (int32_t &id : ids)
+    id = int32_t(gen() % 7 == 0 ? 20 : gen() % V); // id 20 repeats often
+  ids[5] = -1;
+  ids[77] = int32_t(V);
+  Tensor t = Tensor::ids(ids), table = Tensor::random(V * D, 171);
+  Tensor y = Tensor::random(N * D, 172);
+  Tensor dy = Tensor::random(N * D, 173), dtable = Tensor::f32(V * D, 174);
+  for (int p = 0; p < 3; ++p) {
+    k_->embed_forward_piece(y.dev(), t.dev_ids(),
+                            k_->at(table.dev(), v0[p] * D), N, Vp[p], D, v0[p],
+                            V, p == 0);
+    cpu_.embed_forward_piece(y.host(), ids.data(), table.host() + v0[p] * D, N,
+                             Vp[p], D, v0[p], V, p == 0);
+    if (p == 0) {
+      sync();
+      EXPECT_TRUE(near(y.fetch(), y.h, 0, 0)) << "after the first piece";
+    }
+    k_->embed_backward_piece(dtable.dev_f32() + v0[p] * D, dy.dev(),
+                             t.dev_ids(), N, Vp[p], D, v0[p]);
+    cpu_.embed_backward_piece(dtable.host() + v0[p] * D, dy.host(), ids.data(),
+                              N, Vp[p], D, v0[p]);
+  }
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, 0, 0)) << "embed";
+  EXPECT_TRUE(std::isnan(y.h[5 * D]) && std::isnan(y.h[77 * D]));
+  EXPECT_TRUE(near(dtable.fetch(), dtable.h, 1e-5, 1e-6)) << "dtable";
 }
 
 TEST_F(CudaKernelsTest, TransposeAndSlice) {

@@ -179,4 +179,71 @@ TEST(HostStoreTest, ClipScale) {
   EXPECT_EQ(off.clip_scale(1e9), 1.0);
 }
 
+// A [4, 6] weight stored [hidden, vocab] in two vocabulary pieces of 3
+// columns each (PartKind::Columns), and a [6, 4] one in two row ranges
+// (PartKind::Range): each piece packs its rows of the [vocab, hidden] view,
+// adds gradients back where they came from, and its AdamW updates exactly
+// its part. The oracle is the index arithmetic written out.
+struct PiecesProgram {
+  static constexpr int64_t R = 4, C = 6, H = 3; // H columns (rows) a piece
+  ParamDesc params[2] = {
+      {"w_cols", 2, {R, C, 0, 0}, R * C, -1, false, false, 0},
+      {"w_rows", 2, {C, R, 0, 0}, C * R, -1, false, false, 0}};
+  int unit_params[2] = {0, 1};
+  int64_t offsets[2] = {0, 16};
+  int owned[2] = {0, 1};
+  PartKind kinds[2] = {PartKind::Columns, PartKind::Range};
+  int64_t begin0[2] = {0, 0}, begin1[2] = {H, H * R};
+  int64_t elems[2] = {H * R, H * R};
+  UnitDesc units[2] = {
+      {"piece0", "head", 32, 2, unit_params, offsets, 2, owned, kinds, begin0, elems},
+      {"piece1", "head", 32, 2, unit_params, offsets, 2, owned, kinds, begin1, elems}};
+  Program program{"pieces", "0", 1, 1, C, 1, 2, params, 2, units};
+};
+
+TEST(HostStoreTest, VocabularyPiecesPackAccumulateAndUpdateTheirParts) {
+  PiecesProgram pp;
+  const Program &p = pp.program;
+  constexpr int64_t R = PiecesProgram::R, C = PiecesProgram::C,
+                    H = PiecesProgram::H;
+  HostStore store(p, StorageFormat::F32, OptimizerConfig{});
+  for (int q = 0; q < 2; ++q)
+    for (int64_t k = 0; k < R * C; ++k)
+      store.values(q)[k] = float(100 * q + k);
+  host::ThreadPool pool(2);
+  for (int u = 0; u < 2; ++u) {
+    std::vector<float> staging(32, -1.0f);
+    store.pack(u, staging.data(), &pool);
+    for (int64_t i = 0; i < H; ++i) // row i of the piece: vocab entry u*H+i
+      for (int64_t j = 0; j < R; ++j) {
+        EXPECT_EQ(staging[i * R + j], store.values(0)[j * C + u * H + i]);
+        EXPECT_EQ(staging[16 + i * R + j],
+                  store.values(1)[(u * H + i) * R + j]);
+      }
+    std::vector<float> g(32);
+    for (int64_t k = 0; k < 32; ++k)
+      g[k] = float(1000 * (u + 1) + k);
+    store.accumulate(u, g.data(), &pool);
+  }
+  for (int u = 0; u < 2; ++u)
+    for (int64_t i = 0; i < H; ++i)
+      for (int64_t j = 0; j < R; ++j) {
+        EXPECT_EQ(store.grad(0)[j * C + u * H + i], float(1000 * (u + 1) + i * R + j));
+        EXPECT_EQ(store.grad(1)[(u * H + i) * R + j],
+                  float(1000 * (u + 1) + 16 + i * R + j));
+      }
+  // Piece 1's update touches its columns and rows only.
+  store.compute_grad_norm(nullptr);
+  store.schedule_update(1, 0.1);
+  std::vector<float> before(store.values(0), store.values(0) + R * C);
+  store.adamw(1, &pool);
+  for (int64_t j = 0; j < R; ++j)
+    for (int64_t c = 0; c < C; ++c)
+      EXPECT_EQ(store.values(0)[j * C + c] != before[size_t(j * C + c)],
+                c >= H)
+          << j << "," << c;
+  for (int64_t k = 0; k < R * C; ++k)
+    EXPECT_EQ(store.grad(1)[k] == 0.0f, k >= H * R) << k;
+}
+
 } // namespace

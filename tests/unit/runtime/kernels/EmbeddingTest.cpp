@@ -112,5 +112,79 @@ TEST(PositionEmbed, MatchesReferenceAndAccumulates) {
   });
 }
 
+// ---- the table in vocabulary pieces ----------------------------------------
+
+struct Piece {
+  int64_t v0, Vp; // table rows [v0, v0 + Vp)
+};
+
+TEST(EmbedPieces, MatchWholeTable) {
+  const int64_t N = 80, V = 50, D = 130;
+  const std::vector<Piece> pieces = {{0, 17}, {17, 20}, {37, 13}};
+  const std::vector<int32_t> ids = token_ids(N, V, 113);
+  const Floats table = random_floats(V * D, 114);
+  Floats want(N * D);
+  embed_forward(want.data(), ids.data(), table.data(), N, V, D);
+
+  constexpr float kUntouched = 7.f; // no table entry is outside [-1, 1]
+  Floats y(N * D, kUntouched);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece &p = pieces[i];
+    embed_forward_piece(y.data(), ids.data(), table.data() + p.v0 * D, N, p.Vp,
+                        D, p.v0, V, i == 0);
+    if (i == 0) // rows of other pieces are left alone
+      for (int64_t n = 0; n < N; ++n)
+        EXPECT_EQ(y[n * D], ids[n] < p.Vp ? want[n * D] : kUntouched)
+            << "row " << n;
+  }
+  EXPECT_TRUE(bitwise_equal(y, want));
+
+  // The oracle adds in token order into each entry, as the kernel does, so
+  // the sums agree to the bit.
+  const Floats dy = random_floats(N * D, 115);
+  const Floats dtable0 = random_floats(V * D, 116);
+  Floats oracle = dtable0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < D; ++j)
+      oracle[ids[n] * D + j] += dy[n * D + j];
+  Floats dtable = dtable0;
+  for (const Piece &p : pieces)
+    embed_backward_piece(dtable.data() + p.v0 * D, dy.data(), ids.data(), N,
+                         p.Vp, D, p.v0);
+  EXPECT_TRUE(bitwise_equal(dtable, oracle));
+}
+
+// A poisoned id shows as a NaN row from the first piece on; no piece reads
+// or writes a row for it.
+TEST(EmbedPieces, IdsOutsideTheTableGiveNaN) {
+  const int64_t N = 5, V = 50, D = 3;
+  const std::vector<Piece> pieces = {{0, 25}, {25, 25}};
+  const std::vector<int32_t> ids = {1, -1, 49, int32_t(V), 20};
+  const Floats table = random_floats(V * D, 117);
+  Floats y(N * D, 7.f);
+  for (size_t i = 0; i < pieces.size(); ++i)
+    embed_forward_piece(y.data(), ids.data(), table.data() + pieces[i].v0 * D,
+                        N, pieces[i].Vp, D, pieces[i].v0, V, i == 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < D; ++j) {
+      const bool poisoned = ids[n] < 0 || ids[n] >= V;
+      if (poisoned)
+        EXPECT_TRUE(std::isnan(y[n * D + j])) << "row " << n;
+      else
+        EXPECT_EQ(y[n * D + j], table[ids[n] * D + j]) << "row " << n;
+    }
+
+  const Floats dy = random_floats(N * D, 118);
+  Floats dtable(V * D);
+  for (const Piece &p : pieces)
+    embed_backward_piece(dtable.data() + p.v0 * D, dy.data(), ids.data(), N,
+                         p.Vp, D, p.v0);
+  Floats want(V * D);
+  for (int64_t n : {0, 2, 4})
+    std::copy(dy.begin() + n * D, dy.begin() + (n + 1) * D,
+              want.begin() + ids[n] * D);
+  EXPECT_TRUE(bitwise_equal(dtable, want));
+}
+
 } // namespace
 } // namespace mtrt::test
