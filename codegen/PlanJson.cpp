@@ -3,6 +3,7 @@
 
 #include "codegen/TrainerCodegen.h"
 #include "ir/MtOps.h"
+#include "passes/RowChunk.h"
 
 using namespace mlir;
 namespace json = llvm::json;
@@ -56,6 +57,16 @@ json::Object planJson(ModuleOp module, StringRef modelName,
                                  {"packed_bf16_bytes", 2 * elems}});
   }
   plan["units"] = std::move(units);
+
+  // Templates that run a stretch of their ops in chunks of token rows.
+  json::Array chunked;
+  for (TemplateOp t : module.getOps<TemplateOp>())
+    if (std::optional<RowChunking> c = rowChunkingOf(t))
+      chunked.push_back(json::Object{{"template", t.getSymName()},
+                                     {"ops", json::Array{c->begin, c->end}},
+                                     {"chunk_tokens", c->chunk},
+                                     {"chunks", c->chunks()}});
+  plan["token_chunks"] = std::move(chunked);
 
   for (ScheduleOp step : module.getOps<ScheduleOp>()) {
     plan["micro_batches"] =

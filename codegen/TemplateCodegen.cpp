@@ -5,9 +5,9 @@
 // planTemplate chose. Backward kernels accumulate, so their scratch results
 // are zeroed first; param gradients accumulate straight into the gradient
 // slot (zeroed by the runtime on a unit's first micro-batch), which also
-// sums them over micro-batches. A head's backward with `loss_chunk` becomes
-// a loop over chunks of token rows (LossChunk.h): row values are addressed
-// at the chunk's first row, and scratch holds one chunk of them.
+// sums them over micro-batches. The stretch a `row_chunk` names becomes a
+// loop over chunks of token rows (RowChunk.h): row values held whole are
+// addressed at the chunk's first row, and local ones take one chunk.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/TemplateCodegen.h"
@@ -54,9 +54,18 @@ public:
         chunk_(plan.chunking ? &*plan.chunking : nullptr), os_(body_) {}
 
   FailureOr<std::string> run() {
-    for (Operation &op : tmpl_.getBlock())
+    std::optional<size_t> loopBegin;
+    size_t loopEnd = 0;
+    int64_t position = 0;
+    for (Operation &op : tmpl_.getBlock()) {
+      inLoop_ = chunk_ && chunk_->contains(position++);
+      if (inLoop_ && !loopBegin)
+        loopBegin = body_.size();
       if (failed(emit(op)))
         return failure();
+      if (inLoop_)
+        loopEnd = body_.size();
+    }
     std::string out;
     llvm::raw_string_ostream os(out);
     os << "// @" << tmpl_.getSymName() << "\n";
@@ -68,20 +77,24 @@ public:
       return out;
     }
     // Row values address the chunk that starts at token row r0.
+    StringRef body(body_);
+    os << body.take_front(*loopBegin);
     os << llvm::formatv("  for (int64_t r0 = 0; r0 < {0}; r0 += {1}) {{\n",
                         chunk_->rows, chunk_->chunk);
-    for (StringRef line : llvm::split(StringRef(body_).rtrim('\n'), '\n'))
+    StringRef loop = body.slice(*loopBegin, loopEnd).rtrim('\n');
+    for (StringRef line : llvm::split(loop, '\n'))
       os << "  " << line << "\n";
-    os << "  }\n}\n";
+    os << "  }\n" << body.drop_front(loopEnd) << "}\n";
     return out;
   }
 
 private:
   const Placement &where(Value v) { return plan_.values.find(v)->second; }
-  bool isRow(Value v) const { return chunk_ && chunk_->isRow(v); }
+  // Whether v, inside the chunk loop, is a row value.
+  bool isRow(Value v) const { return inLoop_ && chunk_->isRow(v); }
   // Elements of v one kernel call covers: a chunk's worth of a row value.
   int64_t count(Value v) const {
-    return chunk_ ? chunk_->elements(v) : numel(v);
+    return inLoop_ ? chunk_->callElements(v) : numel(v);
   }
   // v's shape as one chunk sees it: its rows cut to the chunk's.
   SmallVector<int64_t> chunkShape(Value v) const {
@@ -112,6 +125,11 @@ private:
       return llvm::formatv("k.at(a.weights, a.param_offsets[{0}])", p.index)
           .str();
     case Placement::Workspace:
+      // A row value held whole: the chunk's rows of it.
+      if (isRow(v) && !chunk_->isLocal(v))
+        return llvm::formatv("k.at(a.workspace, {0} + r0 * {1})", p.offset,
+                             shapeOf(v).back())
+            .str();
       return llvm::formatv("k.at(a.workspace, {0})", p.offset).str();
     case Placement::ParamGrad:
     case Placement::SumNode:
@@ -131,7 +149,7 @@ private:
     const Placement &where = plan_.values.find(v)->second;
     if (where.kind == Placement::Input && where.index == 1 &&
         tmpl_.getKind() == "head")
-      p += " + " + std::to_string(numel(v)) + (chunk_ ? " + r0" : "");
+      p += " + " + std::to_string(numel(v)) + (inLoop_ ? " + r0" : "");
     return p;
   }
   std::string opt(Value v) { return v ? ref(v) : "nullptr"; }
@@ -337,7 +355,7 @@ private:
                            ref(c.getLoss()), ref(c.getLogits()),
                            ids(c.getTargets()), count(c.getLogits()) / V, V,
                            numel(c.getLogits()) / V,
-                           chunk_ ? "r0 > 0" : "false");
+                           inLoop_ ? "r0 > 0" : "false");
     } else if (auto c = dyn_cast<CrossEntropyGradOp>(op)) {
       int64_t V = shapeOf(c.getLogits()).back();
       os_ << llvm::formatv("  k.cross_entropy_backward({0}, {1}, {2}, {3}, {4}, "
@@ -499,7 +517,8 @@ private:
 
   TemplateOp tmpl_;
   const TemplatePlan &plan_;
-  const LossChunking *chunk_;
+  const RowChunking *chunk_;
+  bool inLoop_ = false; // emitting an op of the chunked stretch
   std::string body_;
   llvm::raw_string_ostream os_;
   int counter_ = 0;

@@ -92,7 +92,7 @@ private:
     auto tmpl = b_.create<TemplateOp>(loc(blk.nodes.front()->name), sym,
                                       blk.kind, type, /*numInputs=*/1,
                                       FlatSymbolRefAttr(), DenseI64ArrayAttr(),
-                                      IntegerAttr(), FlatSymbolRefAttr());
+                                      IntegerAttr(), DenseI64ArrayAttr(), FlatSymbolRefAttr());
     SmallVector<Location> locs(inputs.size(), b_.getUnknownLoc());
     mlir::Block *body = b_.createBlock(&tmpl.getBody(), {}, inputs, locs);
     std::map<Value *, mlir::Value> env;

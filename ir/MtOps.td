@@ -58,9 +58,11 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
     graph, not split into blocks). A backward template (made by
     mt-derive-backward) names its forward template in `grad_of`, and lists
     in `trained_params` the params whose gradients are its last results.
-    A head's backward may carry `loss_chunk` (set by mt-chunk-loss): it then
-    runs over its token rows in chunks of that many rows, so that logits
-    are never held for more than one chunk. A template made by
+    `row_chunk` (set by mt-chunk-loss and mt-chunk-mlp) runs the body ops
+    [begin, end) that `row_ops` names (all of them without it) over the
+    launch's token rows in chunks of that many rows, so that their inner
+    values (logits, MLP activations) are never held for more than one
+    chunk. A template made by
     mt-split-vocab for one vocabulary piece of template T names T in
     `piece_of`.
 
@@ -78,7 +80,8 @@ def Mt_TemplateOp : Mt_Op<"template", [Symbol, IsolatedFromAbove]> {
                        I64Attr:$num_inputs,
                        OptionalAttr<FlatSymbolRefAttr>:$grad_of,
                        OptionalAttr<DenseI64ArrayAttr>:$trained_params,
-                       OptionalAttr<I64Attr>:$loss_chunk,
+                       OptionalAttr<I64Attr>:$row_chunk,
+                       OptionalAttr<DenseI64ArrayAttr>:$row_ops,
                        OptionalAttr<FlatSymbolRefAttr>:$piece_of);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;

@@ -154,11 +154,16 @@ LogicalResult TemplateOp::verify() {
     return emitOpError("num_inputs ") << numInputs << " is out of range";
   if (getBody().empty())
     return emitOpError("needs a body");
-  if (std::optional<int64_t> chunk = getLossChunk()) {
-    if (getKind() != "head" || !getGradOf())
-      return emitOpError("loss_chunk is for a head's backward template only");
-    if (*chunk < 1)
-      return emitOpError("loss_chunk must be positive, not ") << *chunk;
+  if (std::optional<int64_t> chunk = getRowChunk(); chunk && *chunk < 1)
+    return emitOpError("row_chunk must be positive, not ") << *chunk;
+  if (std::optional<ArrayRef<int64_t>> ops = getRowOps()) {
+    int64_t n = static_cast<int64_t>(getBlock().getOperations().size());
+    if (!getRowChunk())
+      return emitOpError("row_ops needs a row_chunk");
+    if (ops->size() != 2 || (*ops)[0] < 0 || (*ops)[0] >= (*ops)[1] ||
+        (*ops)[1] > n)
+      return emitOpError("row_ops must be [begin, end) within the body's ")
+             << n << " ops";
   }
   return verifyBlockSignature(*this, getBlock(), getFunctionType());
 }

@@ -1,7 +1,7 @@
 //===- ChunkLoss.cpp - the head's backward over token rows in chunks ------===//
 #include "passes/Passes.h"
 
-#include "passes/LossChunk.h"
+#include "passes/RowChunk.h"
 
 namespace mt {
 #define GEN_PASS_DEF_CHUNKLOSS
@@ -12,18 +12,6 @@ using namespace mlir;
 using namespace mt;
 
 namespace {
-
-// Logits up to this many elements (256 MiB in bf16) run whole: chunks add a
-// pass over the head's f32 weight gradient each, so they pay off only when
-// the logits are large.
-constexpr int64_t kWholeLogitElems = int64_t(1) << 27;
-
-int64_t largestDivisorAtMost(int64_t n, int64_t bound) {
-  for (int64_t d = std::min(n, std::max<int64_t>(bound, 1)); d > 1; --d)
-    if (n % d == 0)
-      return d;
-  return 1;
-}
 
 struct ChunkLossPass : public mt::impl::ChunkLossBase<ChunkLossPass> {
   using ChunkLossBase::ChunkLossBase;
@@ -51,7 +39,7 @@ struct ChunkLossPass : public mt::impl::ChunkLossBase<ChunkLossPass> {
                        .getNumElements();
     int64_t vocab = logits.getShape().back();
     Operation *culprit = nullptr;
-    bool rowWise = succeeded(analyzeLossRows(t, &culprit));
+    bool rowWise = succeeded(analyzeWholeRows(t, &culprit));
     int64_t chunk;
     int64_t tokens = this->tokens;
     if (tokens > 0) {
@@ -66,7 +54,7 @@ struct ChunkLossPass : public mt::impl::ChunkLossBase<ChunkLossPass> {
                << largestDivisorAtMost(rows, tokens) << " does";
       chunk = tokens;
     } else {
-      if (rows * vocab <= kWholeLogitElems)
+      if (rows * vocab <= kWholeRowElems)
         return success();
       if (!rowWise) {
         t.emitWarning("the head's logits (")
@@ -75,7 +63,7 @@ struct ChunkLossPass : public mt::impl::ChunkLossBase<ChunkLossPass> {
             << culprit->getName() << "' mixes token rows";
         return success();
       }
-      int64_t target = std::max<int64_t>(1, kWholeLogitElems / vocab);
+      int64_t target = std::max<int64_t>(1, kWholeRowElems / vocab);
       chunk = largestDivisorAtMost(rows, target);
       if (4 * chunk < target)
         t.emitWarning("the loss runs in ")
@@ -86,7 +74,7 @@ struct ChunkLossPass : public mt::impl::ChunkLossBase<ChunkLossPass> {
                "chunks";
     }
     if (chunk < rows)
-      t.setLossChunk(chunk);
+      t.setRowChunk(chunk);
     return success();
   }
 };

@@ -95,7 +95,7 @@ LogicalResult deriveBackward(TemplateOp fwd, ModuleOp module) {
                                   b.getFunctionType(inputs, results),
                                   numInputs, FlatSymbolRefAttr::get(fwd),
                                   b.getDenseI64ArrayAttr(trainedIndices),
-                                  IntegerAttr(), FlatSymbolRefAttr());
+                                  IntegerAttr(), DenseI64ArrayAttr(), FlatSymbolRefAttr());
   SmallVector<Location> locs(inputs.size(), loc);
   Block *body = b.createBlock(&bwd.getBody(), {}, inputs, locs);
 

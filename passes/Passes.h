@@ -26,6 +26,7 @@ struct PipelineOptions {
   int64_t minUnitBytes = 0; // merge layers smaller than this
   int64_t hostCheckpoints = -1; // layers whose checkpoints go to host; -1: by budget
   int64_t lossChunkTokens = 0;  // token rows per chunk of the head; 0: by size
+  int64_t mlpChunkTokens = 0;   // token rows per chunk of a layer's MLP; 0: by size
   int64_t vocabPieces = 0;      // LM head/embedding pieces; 0: by budget
   std::string preset = "h200-pcie5";
   std::string tracePath;    // predicted timeline, Chrome trace JSON

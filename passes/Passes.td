@@ -50,6 +50,27 @@ def ChunkLoss : Pass<"mt-chunk-loss", "mlir::ModuleOp"> {
   ];
 }
 
+def ChunkMlp : Pass<"mt-chunk-mlp", "mlir::ModuleOp"> {
+  let summary = "Runs each layer's MLP over token rows in chunks";
+  let description = [{
+    Sets `row_chunk` and `row_ops` on layer templates: the stretch of a
+    layer that works token row by token row (output projection, residual,
+    norm and MLP, and in the backward their recompute and gradients) then
+    runs over the B·S token rows of a micro-batch in chunks, so that its
+    activations (B·S·F each, 11.5 GB at 512K tokens of a 7B model) are
+    held for one chunk only, while the weight gradients accumulate chunk
+    by chunk. Of the row-wise stretches (passes/RowChunk.h) it takes the
+    one that leaves the least scratch. `tokens` sets the rows per chunk (it
+    must divide B·S); by default a stretch runs whole while its widest
+    activation holds up to 2^27 elements, and above that in chunks of the
+    largest divisor of B·S that keeps it under that size.
+  }];
+  let options = [
+    Option<"tokens", "tokens", "int64_t", "0",
+           "token rows per chunk of a layer's MLP (0: by the activations' size)">,
+  ];
+}
+
 def SplitVocab : Pass<"mt-split-vocab", "mlir::ModuleOp"> {
   let summary = "Cuts an LM head and embedding into vocabulary pieces";
   let description = [{

@@ -21,7 +21,7 @@
 
 #include "ir/MtOps.h"
 #include "passes/Accesses.h"
-#include "passes/LossChunk.h"
+#include "passes/RowChunk.h"
 #include "passes/ModelInfo.h"
 
 #include "mlir/IR/Builders.h"
@@ -76,14 +76,13 @@ double gemmEfficiency(double m, double n, double k) {
 }
 
 /// Seconds one primitive takes on the device, over the rows of one chunk
-/// when its template runs in chunks of token rows.
-double opSeconds(Operation *op, const Machine &m,
-                 const std::optional<LossChunking> &chunking) {
+/// when it runs in chunks of token rows.
+double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
   auto numel = [&](Value v) -> double {
     auto t = dyn_cast<RankedTensorType>(v.getType());
     if (!t)
       return 0;
-    return chunking ? chunking->elements(v) : t.getNumElements();
+    return chunk ? chunk->callElements(v) : t.getNumElements();
   };
   double flops = 0, eff = 1;
   if (auto l = dyn_cast<LinearOp>(op)) {
@@ -119,13 +118,18 @@ double opSeconds(Operation *op, const Machine &m,
 }
 
 double templateSeconds(TemplateOp t, const Machine &m) {
-  std::optional<LossChunking> chunking = lossChunkingOf(t);
+  std::optional<RowChunking> chunking = rowChunkingOf(t);
   double s = 0;
-  for (Operation &op : t.getBlock())
-    if (!isa<YieldOp>(op))
-      s += opSeconds(&op, m, chunking);
-  // Each chunk reads and writes the param gradients again.
-  return chunking ? s * chunking->chunks() : s;
+  int64_t position = 0;
+  for (Operation &op : t.getBlock()) {
+    bool chunked = chunking && chunking->contains(position++);
+    if (isa<YieldOp>(op))
+      continue;
+    // Each chunk reads and writes the param gradients again.
+    s += chunked ? opSeconds(&op, m, &*chunking) * chunking->chunks()
+                 : opSeconds(&op, m, nullptr);
+  }
+  return s;
 }
 
 int64_t bytesPer(StringRef dtype) { return dtype == "storage" ? 2 : 4; }

@@ -253,7 +253,7 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
         backward ? FlatSymbolRefAttr::get(b.getContext(), gradOf)
                  : FlatSymbolRefAttr(),
         backward ? b.getDenseI64ArrayAttr(trained) : DenseI64ArrayAttr(),
-        IntegerAttr(), FlatSymbolRefAttr::get(of));
+        IntegerAttr(), DenseI64ArrayAttr(), FlatSymbolRefAttr::get(of));
     SmallVector<Location> locs(all.size(), of.getLoc());
     b.createBlock(&t.getBody(), {}, all, locs);
     last_ = t;

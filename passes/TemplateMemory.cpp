@@ -30,9 +30,38 @@ int64_t alignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 } // namespace
 
+void placeParamGradients(TemplateOp tmpl,
+                         llvm::DenseMap<Value, Placement> &values) {
+  auto yield = cast<YieldOp>(tmpl.getBlock().getTerminator());
+  std::optional<ArrayRef<int64_t>> trained = tmpl.getTrainedParams();
+  if (!trained)
+    return;
+  // The last results are the param gradients, one per trained param: walk
+  // each back through its sum tree.
+  int64_t lead = yield.getNumOperands() - trained->size();
+  for (int64_t r = lead; r < yield.getNumOperands(); ++r) {
+    int64_t param = (*trained)[r - lead];
+    SmallVector<Value> work{yield.getOperand(r)};
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      if (auto add = v.getDefiningOp<AddOp>(); add && v.hasOneUse()) {
+        values[v] = {Placement::SumNode, param};
+        work.push_back(add.getLhs());
+        work.push_back(add.getRhs());
+        continue;
+      }
+      auto res = dyn_cast<OpResult>(v);
+      if (res && v.hasOneUse() &&
+          writesParamGradient(res.getOwner(), res.getResultNumber()))
+        values[v] = {Placement::ParamGrad, param};
+      // Anything else is computed in scratch, then accumulated.
+    }
+  }
+}
+
 TemplatePlan planTemplate(TemplateOp tmpl) {
   TemplatePlan plan;
-  plan.chunking = lossChunkingOf(tmpl);
+  plan.chunking = rowChunkingOf(tmpl);
   Block &body = tmpl.getBlock();
   int64_t numInputs = tmpl.getNumInputs();
   for (BlockArgument arg : body.getArguments()) {
@@ -44,32 +73,8 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
     else
       plan.values[arg] = {Placement::Input, i};
   }
-
-  // Param gradients: walk each yielded one back through its sum tree.
+  placeParamGradients(tmpl, plan.values);
   auto yield = cast<YieldOp>(body.getTerminator());
-  if (std::optional<ArrayRef<int64_t>> trained = tmpl.getTrainedParams()) {
-    // The last results are the param gradients, one per trained param.
-    int64_t lead = yield.getNumOperands() - trained->size();
-    for (int64_t r = lead; r < yield.getNumOperands(); ++r) {
-      int64_t param = (*trained)[r - lead];
-      SmallVector<Value> work{yield.getOperand(r)};
-      while (!work.empty()) {
-        Value v = work.pop_back_val();
-        if (auto add = v.getDefiningOp<AddOp>();
-            add && v.hasOneUse()) {
-          plan.values[v] = {Placement::SumNode, param};
-          work.push_back(add.getLhs());
-          work.push_back(add.getRhs());
-          continue;
-        }
-        auto res = dyn_cast<OpResult>(v);
-        if (res && v.hasOneUse() &&
-            writesParamGradient(res.getOwner(), res.getResultNumber()))
-          plan.values[v] = {Placement::ParamGrad, param};
-        // Anything else is computed in scratch, then accumulated.
-      }
-    }
-  }
 
   // Vocabulary-piece results go straight to their output buffers.
   for (auto [i, v] : llvm::enumerate(yield.getOperands()))
@@ -86,6 +91,7 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
     int64_t start, end, size;
   };
   std::vector<Interval> intervals;
+  const std::optional<RowChunking> &chunks = plan.chunking;
   for (Operation &op : body)
     for (Value r : op.getResults()) {
       if (plan.values.count(r))
@@ -98,10 +104,27 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
       int64_t end = position[&op];
       for (Operation *user : r.getUsers())
         end = std::max(end, position[user]);
-      int64_t elems = plan.chunking ? plan.chunking->elements(r)
-                                    : type.getNumElements();
-      intervals.push_back({r, position[&op], end, alignUp(elems)});
+      Interval iv{r, position[&op], end, type.getNumElements()};
+      if (chunks) {
+        iv.size = chunks->scratchElements(r);
+        // A value the chunked stretch touches but does not hold locally is
+        // read or written by every chunk: it lives across the whole loop.
+        bool touched = chunks->contains(iv.start) ||
+                       llvm::any_of(r.getUsers(), [&](Operation *user) {
+                         return chunks->contains(position[user]);
+                       });
+        if (touched && !chunks->isLocal(r)) {
+          iv.start = std::min(iv.start, chunks->begin);
+          iv.end = std::max(iv.end, chunks->end - 1);
+        }
+      }
+      iv.size = alignUp(iv.size);
+      intervals.push_back(iv);
     }
+  // First fit in order of first use.
+  llvm::stable_sort(intervals, [](const Interval &a, const Interval &b) {
+    return a.start < b.start;
+  });
   // Active allocations by offset; first fit over the gaps.
   std::multimap<int64_t, const Interval *> active; // end -> interval
   std::map<int64_t, int64_t> used;                 // offset -> size

@@ -3,7 +3,7 @@
 #define MT_PASSES_TEMPLATEMEMORY_H
 
 #include "ir/MtOps.h"
-#include "passes/LossChunk.h"
+#include "passes/RowChunk.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -34,15 +34,21 @@ struct Placement {
 /// directly, and sums of contributions are implicit; other contributions
 /// (through sum_to, mul_grad) are computed in scratch and added with
 /// accumulate_f32. Yielded activations are copied to the output buffers.
-/// A head's backward with `loss_chunk` runs in chunks of token rows
-/// (LossChunk.h): its row values then take one chunk's worth of scratch.
+/// A template with `row_chunk` runs a stretch of its ops in chunks of
+/// token rows (RowChunk.h): the stretch's local row values then take one
+/// chunk's worth of scratch.
 struct TemplatePlan {
   llvm::DenseMap<mlir::Value, Placement> values;
   int64_t workspaceElems = 0;
-  std::optional<LossChunking> chunking;
+  std::optional<RowChunking> chunking;
 };
 
 TemplatePlan planTemplate(TemplateOp tmpl);
+
+/// The ParamGrad and SumNode placements of a backward template's param
+/// gradients, added to values.
+void placeParamGradients(TemplateOp tmpl,
+                         llvm::DenseMap<mlir::Value, Placement> &values);
 
 /// The scratch the step needs: the largest any launched template needs.
 int64_t launchScratchElems(mlir::ModuleOp module);

@@ -2,9 +2,11 @@
 autograd on the same weights and data (the oracle interprets the exported
 ONNX in float64). fp32 training must agree to 1e-3 relative L2 per tensor
 and 1e-4 in the loss; the observed agreement is about 1e-6."""
+import os
+import re
 import unittest
 
-from tests.e2e.harness import Workdir, gradient_errors, read_jsonl
+from tests.e2e.harness import MEGATRAIN, Workdir, gradient_errors, read_jsonl, run
 
 MODELS = ["tiny-llama", "tiny-llama-tied", "tiny-gpt2", "tiny-neox",
           "hf-llama", "hf-gpt2", "hf-qwen2"]
@@ -39,6 +41,7 @@ class FirstStepGradients(unittest.TestCase):
         self.assertEqual(unmatched, [], f"{tag}: gradients only one side has")
         for name, err in errors.items():
             self.assertLess(err, 1e-3, f"{tag}: {name}")
+        return plan_dir
 
     def test_models(self):
         for model in MODELS:
@@ -75,6 +78,37 @@ class FirstStepGradients(unittest.TestCase):
             with self.subTest(model=model):
                 self.check(model, seq_len=12, extra=("--loss-chunk-tokens", "8"),
                            tag=model + "-loss-chunks")
+
+    def test_mlp_in_token_chunks(self):
+        # Each layer's row-wise stretch (output projection, residual, norm,
+        # MLP; in the backward their recompute and gradients) over 24
+        # tokens in chunks of 8, the middle chunk spanning two sequences;
+        # the weight gradients add up chunk by chunk. SwiGLU with RMSNorm,
+        # GELU with LayerNorm and biases, a folded HF export ([in, out]
+        # weights), and with the loss chunked too.
+        for model, folded in (("tiny-llama", False), ("tiny-gpt2", False),
+                              ("hf-llama", True)):
+            with self.subTest(model=model, folded=folded):
+                plan_dir = self.check(model, folded, seq_len=12,
+                                      extra=("--mlp-chunk-tokens", "8"),
+                                      tag=model + "-mlp-chunks")
+                self.assert_layers_chunked(plan_dir, 8)
+        plan_dir = self.check("tiny-llama", seq_len=12,
+                              extra=("--mlp-chunk-tokens", "8", "--loss-chunk-tokens", "6"),
+                              tag="mlp-and-loss-chunks")
+        self.assert_layers_chunked(plan_dir, 8)
+
+    def assert_layers_chunked(self, plan_dir, chunk):
+        # Both directions of the layer run a stretch in chunks, and inspect
+        # says so.
+        with open(os.path.join(plan_dir, "model.mlir")) as f:
+            ir = f.read()
+        chunked = re.findall(r'kind "layer".*row_chunk = (\d+) : i64, row_ops', ir)
+        self.assertEqual(chunked, [str(chunk)] * 2, plan_dir)
+        shown = run([MEGATRAIN, "inspect", plan_dir]).stdout
+        for t in ("layer", "layer.bwd"):
+            self.assertRegex(shown, rf"@{re.escape(t)} runs ops \d+\.\.\d+ in "
+                                    rf"{24 // chunk} chunks of {chunk} tokens")
 
     def test_vocab_pieces(self):
         # The LM head and the embedding in 3 units of vocabulary rows: the

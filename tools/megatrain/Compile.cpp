@@ -57,6 +57,10 @@ plan:
                          micro-batch at a time, T dividing batch x seq-len
                          (default: chunks only when the logits would pass
                          2^27 elements)
+  --mlp-chunk-tokens T   run each layer's MLP (and its gradients) over T
+                         tokens of a micro-batch at a time, T dividing
+                         batch x seq-len (default: chunks only when its
+                         activations would pass 2^27 elements)
 prediction (mt-simulate; see docs/schedule.md):
   --preset NAME          machine to predict the step on: h200-pcie5 (default),
                          gh200, a100-pcie4 or rtx3090-pcie4
@@ -75,8 +79,8 @@ output:
 )";
 
 const char *const kPipelinePasses[] = {
-    "mt-derive-backward", "mt-chunk-loss",      "mt-split-vocab",
-    "mt-partition",
+    "mt-derive-backward", "mt-chunk-loss",      "mt-chunk-mlp",
+    "mt-split-vocab",     "mt-partition",
     "mt-pack-weights",    "mt-schedule",        "mt-place-checkpoints",
     "mt-insert-transfers", "mt-insert-events",  "mt-plan-memory",
     "mt-verify-schedule", "mt-simulate"};
@@ -124,7 +128,8 @@ int runCompile(const std::vector<std::string> &args) {
   Flags flags(args,
               {"--batch", "--seq-len", "--bind", "--emit", "--micro-batches",
                "--slots", "--gpu-mem-limit", "--min-unit-bytes", "--staging-elems",
-               "--host-checkpoints", "--loss-chunk-tokens", "--vocab-pieces",
+               "--host-checkpoints", "--loss-chunk-tokens", "--mlp-chunk-tokens",
+               "--vocab-pieces",
                "--dump-ir-after", "--preset", "--sim-trace", "-o"},
               {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
@@ -144,7 +149,7 @@ int runCompile(const std::vector<std::string> &args) {
       !llvm::is_contained(kPipelinePasses, dumpAfter))
     throw UsageError("--dump-ir-after: '" + dumpAfter +
                      "' is not a pass of the pipeline (mt-derive-backward, "
-                     "mt-chunk-loss, mt-split-vocab, mt-partition, mt-pack-weights, mt-schedule, "
+                     "mt-chunk-loss, mt-chunk-mlp, mt-split-vocab, mt-partition, mt-pack-weights, mt-schedule, "
                      "mt-place-checkpoints, mt-insert-transfers, "
                      "mt-insert-events, mt-plan-memory, "
                      "mt-verify-schedule, mt-simulate) or all");
@@ -180,6 +185,8 @@ int runCompile(const std::vector<std::string> &args) {
   }
   pipeline.lossChunkTokens =
       flags.positiveInt("--loss-chunk-tokens").value_or(0);
+  pipeline.mlpChunkTokens =
+      flags.positiveInt("--mlp-chunk-tokens").value_or(0);
   pipeline.vocabPieces = flags.positiveInt("--vocab-pieces").value_or(0);
   pipeline.preset = flags.get("--preset").value_or(pipeline.preset);
   pipeline.tracePath = flags.get("--sim-trace").value_or("");

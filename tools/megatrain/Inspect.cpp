@@ -98,6 +98,21 @@ int runInspect(const std::vector<std::string> &args) {
         os << llvm::formatv("  {0,-16} {1}\n", kv.first.str(),
                             size(*kv.second.getAsNumber()));
   }
+  const json::Array *chunks = plan->getArray("token_chunks");
+  if (chunks && !chunks->empty())
+    os << "in chunks of tokens (scratch holds one chunk):\n";
+  if (chunks)
+    for (const json::Value &c : *chunks) {
+      const json::Object &t = *c.getAsObject();
+      const json::Array &ops = *t.getArray("ops");
+      os << llvm::formatv("  @{0} runs ops {1}..{2} in {3} chunks of {4} "
+                          "tokens\n",
+                          t.getString("template").value_or(""),
+                          static_cast<int64_t>(*ops[0].getAsNumber()),
+                          static_cast<int64_t>(*ops[1].getAsNumber()) - 1,
+                          static_cast<int64_t>(number(t, "chunks")),
+                          static_cast<int64_t>(number(t, "chunk_tokens")));
+    }
   if (const json::Object *host = plan->getObject("host_memory"))
     os << llvm::formatv("host memory: {0} store + {1} buffers (staging, "
                         "offloaded checkpoints) = {2:F2} bytes per trained "

@@ -7,10 +7,10 @@
 // scale) with small logits: whole by default; in chunks of 4 of its 8 token
 // rows when asked, the bias gradient (a sum over rows) accumulating.
 // CHECK-LABEL: mt.template @head.bwd kind "head"
-// CHECK-NOT: loss_chunk
+// CHECK-NOT: row_chunk
 // CHECK-SAME: {
 // TOK-LABEL: mt.template @head.bwd kind "head"
-// TOK-SAME: loss_chunk = 4 : i64
+// TOK-SAME: row_chunk = 4 : i64
 module {
   mt.param @ln : tensor<16xf32>
   mt.param @w : tensor<32x16xf32>
@@ -35,9 +35,9 @@ module {
 // of 4096 rows, the largest divisor of 8192 that keeps a chunk's logits at
 // 2^27.
 // CHECK-LABEL: mt.template @head.bwd kind "head"
-// CHECK-SAME: loss_chunk = 4096 : i64
+// CHECK-SAME: row_chunk = 4096 : i64
 // TOK-LABEL: mt.template @head.bwd kind "head"
-// TOK-SAME: loss_chunk = 4 : i64
+// TOK-SAME: row_chunk = 4 : i64
 module {
   mt.param @ln : tensor<16xf32>
   mt.param @w : tensor<32768x16xf32>
@@ -59,7 +59,7 @@ module {
 // the LM head's input is restored): it cannot run in chunks. Small logits
 // run whole without a word; asking for chunks is an error naming the op.
 // CHECK-LABEL: mt.template @head.bwd kind "head"
-// CHECK-NOT: loss_chunk
+// CHECK-NOT: row_chunk
 // CHECK-SAME: {
 // ERR: error: --loss-chunk-tokens: the head @head.bwd cannot run in chunks of tokens: this op mixes token rows
 // ERR-NEXT: %t = mt.transpose
@@ -83,7 +83,7 @@ module {
 // warning that says why.
 // WARN: warning: the head's logits (8192 x 32768) are held whole: it cannot run in chunks of tokens because 'mt.transpose' mixes token rows
 // CHECK-LABEL: mt.template @head.bwd kind "head"
-// CHECK-NOT: loss_chunk
+// CHECK-NOT: row_chunk
 // CHECK-SAME: {
 module {
   mt.param @w : tensor<32768x16xf32>
@@ -107,7 +107,7 @@ module {
 // do not divide the tokens.
 // WARN: warning: the loss runs in 4099 chunks of 1 tokens: batch x seq-len = 4099 has no divisor near 2048
 // CHECK-LABEL: mt.template @head.bwd kind "head"
-// CHECK-SAME: loss_chunk = 1 : i64
+// CHECK-SAME: row_chunk = 1 : i64
 // ERR: error: --loss-chunk-tokens 4 does not divide the 4099 tokens of a micro-batch (batch x seq-len); 1 does
 module {
   mt.param @w : tensor<65536x16xf32>

@@ -124,6 +124,32 @@ TEST_F(DialectTest, FrozenParamCannotBeTied) {
             std::string::npos);
 }
 
+TEST_F(DialectTest, RowChunkNamesAStretchOfTheBody) {
+  const char *layer = "mt.template @layer kind \"layer\" (%x: tensor<2x16x64xf32>) "
+                      "params (%ln: tensor<64xf32>, %wq: tensor<64x64xf32>) "
+                      "-> (tensor<2x16x64xf32>) {";
+  auto with = [&](const std::string &attrs) {
+    std::string head = layer;
+    return mutate(head, head.substr(0, head.size() - 1) + "attributes {" +
+                            attrs + "} {");
+  };
+  // The layer's body has 4 ops (yield included).
+  EXPECT_EQ(parseError(with("row_chunk = 8 : i64, row_ops = array<i64: 1, 4>")),
+            "");
+  EXPECT_EQ(parseError(with("row_chunk = 8 : i64")), "");
+  EXPECT_NE(parseError(with("row_chunk = 0 : i64")).find("must be positive"),
+            std::string::npos);
+  EXPECT_NE(parseError(with("row_ops = array<i64: 1, 4>")).find("needs a row_chunk"),
+            std::string::npos);
+  for (const char *ops : {"array<i64: 1, 5>", "array<i64: 2, 2>",
+                          "array<i64: 1>", "array<i64: -1, 3>"})
+    EXPECT_NE(parseError(with(std::string("row_chunk = 8 : i64, row_ops = ") +
+                              ops))
+                  .find("within the body's 4 ops"),
+              std::string::npos)
+        << ops;
+}
+
 // One primitive in a graph template, for verifier tests.
 std::string graphWith(const std::string &args, const std::string &body,
                       const std::string &result) {
@@ -196,7 +222,7 @@ TEST_F(DialectTest, BuilderMakesVerifiedTemplate) {
   auto tmpl = b.create<mt::TemplateOp>(
       loc, "norm", "layer", b.getFunctionType({x, w}, {x}), /*numInputs=*/1,
       FlatSymbolRefAttr(), DenseI64ArrayAttr(), IntegerAttr(),
-      FlatSymbolRefAttr());
+      DenseI64ArrayAttr(), FlatSymbolRefAttr());
   Block *block = b.createBlock(&tmpl.getBody(), {}, {x, w}, {loc, loc});
   b.setInsertionPointToEnd(block);
   Value y = b.create<mt::RmsNormOp>(loc, x, block->getArgument(0),
