@@ -5,6 +5,8 @@
 #include "ir/MtOps.h"
 #include "passes/RowChunk.h"
 
+#include "llvm/ADT/StringMap.h"
+
 using namespace mlir;
 namespace json = llvm::json;
 
@@ -34,6 +36,18 @@ json::Object planJson(ModuleOp module, StringRef modelName,
   plan["trained_params"] = trained;
   plan["frozen_params"] = frozen;
 
+  // The weight slot of each visit of a unit (forward, then backward; its
+  // micro-batches share the visit).
+  llvm::StringMap<std::vector<std::pair<StringRef, StringRef>>> visits;
+  module.walk([&](LaunchOp l) {
+    if (!l.getWeights())
+      return;
+    auto &v = visits[l.getUnit()];
+    std::pair<StringRef, StringRef> visit{l.getDirection(), *l.getWeights()};
+    if (v.empty() || v.back() != visit)
+      v.push_back(visit);
+  });
+
   json::Array units;
   for (UnitOp u : module.getOps<UnitOp>()) {
     // The elements the unit holds: a vocabulary piece holds part of its
@@ -50,11 +64,15 @@ json::Object planJson(ModuleOp module, StringRef modelName,
     for (int64_t a : u.getApplies())
       applies.push_back(a);
     int64_t elems = u.getElems() ? *u.getElems() : 0;
+    json::Array slots;
+    for (auto [direction, slot] : visits.lookup(u.getSymName()))
+      slots.push_back(json::Object{{"direction", direction}, {"slot", slot}});
     units.push_back(json::Object{{"name", u.getSymName()},
                                  {"kind", u.getKind()},
                                  {"applies", std::move(applies)},
                                  {"params", params},
-                                 {"packed_bf16_bytes", 2 * elems}});
+                                 {"packed_bf16_bytes", 2 * elems},
+                                 {"weight_slots", std::move(slots)}});
   }
   plan["units"] = std::move(units);
 

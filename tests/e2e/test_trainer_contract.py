@@ -1,7 +1,9 @@
 """What a user of the generated trainer relies on: --stress and --resume
 give bitwise the same training, and bad input ends in one `error:` line
 naming the culprit, a non-zero exit, and nothing lost."""
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -10,7 +12,7 @@ import unittest
 
 import numpy as np
 
-from tests.e2e.harness import Workdir, read_jsonl
+from tests.e2e.harness import MEGATRAIN, Workdir, read_jsonl, run
 
 
 class TrainerContract(unittest.TestCase):
@@ -36,6 +38,31 @@ class TrainerContract(unittest.TestCase):
         self.assertTrue(lines, f"no error: line in {result.stderr!r}")
         for f in fragments:
             self.assertIn(f, lines[0])
+
+    def test_inspect_describes_the_plan(self):
+        shown = run([MEGATRAIN, "inspect", self.plan]).stdout
+        # Each unit's weight slots, visit by visit, as the schedule's
+        # launches name them (micro-batches of one visit share a slot).
+        with open(os.path.join(self.plan, "model.mlir")) as f:
+            launches = re.findall(r'mt\.launch @\S+ "(fwd|bwd)" unit @(\w+) .*? weights @([\w.]+)', f.read())
+        visits = {}
+        for direction, unit, slot in launches:
+            v = visits.setdefault(unit, [])
+            if not v or v[-1] != (direction, slot):
+                v.append((direction, slot))
+        self.assertEqual(len(visits), 5)
+        for unit, v in visits.items():
+            self.assertRegex(shown, rf"(?m)^{unit} .* {re.escape(' / '.join(s for _, s in v))}$")
+        with open(os.path.join(self.plan, "plan.json")) as f:
+            plan = json.load(f)
+        self.assertIn("device memory (bf16 storage): ", shown)
+        for part in plan["device_memory"]["breakdown"]:
+            self.assertRegex(shown, rf"(?m)^  {part} +\d")
+        self.assertIn("predicted on h200-pcie5: step", shown)
+        self.assertEqual(json.loads(run([MEGATRAIN, "inspect", self.plan, "--json"]).stdout),
+                         plan)
+        missing = run([MEGATRAIN, "inspect", self.w("no-such-plan")], check=False)
+        self.assertBadInput(missing, "no-such-plan")
 
     def test_stress_is_bitwise_equal(self):
         w = self.w

@@ -73,8 +73,9 @@ int runInspect(const std::vector<std::string> &args) {
                       "per step\n\n",
                       plan->getString("model").value_or("?"), trained / 1e9,
                       static_cast<int64_t>(number(*plan, "micro_batches")));
-  os << llvm::formatv("{0,-6} {1,-10} {2,-12} {3,14} {4,14}\n", "unit", "kind",
-                      "applies", "params", "bf16 bytes");
+  os << llvm::formatv("{0,-6} {1,-10} {2,-12} {3,14} {4,14}  {5}\n", "unit",
+                      "kind", "applies", "params", "bf16 bytes",
+                      "weight slot (fwd/bwd)");
   for (const json::Value &u : *plan->getArray("units")) {
     const json::Object &unit = *u.getAsObject();
     std::string applies;
@@ -83,11 +84,16 @@ int runInspect(const std::vector<std::string> &args) {
                  std::to_string(static_cast<int64_t>(*a.getAsNumber()));
     if (applies.size() > 12)
       applies = applies.substr(0, 9) + "...";
-    os << llvm::formatv("{0,-6} {1,-10} {2,-12} {3,14} {4,14}\n",
+    std::string slots;
+    if (const json::Array *visits = unit.getArray("weight_slots"))
+      for (const json::Value &v : *visits)
+        slots += (slots.empty() ? "" : " / ") +
+                 v.getAsObject()->getString("slot").value_or("").str();
+    os << llvm::formatv("{0,-6} {1,-10} {2,-12} {3,14} {4,14}  {5}\n",
                         unit.getString("name").value_or(""),
                         unit.getString("kind").value_or(""), applies,
                         static_cast<int64_t>(number(unit, "params")),
-                        size(number(unit, "packed_bf16_bytes")));
+                        size(number(unit, "packed_bf16_bytes")), slots);
   }
 
   if (const json::Object *dev = plan->getObject("device_memory")) {
