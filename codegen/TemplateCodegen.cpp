@@ -63,6 +63,9 @@ public:
         loopBegin = body_.size();
       if (failed(emit(op)))
         return failure();
+      if (inLoop_ && position == chunk_->end)
+        for (auto [v, param] : chunk_->loopSums)
+          addToGradient(v, param);
       if (inLoop_)
         loopEnd = body_.size();
     }
@@ -464,14 +467,18 @@ private:
 
   void accumulateGrad(Value v, int64_t param) {
     const Placement &p = where(v);
-    if (p.kind == Placement::ParamGrad)
-      return;
+    if (p.kind == Placement::ParamGrad ||
+        (chunk_ && chunk_->loopSums.count(v)))
+      return; // added by its kernel, or chunk by chunk in the loop
     if (p.kind == Placement::SumNode) {
       Operation *add = v.getDefiningOp();
       accumulateGrad(add->getOperand(0), param);
       accumulateGrad(add->getOperand(1), param);
       return;
     }
+    addToGradient(v, param);
+  }
+  void addToGradient(Value v, int64_t param) {
     os_ << llvm::formatv("  k.accumulate_f32(a.grads + a.param_offsets[{0}], "
                          "{1}, {2});\n",
                          param, ref(v), count(v));

@@ -41,6 +41,23 @@ public:
       if (arg.getArgNumber() >= tmpl.getNumInputs())
         weights_.insert(arg);
     placeParamGradients(tmpl, gradients_);
+    // The scratch leaves of each yielded param gradient's sum.
+    auto yield = cast<YieldOp>(tmpl.getBlock().getTerminator());
+    if (std::optional<ArrayRef<int64_t>> trained = tmpl.getTrainedParams()) {
+      int64_t lead = yield.getNumOperands() - trained->size();
+      for (auto [i, param] : llvm::enumerate(*trained)) {
+        SmallVector<Value> work{yield.getOperand(lead + i)};
+        while (!work.empty()) {
+          Value v = work.pop_back_val();
+          auto it = gradients_.find(v);
+          if (it == gradients_.end())
+            gradientLeaves_[v] = param;
+          else if (it->second.kind == Placement::SumNode)
+            work.append(v.getDefiningOp()->getOperands().begin(),
+                        v.getDefiningOp()->getOperands().end());
+        }
+      }
+    }
   }
 
   int64_t size() const { return static_cast<int64_t>(ops_.size()); }
@@ -58,30 +75,31 @@ public:
   }
 
   /// The first op of the stretch that leaves a value to a later op in a
-  /// form chunks cannot build (one that is not a row, a weight, or a
-  /// param gradient accumulated in place), or nullptr.
+  /// form chunks cannot build (one that is not a row, a weight, or part of
+  /// a param gradient, which adds up chunk by chunk), or nullptr.
   Operation *firstLeak() const {
     for (int64_t i = c_.begin; i < c_.end; ++i)
-      for (Value r : ops_[i]->getResults()) {
-        bool leaves = llvm::any_of(r.getUsers(), [&](Operation *user) {
-          return !c_.contains(position_.lookup(user));
-        });
-        if (leaves && !c_.isRow(r) && !weights_.contains(r) &&
-            !accumulatesInPlace(r))
+      for (Value r : ops_[i]->getResults())
+        if (leaves(r) && !c_.isRow(r) && !weights_.contains(r) &&
+            !gradients_.count(r) && !gradientLeaves_.count(r))
           return ops_[i];
-      }
     return nullptr;
   }
 
-  /// The stretch so far, its local values found.
+  /// The stretch so far, its local values and loop sums found.
   RowChunking result() const {
     RowChunking c = c_;
+    // A yield after the stretch adds scratch contributions once; the loop
+    // must add those it makes, chunk by chunk.
+    bool yieldAfter = c.end < size();
     for (int64_t i = c.begin; i < c.end; ++i)
-      for (Value r : ops_[i]->getResults())
-        if (c.isRow(r) && llvm::all_of(r.getUsers(), [&](Operation *user) {
-              return c.contains(position_.lookup(user));
-            }))
+      for (Value r : ops_[i]->getResults()) {
+        if (c.isRow(r) && !leaves(r))
           c.local.insert(r);
+        if (auto it = gradientLeaves_.find(r);
+            it != gradientLeaves_.end() && yieldAfter)
+          c.loopSums[r] = it->second;
+      }
     return c;
   }
 
@@ -104,16 +122,11 @@ private:
     c_.rowValues.insert(v);
     return true;
   }
-  // Whether v's kernel adds it to the gradient slot itself, chunk by chunk.
-  bool accumulatesInPlace(Value v) const {
-    auto it = gradients_.find(v);
-    if (it == gradients_.end())
-      return false;
-    if (it->second.kind == Placement::ParamGrad)
-      return true;
-    Operation *add = v.getDefiningOp();
-    return accumulatesInPlace(add->getOperand(0)) &&
-           accumulatesInPlace(add->getOperand(1));
+  // Whether an op after the stretch reads v.
+  bool leaves(Value v) const {
+    return llvm::any_of(v.getUsers(), [&](Operation *user) {
+      return !c_.contains(position_.lookup(user));
+    });
   }
   // A yielded param gradient: what yield accumulates (the scratch leaves of
   // its sum) must be sums over this chunk's rows, made in the stretch.
@@ -270,6 +283,8 @@ private:
   llvm::DenseSet<Value> weights_; // params and what is made of them alone
   llvm::DenseSet<Value> reduced_; // sums over rows: param gradients, loss
   llvm::DenseMap<Value, Placement> gradients_;
+  // Yielded param gradient contributions made in scratch -> param #.
+  llvm::DenseMap<Value, int64_t> gradientLeaves_;
 };
 
 // The stretch [begin, end) proven row-wise with nothing leaking out of it,

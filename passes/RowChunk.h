@@ -15,7 +15,8 @@
 // over rows (a param gradient, the loss) is accumulated by its kernel
 // chunk by chunk. Row values the stretch reads from before it, or leaves
 // to ops after it, are held whole and addressed at the chunk's rows; the
-// others (local) take one chunk's worth of scratch.
+// others (local) take one chunk's worth of scratch. A param gradient
+// summed in scratch is added to the gradient slot chunk by chunk.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MT_PASSES_ROWCHUNK_H
@@ -24,6 +25,7 @@
 #include "ir/MtOps.h"
 
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 
 #include <optional>
 
@@ -41,6 +43,10 @@ struct RowChunking {
   int64_t begin = 0, end = 0; // the stretch: body ops [begin, end)
   llvm::DenseSet<mlir::Value> rowValues; // row values the stretch touches
   llvm::DenseSet<mlir::Value> local;     // ... that live inside it alone
+  /// Param gradient contributions the stretch sums in scratch (a bias's
+  /// sum_to) while the yield that would add them to the gradient slot runs
+  /// after it: the loop adds each chunk's to the slot of param #index.
+  llvm::MapVector<mlir::Value, int64_t> loopSums; // in op order
 
   bool isRow(mlir::Value v) const { return rowValues.contains(v); }
   bool isLocal(mlir::Value v) const { return local.contains(v); }

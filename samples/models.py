@@ -156,13 +156,28 @@ class LlamaBlock(nn.Module):
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))  # SwiGLU
 
 
+class LayerScaleBlock(LlamaBlock):
+    """A Llama block whose branches are scaled per channel by learned
+    vectors before the residual adds (LayerScale)."""
+
+    def __init__(self, kv_heads):
+        super().__init__(kv_heads)
+        self.attn_gamma = nn.Parameter(torch.ones(HIDDEN))
+        self.mlp_gamma = nn.Parameter(torch.ones(HIDDEN))
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attn_gamma * self.self_attn(self.input_norm(x), cos, sin, mask)  # Mul
+        h = self.post_attention_norm(x)
+        return x + self.mlp_gamma * self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
 class TinyLlama(nn.Module):
     """RMSNorm, RoPE from inv_freq, SwiGLU, GQA 4 query / 2 KV heads."""
 
-    def __init__(self, layers=3, tied=False, theta=10000.0):
+    def __init__(self, layers=3, tied=False, theta=10000.0, block=LlamaBlock):
         super().__init__()
         self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
-        self.layers = nn.ModuleList(LlamaBlock(kv_heads=2) for _ in range(layers))
+        self.layers = nn.ModuleList(block(kv_heads=2) for _ in range(layers))
         self.norm = RMSNorm()
         self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)
         if tied:
@@ -280,6 +295,8 @@ MODELS = {
                    lambda: TinyLlama()),
     "tiny-llama-tied": ("tiny-llama with the head tied to the embedding; 2 layers",
                         lambda: TinyLlama(layers=2, tied=True)),
+    "tiny-layerscale": ("tiny-llama whose attention and MLP outputs are scaled per channel by learned vectors; 2 layers",
+                        lambda: TinyLlama(layers=2, block=LayerScaleBlock)),
     "tiny-neox": ("NeoX style: parallel residual, LayerNorm, partial rotary (8 of 16), GELU erf, biases; 2 layers",
                   lambda: TinyNeoX()),
     "hf-llama": ("transformers LlamaForCausalLM, eager attention, GQA 4/2, 2 layers",

@@ -9,7 +9,7 @@ import unittest
 from tests.e2e.harness import MEGATRAIN, Workdir, gradient_errors, read_jsonl, run
 
 MODELS = ["tiny-llama", "tiny-llama-tied", "tiny-gpt2", "tiny-neox",
-          "hf-llama", "hf-gpt2", "hf-qwen2"]
+          "tiny-layerscale", "hf-llama", "hf-gpt2", "hf-qwen2"]
 FOLDED = ["tiny-llama-tied", "hf-llama"]  # exports whose weights torch folded
 
 
@@ -84,10 +84,13 @@ class FirstStepGradients(unittest.TestCase):
         # MLP; in the backward their recompute and gradients) over 24
         # tokens in chunks of 8, the middle chunk spanning two sequences;
         # the weight gradients add up chunk by chunk. SwiGLU with RMSNorm,
-        # GELU with LayerNorm and biases, a folded HF export ([in, out]
-        # weights), and with the loss chunked too.
+        # GELU with LayerNorm and biases, a parallel residual, a folded HF
+        # export ([in, out] weights), LayerScale (whose gradient is a sum
+        # over rows in scratch, added to the slot chunk by chunk), and with
+        # the loss chunked too.
         for model, folded in (("tiny-llama", False), ("tiny-gpt2", False),
-                              ("hf-llama", True)):
+                              ("tiny-neox", False), ("hf-llama", True),
+                              ("tiny-layerscale", False)):
             with self.subTest(model=model, folded=folded):
                 plan_dir = self.check(model, folded, seq_len=12,
                                       extra=("--mlp-chunk-tokens", "8"),
