@@ -16,7 +16,8 @@
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
 #      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
 #      llama-1b, FSDP2 llama-1b, the 7B-class llama-7b-24g (planned with
-#      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b
+#      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b, and llama-1b-32k
+#      (one 32K-token sequence: the MLP and the loss in chunks of tokens)
 # Results: $OUT/summary.md (the tables), $OUT/results.json, and the logs and
 # Chrome traces in $OUT/logs.tar.gz and $OUT/traces.tar.gz.
 set -uo pipefail
@@ -239,7 +240,8 @@ print(" ".join("--%s %d" % (k.replace("_", "-"), s[k]) for k in
   return $rc
 }
 if [ -d "$WORK/plans" ]; then
-  # 6.7B: --init random fills 6.7e9 normals on one thread (~1-2 min) and
+  # 6.7B: --init random fills 6.7e9 normals on every core (268M took 2.8 s
+  # on 2 cores of the CPU machine), and
   # the host store is 108 GB of the machine's 128 GiB; FSDP2 would need
   # as much again, so it runs on the smaller shapes only.
   stage "bench llama-1b" 45 150 "bench llama-1b"
@@ -247,6 +249,7 @@ if [ -d "$WORK/plans" ]; then
   stage "bench llama-7b-24g" 150 330 "bench llama-7b-24g"
   stage "bench llama-3b" 80 200 "bench llama-3b"
   stage "fsdp2 llama-3b" 120 220 "fsdp llama-3b"
+  stage "bench llama-1b-32k" 40 120 "bench llama-1b-32k"
 fi
 
 # ---- report ------------------------------------------------------------------

@@ -8,6 +8,8 @@
 #   bench/device/plans/tiny-llama, tiny-gpt2   parity (real weights)
 #   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
 #   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
+#   bench/device/plans/llama-1b-32k            long context: 1 x 32768 tokens, the
+#                                              MLP and the loss in chunks of tokens
 #   bench/device/plans/tokens.u32              byte-level tokens
 #   bench/device/third_party/googletest        GoogleTest 1.12 sources
 #
@@ -58,6 +60,8 @@ compile_structure llama-3b
 structure llama-7b --preset llama-7b
 compile_structure llama-7b --gpu-mem-limit 24GiB
 mv "$OUT/llama-7b" "$OUT/llama-7b-24g"
+# Long context on the ~1.1B shape: one 32K-token sequence per micro-batch.
+"$MT" compile "$TMP/llama-1b.onnx" --batch 1 --seq-len 32768 -o "$OUT/llama-1b-32k" --no-build
 
 # The shapes, for the FSDP2 baseline on the GPU machine (batch per micro-batch).
 cat > "$OUT/shapes.json" <<'JSON'
