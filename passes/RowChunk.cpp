@@ -81,7 +81,7 @@ public:
     for (int64_t i = c_.begin; i < c_.end; ++i)
       for (Value r : ops_[i]->getResults())
         if (leaves(r) && !c_.isRow(r) && !weights_.contains(r) &&
-            !gradients_.count(r) && !gradientLeaves_.count(r))
+            !gradients_.count(r) && !loopSum(r))
           return ops_[i];
     return nullptr;
   }
@@ -96,9 +96,8 @@ public:
       for (Value r : ops_[i]->getResults()) {
         if (c.isRow(r) && !leaves(r))
           c.local.insert(r);
-        if (auto it = gradientLeaves_.find(r);
-            it != gradientLeaves_.end() && yieldAfter)
-          c.loopSums[r] = it->second;
+        if (yieldAfter && loopSum(r))
+          c.loopSums[r] = gradientLeaves_.lookup(r);
       }
     return c;
   }
@@ -121,6 +120,11 @@ private:
       return false;
     c_.rowValues.insert(v);
     return true;
+  }
+  // A sum over the chunk's rows that the yield would add to a param's
+  // gradient in scratch.
+  bool loopSum(Value v) const {
+    return gradientLeaves_.count(v) && reduced_.contains(v);
   }
   // Whether an op after the stretch reads v.
   bool leaves(Value v) const {
