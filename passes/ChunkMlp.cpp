@@ -4,6 +4,8 @@
 #include "passes/RowChunk.h"
 #include "passes/TemplateMemory.h"
 
+#include <limits>
+
 namespace mt {
 #define GEN_PASS_DEF_CHUNKMLP
 #include "passes/Passes.h.inc"
@@ -24,9 +26,31 @@ struct ChunkMlpPass : public mt::impl::ChunkMlpBase<ChunkMlpPass> {
           << static_cast<int64_t>(tokens);
       return signalPassFailure();
     }
-    for (TemplateOp t : getOperation().getOps<TemplateOp>())
-      if (t.getKind() == "layer" && failed(chunk(t)))
+    for (TemplateOp t : getOperation().getOps<TemplateOp>()) {
+      if (t.getKind() != "layer")
+        continue;
+      sinkToFirstUse(t);
+      if (failed(chunk(t)))
         return signalPassFailure();
+    }
+  }
+
+  // Moves each op to just before its first user, last op first, so that
+  // chains move together: a backward's recompute of a parallel-residual
+  // MLP then sits beside its gradients (one row-wise stretch), and no
+  // recomputed value is held across ops that do not read it.
+  static void sinkToFirstUse(TemplateOp t) {
+    SmallVector<Operation *> ops;
+    for (Operation &op : t.getBlock().without_terminator())
+      ops.push_back(&op);
+    for (Operation *op : llvm::reverse(ops)) {
+      Operation *first = nullptr;
+      for (Operation *user : op->getUsers())
+        if (!first || user->isBeforeInBlock(first))
+          first = user;
+      if (first && first != op->getNextNode())
+        op->moveBefore(first);
+    }
   }
 
   static void mark(TemplateOp t, int64_t chunk, const RowChunking &s) {
@@ -35,7 +59,8 @@ struct ChunkMlpPass : public mt::impl::ChunkMlpBase<ChunkMlpPass> {
   }
 
   // Of the template's row-wise stretches, the chunked one that leaves the
-  // least scratch, if it leaves less than running whole.
+  // least scratch (the longest of equals): by default only if it leaves
+  // less than running whole, and always when `tokens` asks for chunks.
   LogicalResult chunk(TemplateOp t) {
     int64_t rows = launchRows(t);
     int64_t tokens = this->tokens;
@@ -44,7 +69,8 @@ struct ChunkMlpPass : public mt::impl::ChunkMlpBase<ChunkMlpPass> {
              << tokens << " does not divide the " << rows
              << " tokens of a micro-batch (batch x seq-len); "
              << largestDivisorAtMost(rows, tokens) << " does";
-    int64_t best = planTemplate(t).workspaceElems;
+    int64_t best = tokens > 0 ? std::numeric_limits<int64_t>::max()
+                              : planTemplate(t).workspaceElems;
     std::optional<std::pair<int64_t, RowChunking>> choice;
     for (const RowChunking &s : rowStretches(t)) {
       int64_t widest = s.widestRow();
@@ -66,7 +92,7 @@ struct ChunkMlpPass : public mt::impl::ChunkMlpBase<ChunkMlpPass> {
     t.removeRowChunkAttr();
     t.removeRowOpsAttr();
     if (!choice) {
-      if (tokens > 0 && t.getGradOf())
+      if (tokens > 0 && tokens < rows && t.getGradOf())
         t.emitWarning("--mlp-chunk-tokens: the layer @")
             << t.getSymName()
             << " runs whole: no stretch of it works row by row and holds "

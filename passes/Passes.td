@@ -59,11 +59,14 @@ def ChunkMlp : Pass<"mt-chunk-mlp", "mlir::ModuleOp"> {
     runs over the B·S token rows of a micro-batch in chunks, so that its
     activations (B·S·F each, 11.5 GB at 512K tokens of a 7B model) are
     held for one chunk only, while the weight gradients accumulate chunk
-    by chunk. Of the row-wise stretches (passes/RowChunk.h) it takes the
-    one that leaves the least scratch. `tokens` sets the rows per chunk (it
-    must divide B·S); by default a stretch runs whole while its widest
-    activation holds up to 2^27 elements, and above that in chunks of the
-    largest divisor of B·S that keeps it under that size.
+    by chunk. Each op of a layer first moves to just before its first user,
+    so that a recompute sits beside its gradients (a parallel-residual
+    MLP's included) and no recomputed value waits across unrelated ops. Of
+    the row-wise stretches (passes/RowChunk.h) it takes the one that leaves
+    the least scratch. `tokens` sets the rows per chunk (it must divide
+    B·S); by default a stretch runs whole while its widest activation holds
+    up to 2^27 elements, and above that in chunks of the largest divisor of
+    B·S that keeps it under that size, if that shrinks the layer's scratch.
   }];
   let options = [
     Option<"tokens", "tokens", "int64_t", "0",

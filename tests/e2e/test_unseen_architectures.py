@@ -1,6 +1,7 @@
 """Exports of HuggingFace families the importer was not written against
 (tests/e2e/hf_architectures.py) compile into one layer template and train
-with first-step gradients matching PyTorch float64 autograd."""
+with first-step gradients matching PyTorch float64 autograd, whole and with
+each layer's MLP and the loss in chunks of tokens."""
 import unittest
 
 from tests.e2e.harness import PYTHON, ROOT, Workdir, gradient_errors, read_jsonl, run
@@ -24,18 +25,30 @@ class UnseenArchitectures(unittest.TestCase):
                 with open(plan_dir + "/model.mlir") as f:
                     text = f.read()
                 self.assertEqual(text.count("mt.template @layer kind"), 1, name)
-                w.train(plan_dir, "--data", self.data, "--steps", "1",
-                        "--dump-grads", w(name + ".ours.st"), "--log-jsonl", w(name + ".ours.jsonl"))
                 w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",
                          "--steps", "1", "--dump-grads", w(name + ".ref.st"),
                          "--log-jsonl", w(name + ".ref.jsonl"))
-                ours = read_jsonl(w(name + ".ours.jsonl"))[0]["loss"]
-                ref = read_jsonl(w(name + ".ref.jsonl"))[0]["loss"]
-                self.assertLess(abs(ours - ref) / abs(ref), 1e-4, name)
-                errors, unmatched = gradient_errors(w(name + ".ours.st"), w(name + ".ref.st"))
-                self.assertEqual(unmatched, [], name)
-                for tensor, err in errors.items():
-                    self.assertLess(err, 1e-3, f"{name}: {tensor}")
+                self.check(name, plan_dir)
+                # 32 tokens per micro-batch in chunks of 8.
+                chunked_dir, _ = w.compile(onnx, name + "-chunks", "--batch", "2", "--seq-len", "16",
+                                           "--micro-batches", "2", "--mlp-chunk-tokens", "8",
+                                           "--loss-chunk-tokens", "8")
+                with open(chunked_dir + "/model.mlir") as f:
+                    self.assertEqual(f.read().count("row_chunk = 8 : i64, row_ops"), 2, name)
+                self.check(name, chunked_dir, tag="-chunks")
+
+    def check(self, name, plan_dir, tag=""):
+        w = self.w
+        ours_st, ours_log = w(name + tag + ".ours.st"), w(name + tag + ".ours.jsonl")
+        w.train(plan_dir, "--data", self.data, "--steps", "1",
+                "--dump-grads", ours_st, "--log-jsonl", ours_log)
+        ours = read_jsonl(ours_log)[0]["loss"]
+        ref = read_jsonl(w(name + ".ref.jsonl"))[0]["loss"]
+        self.assertLess(abs(ours - ref) / abs(ref), 1e-4, name + tag)
+        errors, unmatched = gradient_errors(ours_st, w(name + ".ref.st"))
+        self.assertEqual(unmatched, [], name + tag)
+        for tensor, err in errors.items():
+            self.assertLess(err, 1e-3, f"{name}{tag}: {tensor}")
 
 
 if __name__ == "__main__":

@@ -204,11 +204,14 @@ int runCompile(const std::vector<std::string> &args) {
     }
   }
 
-  // Diagnostics of the passes become `error:` lines.
+  // Diagnostics of the passes become `error:` lines (after the pipeline
+  // stops) and `warning:` lines (as they come).
   std::string diagnostics;
   mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
     if (d.getSeverity() == mlir::DiagnosticSeverity::Error)
       diagnostics += (diagnostics.empty() ? "" : "\n") + d.str();
+    else if (d.getSeverity() == mlir::DiagnosticSeverity::Warning)
+      llvm::errs() << "warning: " << d.str() << "\n";
     return mlir::success();
   });
   mlir::PassManager pm(&ctx);

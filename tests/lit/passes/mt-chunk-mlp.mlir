@@ -125,15 +125,18 @@ module {
 // -----
 
 // The layer with a bias added after the MLP's down projection as its own
-// broadcast add: its gradient is a sum over rows in scratch (mt.sum_to),
-// which the loop adds to the gradient slot chunk by chunk, so the
-// backward's stretch runs through it to the output projection's gradient
-// as before (one op later).
+// broadcast add: its gradient, a sum over rows (mt.sum_to of dy), reads
+// only the layer's dy, so it moves to just before the yield, where it runs
+// once over all rows; the backward's stretch is as before.
 // TOK-LABEL: mt.template @layer kind "layer"
 // TOK-SAME: row_chunk = 4 : i64, row_ops = array<i64: 7, 16>
 // TOK-LABEL: mt.template @layer.bwd kind "layer"
-// TOK-SAME: row_chunk = 4 : i64, row_ops = array<i64: 7, 19>
-// TOK: mt.sum_to
+// TOK-SAME: row_chunk = 4 : i64, row_ops = array<i64: 7, 18>
+// TOK: mt.sum_to %arg1
+// TOK-NEXT: mt.yield
+// CHECK-LABEL: mt.template @layer.bwd kind "layer"
+// CHECK: mt.sum_to %arg1
+// CHECK-NEXT: mt.yield
 module {
   mt.param @wte : tensor<32x16xf32>
   mt.param @ln : tensor<16xf32>
@@ -174,6 +177,68 @@ module {
   mt.model @main(%tokens: tensor<2x8xi32>, %targets: tensor<2x8xi32>) -> (tensor<f32>) {
     %h0 = mt.apply @embedding(%tokens) params(@wte) : (tensor<2x8xi32>) -> tensor<2x8x16xf32>
     %h1 = mt.apply @layer(%h0) layer(0) params(@ln, @wq, @wo, @ln2, @lb2, @wu, @bu, @wd, @bd) : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %lg = mt.apply @head(%h1) params(@wte) : (tensor<2x8x16xf32>) -> tensor<2x8x32xf32>
+    %loss = mt.cross_entropy %lg, %targets : (tensor<2x8x32xf32>, tensor<2x8xi32>) -> tensor<f32>
+    mt.return %loss : tensor<f32>
+  }
+}
+
+// -----
+
+// A parallel-residual layer (the MLP reads its own norm of the input, as in
+// GPT-NeoX): derived in order, the backward recomputes the MLP first and
+// takes its gradients last. Each op moves to just before its first user,
+// so the recompute sits beside its gradients, and in chunks that stretch
+// (recompute, gradients, the norm's gradient) runs row by row.
+// CHECK-LABEL: mt.template @layer.bwd kind "layer"
+// CHECK-NEXT: mt.layer_norm %arg0
+// CHECK-NEXT: mt.linear
+// CHECK-NEXT: mt.gelu
+// CHECK-NEXT: mt.linear_grad %arg1
+// CHECK-NEXT: mt.gelu_grad
+// CHECK-NEXT: mt.linear_grad
+// CHECK-NEXT: mt.layer_norm_grad
+// CHECK-NEXT: mt.rms_norm %arg0
+// TOK-LABEL: mt.template @layer.bwd kind "layer"
+// TOK-SAME: row_chunk = 4 : i64, row_ops = array<i64: 0,
+module {
+  mt.param @wte : tensor<32x16xf32>
+  mt.param @ln : tensor<16xf32>
+  mt.param @wq : tensor<16x16xf32>
+  mt.param @wo : tensor<16x16xf32>
+  mt.param @ln2 : tensor<16xf32>
+  mt.param @lb2 : tensor<16xf32>
+  mt.param @wu : tensor<64x16xf32>
+  mt.param @bu : tensor<64xf32>
+  mt.param @wd : tensor<16x64xf32>
+  mt.template @embedding kind "embedding" (%ids: tensor<2x8xi32>) params (%t: tensor<32x16xf32>) -> (tensor<2x8x16xf32>) {
+    %h = mt.embed %ids, %t : (tensor<2x8xi32>, tensor<32x16xf32>) -> tensor<2x8x16xf32>
+    mt.yield %h : tensor<2x8x16xf32>
+  }
+  mt.template @layer kind "layer" (%x: tensor<2x8x16xf32>) params (%ln: tensor<16xf32>, %wq: tensor<16x16xf32>, %wo: tensor<16x16xf32>, %ln2: tensor<16xf32>, %lb2: tensor<16xf32>, %wu: tensor<64x16xf32>, %bu: tensor<64xf32>, %wd: tensor<16x64xf32>) -> (tensor<2x8x16xf32>) {
+    %m = mt.layer_norm %x, %ln2, bias %lb2 {eps = 1.0e-5 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+    %u = mt.linear %m, %wu, %bu : (tensor<2x8x16xf32>, tensor<64x16xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+    %g = mt.gelu %u : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+    %d = mt.linear %g, %wd : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x16xf32>
+    %n = mt.rms_norm %x, %ln {eps = 1.0e-5 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+    %q = mt.linear %n, %wq : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+    %h = mt.reshape %q : (tensor<2x8x16xf32>) -> tensor<2x8x2x8xf32>
+    %t = mt.transpose %h {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x2x8xf32>) -> tensor<2x2x8x8xf32>
+    %a = mt.attention %t, %t, %t {scale = 0.35 : f64} : (tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>) -> tensor<2x2x8x8xf32>
+    %b = mt.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x2x8x8xf32>) -> tensor<2x8x2x8xf32>
+    %c = mt.reshape %b : (tensor<2x8x2x8xf32>) -> tensor<2x8x16xf32>
+    %o = mt.linear %c, %wo : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+    %r = mt.add %x, %o : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %y = mt.add %r, %d : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    mt.yield %y : tensor<2x8x16xf32>
+  }
+  mt.template @head kind "head" (%x: tensor<2x8x16xf32>) params (%w: tensor<32x16xf32>) -> (tensor<2x8x32xf32>) {
+    %l = mt.linear %x, %w : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+    mt.yield %l : tensor<2x8x32xf32>
+  }
+  mt.model @main(%tokens: tensor<2x8xi32>, %targets: tensor<2x8xi32>) -> (tensor<f32>) {
+    %h0 = mt.apply @embedding(%tokens) params(@wte) : (tensor<2x8xi32>) -> tensor<2x8x16xf32>
+    %h1 = mt.apply @layer(%h0) layer(0) params(@ln, @wq, @wo, @ln2, @lb2, @wu, @bu, @wd) : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
     %lg = mt.apply @head(%h1) params(@wte) : (tensor<2x8x16xf32>) -> tensor<2x8x32xf32>
     %loss = mt.cross_entropy %lg, %targets : (tensor<2x8x32xf32>, tensor<2x8xi32>) -> tensor<f32>
     mt.return %loss : tensor<f32>
