@@ -153,10 +153,7 @@ LogicalResult deriveBackward(TemplateOp fwd, ModuleOp module) {
   }
   b.create<YieldOp>(loc, outs);
 
-  // Drop recomputed values the backward does not read.
-  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(*body)))
-    if (!isa<YieldOp>(op) && op.use_empty())
-      op.erase();
+  eraseUnread(*body);
   return success();
 }
 

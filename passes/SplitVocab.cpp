@@ -426,9 +426,7 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
           outs.push_back(dp);
         }
         b.create<YieldOp>(loc, outs);
-        for (Operation &op : llvm::make_early_inc_range(llvm::reverse(*body)))
-          if (!isa<YieldOp>(op) && op.use_empty())
-            op.erase();
+        eraseUnread(*body);
         return success();
       };
       if (failed(build(/*backward=*/false)))

@@ -187,4 +187,10 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
   return op->emitOpError("has no VJP rule");
 }
 
+void eraseUnread(Block &body) {
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body)))
+    if (!op.hasTrait<OpTrait::IsTerminator>() && op.use_empty())
+      op.erase();
+}
+
 } // namespace mt

@@ -32,6 +32,10 @@ private:
   llvm::DenseMap<mlir::Value, mlir::Value> grads_;
 };
 
+/// Erases the ops of a backward body that nothing reads: the recomputed
+/// forward values its gradients did not need.
+void eraseUnread(mlir::Block &body);
+
 } // namespace mt
 
 #endif // MT_PASSES_VJP_H
