@@ -43,9 +43,10 @@ struct RowChunking {
   int64_t begin = 0, end = 0; // the stretch: body ops [begin, end)
   llvm::DenseSet<mlir::Value> rowValues; // row values the stretch touches
   llvm::DenseSet<mlir::Value> local;     // ... that live inside it alone
-  /// Param gradient contributions the stretch sums in scratch (a bias's
-  /// sum_to) while the yield that would add them to the gradient slot runs
-  /// after it: the loop adds each chunk's to the slot of param #index.
+  /// Param gradient contributions the stretch sums over rows in scratch
+  /// (LayerScale's mul_grad) while the yield that would add them to the
+  /// gradient slot runs after it: the loop adds each chunk's to the slot
+  /// of param #index.
   llvm::MapVector<mlir::Value, int64_t> loopSums; // in op order
 
   bool isRow(mlir::Value v) const { return rowValues.contains(v); }
@@ -59,7 +60,7 @@ struct RowChunking {
   int64_t callElements(mlir::Value v) const;
   /// Scratch elements v needs: chunk·F for a local row value, else all.
   int64_t scratchElements(mlir::Value v) const;
-  /// Of the row values of a local's size: chunk·F at the widest.
+  /// The widest slice F of a local row value (0 without one).
   int64_t widestRow() const;
 };
 
