@@ -26,31 +26,9 @@ struct ChunkMlpPass : public mt::impl::ChunkMlpBase<ChunkMlpPass> {
           << static_cast<int64_t>(tokens);
       return signalPassFailure();
     }
-    for (TemplateOp t : getOperation().getOps<TemplateOp>()) {
-      if (t.getKind() != "layer")
-        continue;
-      sinkToFirstUse(t);
-      if (failed(chunk(t)))
+    for (TemplateOp t : getOperation().getOps<TemplateOp>())
+      if (t.getKind() == "layer" && failed(chunk(t)))
         return signalPassFailure();
-    }
-  }
-
-  // Moves each op to just before its first user, last op first, so that
-  // chains move together: a backward's recompute of a parallel-residual
-  // MLP then sits beside its gradients (one row-wise stretch), and no
-  // recomputed value is held across ops that do not read it.
-  static void sinkToFirstUse(TemplateOp t) {
-    SmallVector<Operation *> ops;
-    for (Operation &op : t.getBlock().without_terminator())
-      ops.push_back(&op);
-    for (Operation *op : llvm::reverse(ops)) {
-      Operation *first = nullptr;
-      for (Operation *user : op->getUsers())
-        if (!first || user->isBeforeInBlock(first))
-          first = user;
-      if (first && first != op->getNextNode())
-        op->moveBefore(first);
-    }
   }
 
   static void mark(TemplateOp t, int64_t chunk, const RowChunking &s) {

@@ -16,6 +16,8 @@ void buildTrainingPipeline(mlir::OpPassManager &pm,
   pm.addPass(createDeriveBackward());
   // The head over token rows in chunks, so that logits stay small.
   pm.addPass(createChunkLoss({options.lossChunkTokens}));
+  // Each layer's values held as briefly as its order allows.
+  pm.addPass(createShortenLifetimes());
   // And each layer's MLP, so that long sequences keep its activations small.
   pm.addPass(createChunkMlp({options.mlpChunkTokens}));
   // An LM head and embedding larger than a layer in vocabulary pieces.

@@ -50,6 +50,22 @@ def ChunkLoss : Pass<"mt-chunk-loss", "mlir::ModuleOp"> {
   ];
 }
 
+def ShortenLifetimes : Pass<"mt-shorten-lifetimes", "mlir::ModuleOp"> {
+  let summary = "Orders a layer's ops so that each value is held briefly";
+  let description = [{
+    A layer's scratch is its widest cut of live values. Every op of a layer
+    template moves to just before its first user, so that a backward's
+    recompute sits beside the gradients that read it (a parallel-residual
+    MLP's recompute would otherwise wait across the attention's backward).
+    A norm of the block input read both early and late (the attention's
+    input norm, by the projections and by their weight gradients) is
+    computed again before its late readers when that shrinks the scratch:
+    the block input stays in its buffer anyway, and a norm costs one pass
+    over the activations.
+  }];
+  let dependentDialects = [];
+}
+
 def ChunkMlp : Pass<"mt-chunk-mlp", "mlir::ModuleOp"> {
   let summary = "Runs each layer's MLP over token rows in chunks";
   let description = [{
@@ -59,10 +75,7 @@ def ChunkMlp : Pass<"mt-chunk-mlp", "mlir::ModuleOp"> {
     runs over the B·S token rows of a micro-batch in chunks, so that its
     activations (B·S·F each, 11.5 GB at 512K tokens of a 7B model) are
     held for one chunk only, while the weight gradients accumulate chunk
-    by chunk. Each op of a layer first moves to just before its first user,
-    so that a recompute sits beside its gradients (a parallel-residual
-    MLP's included) and no recomputed value waits across unrelated ops. Of
-    the row-wise stretches (passes/RowChunk.h) it takes the one that leaves
+    by chunk. Of the row-wise stretches (passes/RowChunk.h) it takes the one that leaves
     the least scratch. `tokens` sets the rows per chunk (it must divide
     B·S); by default a stretch runs whole while its widest activation holds
     up to 2^27 elements, and above that in chunks of the largest divisor of

@@ -441,31 +441,39 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
                                      int64_t M, SymbolTable &symbols) {
     struct PerUnit {
       double fwd = 0, bwd = 0;         // compute per micro-batch
-      double fetch = 0, drain = 0;     // one copy each way
+      double fetchFwd = 0, fetchBwd = 0, drain = 0; // copies of one visit
       double hostFwd = 0, hostBwd = 0; // host work feeding each visit
-      int packs = 0;
+      int packVisits = 0, fetchVisits = 0;
     };
     llvm::StringMap<PerUnit> units;
     for (const Command &c : commands)
       if (auto l = dyn_cast<LaunchOp>(c.op); l && l.getMb() == 0)
         (l.getDirection() == "fwd" ? units[c.unit].fwd : units[c.unit].bwd) +=
             c.seconds;
+    // A unit's visit moves in staging chunks: a chunk at element 0 starts
+    // the next visit. The first visit is the forward one when there is one.
+    auto startsVisit = [](Operation *op) {
+      auto range = op->getAttrOfType<DenseI64ArrayAttr>("range");
+      return !range || range[0] == 0;
+    };
     for (const Command &c : commands) {
       if (c.unit.empty())
         continue;
       PerUnit &u = units[c.unit];
-      // The first pack (and the AdamW before it) feeds the forward visit
-      // when there is one.
-      bool forForward = u.fwd > 0 && u.packs == 0;
-      if (isa<H2DOp>(c.op))
-        u.fetch = std::max(u.fetch, c.seconds);
-      else if (isa<D2HOp>(c.op))
-        u.drain = std::max(u.drain, c.seconds);
-      else if (isa<AdamWOp, PackOp>(c.op))
-        (forForward ? u.hostFwd : u.hostBwd) += c.seconds;
-      else if (isa<AccumulateOp>(c.op))
+      auto forward = [&](int visit) { return u.fwd > 0 && visit == 1; };
+      if (isa<H2DOp>(c.op)) {
+        u.fetchVisits += startsVisit(c.op);
+        (forward(u.fetchVisits) ? u.fetchFwd : u.fetchBwd) += c.seconds;
+      } else if (isa<PackOp>(c.op)) {
+        u.packVisits += startsVisit(c.op);
+        (forward(u.packVisits) ? u.hostFwd : u.hostBwd) += c.seconds;
+      } else if (isa<AdamWOp>(c.op)) { // runs before its visit's first pack
+        (forward(u.packVisits + 1) ? u.hostFwd : u.hostBwd) += c.seconds;
+      } else if (isa<D2HOp>(c.op)) {
+        u.drain += c.seconds;
+      } else if (isa<AccumulateOp>(c.op)) {
         u.hostBwd += c.seconds;
-      u.packs += isa<PackOp>(c.op);
+      }
     }
     auto isLayer = [&](StringRef name) {
       auto u = symbols.lookup<UnitOp>(name);
@@ -478,8 +486,8 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         continue;
       const PerUnit &u = e.getValue();
       for (auto [work, compute] :
-           {std::pair{u.fetch, u.fwd}, std::pair{u.hostFwd, u.fwd},
-            std::pair{u.fetch, u.bwd}, std::pair{u.hostBwd, u.bwd},
+           {std::pair{u.fetchFwd, u.fwd}, std::pair{u.hostFwd, u.fwd},
+            std::pair{u.fetchBwd, u.bwd}, std::pair{u.hostBwd, u.bwd},
             std::pair{u.drain, u.bwd}})
         if (work > 0 && compute > 0) // a head has no forward visit
           need = std::max(need, work / compute);

@@ -79,8 +79,8 @@ output:
 )";
 
 const char *const kPipelinePasses[] = {
-    "mt-derive-backward", "mt-chunk-loss",      "mt-chunk-mlp",
-    "mt-split-vocab",     "mt-partition",
+    "mt-derive-backward",  "mt-chunk-loss",    "mt-shorten-lifetimes",
+    "mt-chunk-mlp",        "mt-split-vocab",   "mt-partition",
     "mt-pack-weights",    "mt-schedule",        "mt-place-checkpoints",
     "mt-insert-transfers", "mt-insert-events",  "mt-plan-memory",
     "mt-verify-schedule", "mt-simulate"};
@@ -149,8 +149,9 @@ int runCompile(const std::vector<std::string> &args) {
       !llvm::is_contained(kPipelinePasses, dumpAfter))
     throw UsageError("--dump-ir-after: '" + dumpAfter +
                      "' is not a pass of the pipeline (mt-derive-backward, "
-                     "mt-chunk-loss, mt-chunk-mlp, mt-split-vocab, mt-partition, mt-pack-weights, mt-schedule, "
-                     "mt-place-checkpoints, mt-insert-transfers, "
+                     "mt-chunk-loss, mt-shorten-lifetimes, mt-chunk-mlp, "
+                     "mt-split-vocab, mt-partition, mt-pack-weights, "
+                     "mt-schedule, mt-place-checkpoints, mt-insert-transfers, "
                      "mt-insert-events, mt-plan-memory, "
                      "mt-verify-schedule, mt-simulate) or all");
 

@@ -1,6 +1,6 @@
-// RUN: megatrain-opt %s -split-input-file --mt-derive-backward --mt-chunk-mlp | FileCheck %s
-// RUN: megatrain-opt %s -split-input-file --mt-derive-backward --mt-chunk-mlp=tokens=4 | FileCheck %s --check-prefix=TOK
-// RUN: not megatrain-opt %s -split-input-file --mt-derive-backward --mt-chunk-mlp=tokens=3 2>&1 >/dev/null | FileCheck %s --check-prefix=ERR
+// RUN: megatrain-opt %s -split-input-file --mt-derive-backward --mt-shorten-lifetimes --mt-chunk-mlp | FileCheck %s
+// RUN: megatrain-opt %s -split-input-file --mt-derive-backward --mt-shorten-lifetimes --mt-chunk-mlp=tokens=4 | FileCheck %s --check-prefix=TOK
+// RUN: not megatrain-opt %s -split-input-file --mt-derive-backward --mt-shorten-lifetimes --mt-chunk-mlp=tokens=3 2>&1 >/dev/null | FileCheck %s --check-prefix=ERR
 
 // A layer: attention (mixes token rows), then the output projection, the
 // residual, LayerNorm, a GELU MLP with a bias and the second residual, all
@@ -186,19 +186,9 @@ module {
 // -----
 
 // A parallel-residual layer (the MLP reads its own norm of the input, as in
-// GPT-NeoX): derived in order, the backward recomputes the MLP first and
-// takes its gradients last. Each op moves to just before its first user,
-// so the recompute sits beside its gradients, and in chunks that stretch
+// GPT-NeoX): mt-shorten-lifetimes puts the backward's MLP recompute beside
+// its gradients (mt-shorten-lifetimes.mlir), and in chunks that stretch
 // (recompute, gradients, the norm's gradient) runs row by row.
-// CHECK-LABEL: mt.template @layer.bwd kind "layer"
-// CHECK-NEXT: mt.layer_norm %arg0
-// CHECK-NEXT: mt.linear
-// CHECK-NEXT: mt.gelu
-// CHECK-NEXT: mt.linear_grad %arg1
-// CHECK-NEXT: mt.gelu_grad
-// CHECK-NEXT: mt.linear_grad
-// CHECK-NEXT: mt.layer_norm_grad
-// CHECK-NEXT: mt.rms_norm %arg0
 // TOK-LABEL: mt.template @layer.bwd kind "layer"
 // TOK-SAME: row_chunk = 4 : i64, row_ops = array<i64: 0,
 module {

@@ -60,10 +60,12 @@ Prediction predictionOf(ModuleOp module) {
 
 class SimulateTest : public ::testing::Test {
 protected:
-  // Compiles smallModel(layers) at M micro-batches.
-  void compile(int layers, int64_t M) {
+  // Compiles smallModel(layers) at M micro-batches, moving units through
+  // staging slabs of `staging` elements.
+  void compile(int layers, int64_t M, int64_t staging = int64_t(1) << 23) {
     PipelineOptions options;
     options.microBatches = M;
+    options.stagingElems = staging;
     std::string error;
     module = test::compile(ctx, test::smallModel(layers), options, &error);
     ASSERT_TRUE(module) << error;
@@ -237,6 +239,22 @@ TEST_F(SimulateTest, SuggestsMicroBatchesThatHideTheLink) {
   EXPECT_EQ(hidden.suggested, 0);
   EXPECT_GT(hidden.compute, p.compute);
   EXPECT_GT(hidden.tokensPerS, p.tokensPerS);
+}
+
+// The same with each layer moving in several staging chunks: a visit's
+// fetch is all its chunks, so the suggestion does not change.
+TEST_F(SimulateTest, SuggestionCountsEveryStagingChunkOfAVisit) {
+  compile(3, 1, /*staging=*/1024);
+  auto layerUnit = *llvm::find_if(module->getOps<UnitOp>(), [](UnitOp u) {
+    return u.getKind() == "layer";
+  });
+  ASSERT_GE(*layerUnit.getElems(), 4 * 1024); // moves in 5 chunks
+  double fetchS = 4.5 * 3e-6;
+  SimulateOptions o = freeMachine();
+  o.launchUs = 1;
+  o.h2dGBps = 2.0 * *layerUnit.getElems() / fetchS / 1e9;
+  ASSERT_EQ(simulate(o), "");
+  EXPECT_EQ(predictionOf(*module).suggested, 5);
 }
 
 TEST_F(SimulateTest, EveryPresetPredicts) {
