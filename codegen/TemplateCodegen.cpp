@@ -140,6 +140,9 @@ private:
     case Placement::Loss:
       return "static_cast<float *>(a.outputs[0])";
     case Placement::Output:
+      if (isRow(v))
+        return llvm::formatv("k.at(a.outputs[{0}]{1})", p.index, rowOffset(v))
+            .str();
       return llvm::formatv("a.outputs[{0}]", p.index).str();
     }
     return "";
@@ -166,12 +169,13 @@ private:
              failure();
     return "static_cast<float *>(" + ref(v) + ")";
   }
-  // A gradient result the kernel accumulates into: zeroed when in scratch.
+  // A gradient result the kernel accumulates into: zeroed first (in
+  // scratch, or in the output buffer a layer's yielded sum is built in).
   std::string grad(Value v) {
     if (!v)
       return "nullptr";
     const Placement &p = where(v);
-    if (p.kind == Placement::Workspace)
+    if (p.kind == Placement::Workspace || p.kind == Placement::Output)
       os_ << "  k.zero(" << ref(v) << ", " << count(v) << ");\n";
     return ref(v);
   }

@@ -86,6 +86,33 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
   int64_t n = 0;
   for (Operation &op : body)
     position[&op] = n++;
+
+  // A layer's yielded sum is built in place in its output buffer (a layer
+  // launch's outputs are never its inputs: mt-schedule alternates them),
+  // so the value it adds to is written there from the start and takes no
+  // scratch: the residual's gradient in a backward, held across the
+  // attention's backward, or the residual in a forward.
+  if (tmpl.getKind() == "layer") {
+    std::optional<ArrayRef<int64_t>> trained = tmpl.getTrainedParams();
+    int64_t acts = yield.getNumOperands() - (trained ? trained->size() : 0);
+    for (int64_t i = 0; i < acts; ++i) {
+      Value v = yield.getOperand(i);
+      auto add = v.getDefiningOp<AddOp>();
+      if (!add || !v.hasOneUse() || plan.values.count(v))
+        continue;
+      for (Value a : {add.getLhs(), add.getRhs()}) {
+        bool readLater = llvm::any_of(a.getUsers(), [&](Operation *user) {
+          return user != add && position[user] > position[add];
+        });
+        if (a.getType() != v.getType() || isa<BlockArgument>(a) ||
+            plan.values.count(a) || readLater ||
+            llvm::is_contained(yield.getOperands(), a))
+          continue;
+        plan.values[a] = plan.values[v] = {Placement::Output, i};
+        break;
+      }
+    }
+  }
   struct Interval {
     Value v;
     int64_t start, end, size;

@@ -22,7 +22,8 @@ struct Placement {
     Loss,      // the 0-d loss, written to the launch's loss output
     Output,    // written in place in launch output #index: a vocabulary
                // piece's statistics (f32) or embedding rows, which a chain
-               // of pieces updates in one buffer
+               // of pieces updates in one buffer; a layer's yielded sum
+               // and the value it adds to
   } kind;
   int64_t index = -1;
   int64_t offset = -1;
