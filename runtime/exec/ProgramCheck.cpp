@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mtrt {
@@ -259,6 +260,14 @@ private:
       operand(d.inputs[i]);
     for (int i = 0; i < d.num_outputs; ++i)
       operand(d.outputs[i]);
+    // A layer builds its result in its output buffer while still reading
+    // its inputs (TemplateMemory's in-place sum).
+    if (std::string_view(p_.units[d.unit].kind) == "layer")
+      for (int i = 0; i < d.num_outputs; ++i)
+        for (int j = 0; j < d.num_inputs; ++j)
+          if (d.outputs[i] == d.inputs[j])
+            bad(what, ": layer output buffer '", p_.buffers[d.outputs[i]].name,
+                "' is also one of its inputs");
   }
 
   void commands() {

@@ -169,6 +169,28 @@ TEST(ExecutorTest, ProgramCheckRejectsBadTables) {
     toy.commit();
     EXPECT_THROW(check_program(toy.program()), Error);
   }
+  {
+    // A layer's backward writing its dx over its dy: layers build their
+    // output in place, so the check refuses it.
+    ToyProgram toy(2);
+    toy.commit();
+    const Program &p = toy.program();
+    for (int l = 0; l < p.num_launches; ++l) {
+      const LaunchDesc &d = p.launches[l];
+      if (d.backward && std::string(p.units[d.unit].kind) == "layer") {
+        const_cast<int *>(d.outputs)[0] = d.inputs[1];
+        break;
+      }
+    }
+    try {
+      check_program(p);
+      FAIL();
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find("is also one of its inputs"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(ExecutorTest, ReportsHostAndDeviceBytes) {
