@@ -81,7 +81,6 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
     if (v.getDefiningOp<CrossEntropyStatsOp>() || v.getDefiningOp<EmbedPieceOp>())
       plan.values[v] = {Placement::Output, static_cast<int64_t>(i)};
 
-  // Scratch for every other result, by liveness.
   llvm::DenseMap<Operation *, int64_t> position;
   int64_t n = 0;
   for (Operation &op : body)
@@ -113,6 +112,8 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
       }
     }
   }
+
+  // Scratch for every other result, by liveness.
   struct Interval {
     Value v;
     int64_t start, end, size;
