@@ -32,7 +32,7 @@ def DeriveBackward : Pass<"mt-derive-backward", "mlir::ModuleOp"> {
 def ChunkLoss : Pass<"mt-chunk-loss", "mlir::ModuleOp"> {
   let summary = "Runs the head's backward over token rows in chunks";
   let description = [{
-    Sets `loss_chunk` on the head's backward template: its launch then runs
+    Sets `row_chunk` on the head's backward template: its launch then runs
     its row-wise ops (final norm, LM head, cross-entropy and their
     gradients) over the B·S token rows of a micro-batch in chunks, so that
     no more than one chunk's logits and logit gradients are ever held, and
