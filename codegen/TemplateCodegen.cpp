@@ -285,6 +285,13 @@ private:
           << ref(g.getV()) << ", "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
           << ");\n";
+    } else if (auto r = dyn_cast<ReluOp>(op)) {
+      os_ << llvm::formatv("  k.relu_forward({0}, {1}, {2});\n", ref(r.getY()),
+                           ref(r.getX()), count(r.getX()));
+    } else if (auto r = dyn_cast<ReluGradOp>(op)) {
+      os_ << llvm::formatv("  k.relu_backward({0}, {1}, {2}, {3});\n",
+                           grad(r.getDx()), ref(r.getDy()), ref(r.getX()),
+                           count(r.getX()));
     } else if (auto s = dyn_cast<SiluOp>(op)) {
       os_ << llvm::formatv("  k.silu_forward({0}, {1}, {2});\n", ref(s.getY()),
                            ref(s.getX()), count(s.getX()));

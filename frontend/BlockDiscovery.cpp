@@ -178,7 +178,6 @@ std::vector<Block> discoverBlocks(Graph &g) {
     if ((pending.size() == 1 && pending.begin()->first == out) ||
         out == g.outputs[0]) {
       cur.output = out;
-      cur.output = out;
       cur.residual = isResidual(cur);
       segments.push_back(std::move(cur));
       cur = Segment{out, nullptr, {}};
@@ -195,6 +194,17 @@ std::vector<Block> discoverBlocks(Graph &g) {
   auto lastRes = std::find_if(segments.rbegin(), segments.rend(),
                               [](const Segment &s) { return s.residual; })
                      .base();
+  // A layer may leave the stream in another view (OPT flattens the tokens
+  // for its MLP and views them back after the residual add): the view back
+  // after the last residual segment belongs to the last layer, as it does
+  // to every layer before it, not to the head.
+  const Shape &stream = firstRes->input->shape;
+  while (lastRes != segments.end() && std::next(lastRes) != segments.end() &&
+         std::prev(lastRes)->output->shape != stream &&
+         lastRes->output->shape == stream &&
+         std::all_of(lastRes->nodes.begin(), lastRes->nodes.end(),
+                     [](Node *n) { return n->op == "mt.reshape"; }))
+    ++lastRes;
   bool hasEmbed = false;
   for (auto it = segments.begin(); it != firstRes; ++it)
     for (Node *n : it->nodes)

@@ -95,6 +95,11 @@ LogicalResult AttentionGradOp::verify() {
   return checkResults(*this, getResults(), {getQ(), getK(), getV()});
 }
 
+LogicalResult ReluGradOp::verify() {
+  return failure(failed(sameType(*this, getDy(), getX(), "dy")) ||
+                 failed(sameType(*this, getDx(), getX(), "dx")));
+}
+
 LogicalResult SiluGradOp::verify() {
   return failure(failed(sameType(*this, getDy(), getX(), "dy")) ||
                  failed(sameType(*this, getDx(), getX(), "dx")));

@@ -88,6 +88,17 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
   let results = (outs Mt_GradTensor:$dq, Mt_GradTensor:$dk, Mt_GradTensor:$dv);
 }
 
+def Mt_ReluGradOp : Mt_GradOp<"relu_grad"> {
+  let summary = "dx of mt.relu: dy where x > 0, else 0";
+  let description = [{
+    ```mlir
+    %dx = mt.relu_grad %dy, %x : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x);
+  let results = (outs Mt_GradTensor:$dx);
+}
+
 def Mt_SiluGradOp : Mt_GradOp<"silu_grad"> {
   let summary = "dx of mt.silu";
   let description = [{

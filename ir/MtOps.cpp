@@ -156,6 +156,7 @@ LogicalResult AttentionOp::verify() {
   return expectShape(*this, getY(), q, "result");
 }
 
+LogicalResult ReluOp::verify() { return verifyElementwise(*this); }
 LogicalResult SiluOp::verify() { return verifyElementwise(*this); }
 
 LogicalResult GeluOp::verify() {

@@ -281,6 +281,15 @@ class Mt_UnaryOp<string mnemonic> : Mt_PrimOp<mnemonic> {
   let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
 }
 
+def Mt_ReluOp : Mt_UnaryOp<"relu"> {
+  let summary = "y = max(x, 0)";
+  let description = [{
+    ```mlir
+    %y = mt.relu %x : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+}
+
 def Mt_SiluOp : Mt_UnaryOp<"silu"> {
   let summary = "y = x · sigmoid(x)";
   let description = [{

@@ -213,7 +213,7 @@ private:
           return isRow(o.getX()) && weight(o.getWeight()) &&
                  weight(o.getBias()) && row(o.getY());
         })
-        .Case<ScaleOp, SiluOp, GeluOp>(
+        .Case<ScaleOp, ReluOp, SiluOp, GeluOp>(
             [&](auto o) { return isRow(o.getX()) && row(o.getY()); })
         .Case([&](SwigluOp o) {
           return isRow(o.getGate()) && isRow(o.getUp()) && row(o.getY());
@@ -239,7 +239,7 @@ private:
         .Case([&](CrossEntropyGradOp o) {
           return isRow(o.getLogits()) && row(o.getDlogits());
         })
-        .Case<SiluGradOp, GeluGradOp>([&](auto o) {
+        .Case<ReluGradOp, SiluGradOp, GeluGradOp>([&](auto o) {
           return isRow(o.getDy()) && isRow(o.getX()) && row(o.getDx());
         })
         .Case([&](SwigluGradOp o) {

@@ -116,6 +116,12 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     addGradient(a.getV(), g->getResult(2));
     return success();
   }
+  if (auto r = dyn_cast<ReluOp>(op)) {
+    Operation *g = create(loc, "mt.relu_grad", {dy, r.getX()},
+                          {r.getX().getType()});
+    addGradient(r.getX(), g->getResult(0));
+    return success();
+  }
   if (auto s = dyn_cast<SiluOp>(op)) {
     Operation *g = create(loc, "mt.silu_grad", {dy, s.getX()},
                           {s.getX().getType()});

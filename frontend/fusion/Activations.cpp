@@ -1,6 +1,7 @@
-//===- Activations.cpp - GELU, SiLU and SwiGLU ----------------------------===//
+//===- Activations.cpp - ReLU, GELU, SiLU and SwiGLU ----------------------===//
 //
 // Recognized forms:
+//   ReLU       Relu (OPT).
 //   GELU erf   0.5 · x · (1 + Erf(x / √2)), x / √2 also as x · (1/√2), the
 //              product in any association; Gelu (opset 20, approximate
 //              none); com.microsoft Gelu.
@@ -117,6 +118,10 @@ void fuseActivations(Graph &g) {
       fail("{}: FastGelu with a bias input is not supported", n->describe());
     emitGelu(g, n, n->in(0), true);
   }
+
+  for (Node *n : nodesWithOp(g, "Relu"))
+    if (isActivation(n->in(0)))
+      replaceWithPrimitive(g, n, "mt.relu", {n->in(0)}, n->in(0)->shape);
 
   // SiLU, then SwiGLU over it.
   for (Node *n : nodesWithOp(g, "Mul")) {

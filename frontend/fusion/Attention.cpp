@@ -7,7 +7,11 @@
 // any chain of Add of a constant bias and Where(constant condition, scores,
 // fill) / Where(condition, fill, scores) that together keep exactly j <= i;
 // GQA's repeat of k and v as Unsqueeze/Reshape + Expand + Reshape is undone.
-// Also the Attention op of opset 23 (causal, no cache), 3-d or 4-d.
+// q, k, scores and v may also be merged over batch x heads ([B·H, S, ·],
+// GPT-NeoX's baddbmm, OPT's bmm), the scores viewed in 4-d and back for the
+// masks, and a Max of the scores with a constant at or below the mask's
+// -inf (OPT's clamp to the lowest float) is a no-op. Also the Attention op
+// of opset 23 (causal, no cache), 3-d or 4-d.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -15,6 +19,7 @@
 #include "frontend/Error.h"
 #include "frontend/fusion/Match.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -60,11 +65,54 @@ private:
     }
   }
 
+  // Folds a scaling of x's source into `scale` when x is only a view of it
+  // (OPT scales q before splitting heads): the views then read the
+  // unscaled source.
+  void foldScaleBehindViews(Value *x, double &scale) {
+    // Shape and Size read no values: the unscaled source serves them alike.
+    auto onlyReader = [](Value *v) {
+      return std::count_if(v->users.begin(), v->users.end(), [](Node *u) {
+               return u->op != "Shape" && u->op != "Size";
+             }) == 1;
+    };
+    while (Node *view = producerOneOf(x, {"Reshape", "Transpose"})) {
+      x = view->in(0);
+      if (!onlyReader(x))
+        return;
+    }
+    double factor = 1.0;
+    Value *source = peelScale(x, factor);
+    if (source != x && source->shape == x->shape && isActivation(source)) {
+      g_.replaceAllUses(x, source);
+      scale *= factor;
+    }
+  }
+
   // Peels masks and scales off the softmax input; returns the raw scores.
+  // Masks on 3-d scores apply to them merged over batch x heads.
   static Value *peelMasks(Value *s, std::vector<MaskTerm> &masks,
                           double &scale) {
+    bool merged = s->rank() == 3;
+    size_t before = masks.size();
+    s = peelMaskTerms(s, masks, scale);
+    for (size_t k = before; k < masks.size(); ++k)
+      masks[k].merged = merged;
+    return s;
+  }
+
+  static Value *peelMaskTerms(Value *s, std::vector<MaskTerm> &masks,
+                              double &scale) {
     for (;;) {
       s = peelScale(s, scale);
+      // A clamp from below at -inf or lower changes no kept score.
+      if (auto clamp = commuted(producer(s, "Max"), [](Value *c) {
+            auto v = constScalar(c);
+            return v && *v <= kMaskedBelow;
+          });
+          clamp && isActivation(clamp->second)) {
+        s = clamp->second;
+        continue;
+      }
       auto bias = commuted(producer(s, "Add"),
                            [](Value *c) { return c->constant != nullptr; });
       if (bias && isActivation(bias->second)) {
@@ -219,47 +267,66 @@ private:
     return ok ? kv : x;
   }
 
+  // The raw scores behind the softmax input: masks and scales peeled off,
+  // through reshapes between the merged [B·H, S, S] and the 4-d view.
+  static Value *rawScores(Value *s, std::vector<MaskTerm> &masks,
+                          double &scale) {
+    for (;;) {
+      s = peelMasks(s, masks, scale);
+      Node *r = producer(s, "Reshape");
+      if (!r)
+        return s;
+      const Shape &from = r->in(0)->shape;
+      bool view = (s->rank() == 3 && from.size() == 4 &&
+                   s->shape == Shape{from[0] * from[1], from[2], from[3]}) ||
+                  (s->rank() == 4 && from.size() == 3 &&
+                   from == Shape{s->dim(0) * s->dim(1), s->dim(2), s->dim(3)});
+      if (!view)
+        return s;
+      s = r->in(0);
+    }
+  }
+
   void fuseDecomposed(Node *mm) {
     Node *softmax = producer(mm->in(0), "Softmax");
     Value *v = mm->in(1);
-    if (!softmax || !isActivation(v) || v->rank() != 4 ||
+    if (!softmax || !isActivation(v) || (v->rank() != 4 && v->rank() != 3) ||
+        softmax->out()->rank() != v->rank() ||
         softmax->getInt("axis", -1) != softmax->out()->rank() - 1)
       return;
     std::vector<MaskTerm> masks;
     double scale = 1.0;
-    Value *scores = peelMasks(softmax->in(0), masks, scale);
-    // Scores may come from a batched 3-d product over B·H (GPT-NeoX's
-    // baddbmm), reshaped to [B, H, S, S]: look through to q and k in 4-d.
-    const Shape &s4 = softmax->out()->shape;
-    bool merged = false;
-    if (Node *r = producer(scores, "Reshape");
-        r && s4.size() == 4 && r->in(0)->shape == Shape{s4[0] * s4[1], s4[2], s4[3]}) {
-      size_t before = masks.size();
-      scores = peelMasks(r->in(0), masks, scale);
-      for (size_t k = before; k < masks.size(); ++k)
-        masks[k].merged = true;
-      merged = true;
-    }
+    Value *scores = rawScores(softmax->in(0), masks, scale);
     Node *qk = producer(scores, "MatMul");
     if (!qk)
       return;
     Value *q = peelScale(qk->in(0), scale);
     Value *kt = peelScale(qk->in(1), scale);
     Value *k = nullptr;
-    if (merged) {
-      q = unmerge(q, s4[0], s4[1]);
+    // Scores from a batched 3-d product over B·H: look through to q and k
+    // in 4-d; B and H come from q's reshape.
+    if (scores->rank() == 3) {
+      Node *r = producer(q, "Reshape");
       Node *t = producer(kt, "Transpose");
-      if (!q || !t || t->getInts("perm") != std::vector<int64_t>{0, 2, 1})
+      if (!r || r->in(0)->rank() != 4 || !t ||
+          t->getInts("perm") != std::vector<int64_t>{0, 2, 1})
         return;
-      k = unmerge(peelScale(t->in(0), scale), s4[0], s4[1]);
-      if (!k)
+      int64_t B = r->in(0)->dim(0), H = r->in(0)->dim(1);
+      q = unmerge(q, B, H);
+      k = unmerge(peelScale(t->in(0), scale), B, H);
+      if (!q || !k)
         return;
       q = peelScale(q, scale);
     }
     if (!isActivation(q) || !isActivation(kt) || q->rank() != 4 ||
-        (!merged && kt->rank() != 4))
+        (!k && kt->rank() != 4))
       return;
-    checkCausal(masks, softmax->out()->shape, mm);
+    foldScaleBehindViews(q, scale);
+    int64_t B = q->dim(0), H = q->dim(1);
+    bool mergedOut = v->rank() == 3;
+    if (mergedOut && !(v = unmerge(v, B, H)))
+      return;
+    checkCausal(masks, Shape{B, H, q->dim(2), v->dim(2)}, mm);
     // A scale may also sit before kᵀ's transpose (k · d^-¼, then kᵀ).
     k = unrepeat(peelScale(k ? k : untranspose(mm, kt), scale));
     v = unrepeat(v);
@@ -268,9 +335,22 @@ private:
            "must match, and query heads be a multiple of KV heads)",
            mm->describe(), shapeStr(q->shape), shapeStr(k->shape),
            shapeStr(v->shape));
-    Node *attn = replaceWithPrimitive(g_, mm, "mt.attention", {q, k, v},
-                                      q->shape);
+    if (!mergedOut) {
+      Node *attn = replaceWithPrimitive(g_, mm, "mt.attention", {q, k, v},
+                                        q->shape);
+      attn->setFloat("scale", scale);
+      return;
+    }
+    // The product was [B·H, S, D]: the attention's output merged the same way.
+    Node *attn = g_.newNode("mt.attention", mm->name, {q, k, v}, mm);
     attn->setFloat("scale", scale);
+    Value *y = g_.addOutput(attn, DType::F32, q->shape);
+    y->fromInput = true;
+    // Its views back to [B, H, S, D] read the attention's output directly.
+    for (Node *u : std::vector<Node *>(mm->out()->users))
+      if (u->op == "Reshape" && u->out()->shape == y->shape)
+        g_.replaceAllUses(u->out(), y);
+    g_.replaceAllUses(mm->out(), reshaped(attn, y, mm->out()->shape));
   }
 
   void fuseOp(Node *n) {

@@ -115,6 +115,9 @@ public:
                           const void *q, const void *k, const void *v,
                           int64_t B, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale) override;
+  void relu_forward(void *y, const void *x, int64_t n) override;
+  void relu_backward(void *dx, const void *dy, const void *x,
+                     int64_t n) override;
   void silu_forward(void *y, const void *x, int64_t n) override;
   void silu_backward(void *dx, const void *dy, const void *x,
                      int64_t n) override;

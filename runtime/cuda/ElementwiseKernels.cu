@@ -51,6 +51,8 @@ __device__ __forceinline__ float gelu_grad(float x, bool tanh_form) {
 // ---- pointwise ------------------------------------------------------------
 
 enum class Pointwise : int {
+  Relu,
+  ReluGrad,
   Silu,
   SiluGrad,
   Gelu,
@@ -66,6 +68,9 @@ __global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const float v = bf2f(x[i]);
     switch (Op) {
+    case Pointwise::Relu:
+      y[i] = f2bf(v > 0.f ? v : 0.f);
+      break;
     case Pointwise::Silu:
       y[i] = f2bf(silu(v));
       break;
@@ -74,6 +79,10 @@ __global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
       break;
     case Pointwise::GeluTanh:
       y[i] = f2bf(gelu(v, true));
+      break;
+    case Pointwise::ReluGrad:
+      if (v > 0.f)
+        add_store(y, i, bf2f(dy[i]));
       break;
     case Pointwise::SiluGrad:
       add_store(y, i, bf2f(dy[i]) * silu_grad(v));
@@ -439,6 +448,17 @@ void CudaKernels::accumulate_f32(float *g, const void *x, int64_t n) {
     MT_LAUNCH(accumulate_kernel, blocks_for(n), kBlock, S_, g, B(x), n);
 }
 
+void CudaKernels::relu_forward(void *y, const void *x, int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(pointwise_kernel<Pointwise::Relu>, blocks_for(n), kBlock, S_,
+              B(y), static_cast<const bf16 *>(nullptr), B(x), n);
+}
+void CudaKernels::relu_backward(void *dx, const void *dy, const void *x,
+                                int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(pointwise_kernel<Pointwise::ReluGrad>, blocks_for(n), kBlock, S_,
+              B(dx), B(dy), B(x), n);
+}
 void CudaKernels::silu_forward(void *y, const void *x, int64_t n) {
   if (n > 0)
     MT_LAUNCH(pointwise_kernel<Pointwise::Silu>, blocks_for(n), kBlock, S_,

@@ -125,6 +125,15 @@ void CpuKernels::attention_backward(void *dq, void *dk, void *dv,
   store(dk, B * Hkv * S * D);
   store(dv, B * Hkv * S * D);
 }
+void CpuKernels::relu_forward(void *y, const void *x, int64_t n) {
+  cpu::relu_forward(F(y), F(x), n);
+  store(y, n);
+}
+void CpuKernels::relu_backward(void *dx, const void *dy, const void *x,
+                               int64_t n) {
+  cpu::relu_backward(F(dx), F(dy), F(x), n);
+  store(dx, n);
+}
 void CpuKernels::silu_forward(void *y, const void *x, int64_t n) {
   cpu::silu_forward(F(y), F(x), n);
   store(y, n);

@@ -76,6 +76,9 @@ public:
                                   const void *k, const void *v, int64_t B,
                                   int64_t H, int64_t Hkv, int64_t S,
                                   int64_t D, float scale) = 0;
+  virtual void relu_forward(void *y, const void *x, int64_t n) = 0;
+  virtual void relu_backward(void *dx, const void *dy, const void *x,
+                             int64_t n) = 0;
   virtual void silu_forward(void *y, const void *x, int64_t n) = 0;
   virtual void silu_backward(void *dx, const void *dy, const void *x,
                              int64_t n) = 0;

@@ -1,4 +1,4 @@
-//===- Activations.cpp - silu, gelu, swiglu, scale ------------------------===//
+//===- Activations.cpp - relu, silu, gelu, swiglu, scale ------------------===//
 
 #include "runtime/kernels/Kernels.h"
 
@@ -44,6 +44,20 @@ float gelu_grad(float x, bool approximate_tanh) {
 }
 
 } // namespace
+
+void relu_forward(float *y, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+// The gradient at 0 is 0, as in torch.
+void relu_backward(float *dx, const float *dy, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] > 0.f)
+      dx[i] += dy[i];
+}
 
 void silu_forward(float *y, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)

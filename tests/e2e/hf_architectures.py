@@ -31,6 +31,15 @@ ARCHITECTURES = {
     # RMSNorm scaling by 1 + w, embeddings scaled by sqrt(hidden), GeGLU,
     # multi-query attention, tied head.
     "gemma": (T.GemmaConfig, dict(COMMON, num_key_value_heads=1, head_dim=16), T.GemmaForCausalLM),
+    # Scores and values merged over batch x heads (bmm), clamped to the
+    # lowest float after the mask; ReLU; learned positions offset by 2,
+    # per batch row; a tied head.
+    "opt": (T.OPTConfig, dict(vocab_size=256, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
+                              num_attention_heads=4, max_position_embeddings=128,
+                              word_embed_proj_dim=64, use_cache=False), T.OPTForCausalLM),
+    # Squared ReLU, LayerNorm of q and k per head, partial rotary.
+    "persimmon": (T.PersimmonConfig, dict(COMMON, partial_rotary_factor=0.5),
+                  T.PersimmonForCausalLM),
     # Llama with attention biases and a tied head.
     "llama-bias-tied": (T.LlamaConfig, dict(COMMON, num_key_value_heads=2, attention_bias=True,
                                             tie_word_embeddings=True), T.LlamaForCausalLM),

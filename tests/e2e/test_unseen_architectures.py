@@ -2,6 +2,7 @@
 (tests/e2e/hf_architectures.py) compile into one layer template and train
 with first-step gradients matching PyTorch float64 autograd, whole and with
 each layer's MLP and the loss in chunks of tokens."""
+import re
 import unittest
 
 from tests.e2e.harness import PYTHON, ROOT, Workdir, gradient_errors, read_jsonl, run
@@ -24,7 +25,8 @@ class UnseenArchitectures(unittest.TestCase):
                                            "--micro-batches", "2")
                 with open(plan_dir + "/model.mlir") as f:
                     text = f.read()
-                self.assertEqual(text.count("mt.template @layer kind"), 1, name)
+                # One layer template: no @layer_1 for a last layer that differs.
+                self.assertEqual(len(re.findall(r"mt\.template @layer(_\d+)? kind", text)), 1, name)
                 w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",
                          "--steps", "1", "--dump-grads", w(name + ".ref.st"),
                          "--log-jsonl", w(name + ".ref.jsonl"))

@@ -76,6 +76,17 @@ op("Min")(_variadic(torch.minimum))
 op("Sum")(_variadic(torch.add))
 
 
+@op("CumSum", 11)
+def _cumsum(node, x, axis):
+    axis = norm_axis(int(axis.reshape(-1)[0]), x.dim())
+    if node.attr("reverse", 0):
+        x = torch.flip(x, [axis])
+    y = torch.cumsum(x, axis)
+    if node.attr("exclusive", 0):
+        y = y - x
+    return torch.flip(y, [axis]) if node.attr("reverse", 0) else y
+
+
 @op("Mean")
 def _mean(node, *xs):
     return functools.reduce(torch.add, xs) / len(xs)

@@ -181,6 +181,13 @@ class Ops(unittest.TestCase):
         self.same(run_node("Clip", [a, np.array(-0.5)])[0], np.maximum(a, -0.5))
         self.same(run_node("Clip", [a, None, np.array(0.5)])[0], np.minimum(a, 0.5))
         self.same(run_node("Clip", [a], opset=6, min=-0.5, max=0.5)[0], np.clip(a, -0.5, 0.5))
+        # The ONNX CumSum spec's examples; axis 1 of a matrix against numpy.
+        x, axis0 = np.array([1.0, 2.0, 3.0]), i64(0)
+        self.same(run_node("CumSum", [x, axis0])[0], [1.0, 3.0, 6.0])
+        self.same(run_node("CumSum", [x, axis0], exclusive=1)[0], [0.0, 1.0, 3.0])
+        self.same(run_node("CumSum", [x, axis0], reverse=1)[0], [6.0, 5.0, 3.0])
+        self.same(run_node("CumSum", [x, axis0], exclusive=1, reverse=1)[0], [5.0, 3.0, 0.0])
+        self.same(run_node("CumSum", [a, i64(-1)])[0], np.cumsum(a, axis=1))
         inf = np.array([np.inf, -np.inf, 1.0, np.nan])
         self.same(run_node("IsInf", [inf], detect_negative=0)[0], np.array([True, False, False, False]))
         self.same(run_node("IsNaN", [inf])[0], np.array([False, False, False, True]))

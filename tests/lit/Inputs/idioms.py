@@ -259,6 +259,12 @@ def _(g):
     return lambda f: fm.gelu(f["x"], "tanh")
 
 
+@idiom("relu", "Relu(x)")
+def _(g):
+    y_output(g, g.op("Relu", x_input(g)), HIDDEN)
+    return lambda f: np.maximum(f["x"], 0)
+
+
 @idiom("silu", "Mul(x, Sigmoid(x))")
 def _(g):
     x = x_input(g)
@@ -540,6 +546,29 @@ def _(g):
        "Trilu+Where mask; scale Div")
 def _(g):
     return _attention_idiom(g, _trilu_where, kv_heads=2)
+
+
+@idiom("attention-merged-bmm",
+       "OPT's bmm: Mul(q, 0.5) split to [B,4,S,4], q, k, v Reshape [B*4,S,4]; MatMul(q, "
+       "Transpose(k, [0,2,1])), Reshape [B,4,S,S], Add [64,64] finfo.min mask, Max(., finfo.min), "
+       "Reshape [B*4,S,S], Softmax, MatMul(p, v), Reshape [B,4,S,4]")
+def _(g):
+    x = x_input(g)
+    q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
+    k, Wk = matmul(g, x, HIDDEN, AH * AD, "attn.k_proj.weight")
+    v, Wv = matmul(g, x, HIDDEN, AH * AD, "attn.v_proj.weight")
+    q = g.op("Mul", q, g.const(AD ** -0.5))
+    b, s = g.dim(x, 0), g.dim(x, 1)
+    merged = lambda t: g.op("Reshape", dg.split_heads(g, t, AH, AD), g.shape_of(-1, s, AD))
+    q, k, v = merged(q), merged(k), merged(v)
+    scores = g.op("Reshape", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 2, 1])),
+                  g.shape_of(b, AH, s, s))
+    scores = g.op("Max", _mask_add(FMIN)(g, scores, x), g.const(FMIN))
+    p = g.op("Softmax", g.op("Reshape", scores, g.shape_of(-1, s, s)), axis=-1)
+    a = g.op("Reshape", g.op("MatMul", p, v), g.shape_of(b, AH, s, AD))
+    y, Wo = matmul(g, dg.merge_heads(g, a, AH * AD), AH * AD, HIDDEN, "attn.o_proj.weight")
+    y_output(g, y, HIDDEN)
+    return _attention_ref(Wq, Wk, Wv, Wo, AH)
 
 
 @idiom("attention-op-opset23-4d",

@@ -5,6 +5,7 @@ has no reference evaluator. `run(model, feeds, float64=True)` computes every
 float tensor in float64, so idiom forms can be compared to their fused math
 at tight tolerances.
 """
+import functools
 import math
 
 import numpy as np
@@ -156,6 +157,8 @@ OPS = {
     "Erf": lambda a, x: _erf(x).astype(x.dtype),
     "Tanh": lambda a, x: np.tanh(x),
     "Sigmoid": lambda a, x: 1 / (1 + np.exp(-x)),
+    "Relu": lambda a, x: np.maximum(x, 0).astype(x.dtype),
+    "Max": lambda a, *xs: functools.reduce(np.maximum, xs),
     "Cos": lambda a, x: np.cos(x),
     "Sin": lambda a, x: np.sin(x),
     "Equal": lambda a, x, y: np.equal(x, y),

@@ -431,9 +431,14 @@ TEST_F(CudaKernelsTest, Activations) {
   const int64_t n = 3000;
   Tensor x = Tensor::random(n, 80, -6.f, 6.f), u = Tensor::random(n, 81);
   Tensor dy = Tensor::random(n, 82);
-  for (int op = 0; op < 3; ++op) {
+  for (int op = 0; op < 4; ++op) {
     Tensor y = Tensor::output(n), dx = Tensor::grad(n, 83);
-    if (op == 0) {
+    if (op == 3) {
+      k_->relu_forward(y.dev(), x.dev(), n);
+      k_->relu_backward(dx.dev(), dy.dev(), x.dev(), n);
+      cpu_.relu_forward(y.host(), x.host(), n);
+      cpu_.relu_backward(dx.host(), dy.host(), x.host(), n);
+    } else if (op == 0) {
       k_->silu_forward(y.dev(), x.dev(), n);
       k_->silu_backward(dx.dev(), dy.dev(), x.dev(), n);
       cpu_.silu_forward(y.host(), x.host(), n);

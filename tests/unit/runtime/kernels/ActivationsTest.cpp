@@ -1,4 +1,4 @@
-//===- ActivationsTest.cpp - silu, gelu (both forms), swiglu, scale -------===//
+//===- ActivationsTest.cpp - relu, silu, gelu (both forms), swiglu, scale -===//
 
 #include "runtime/kernels/Kernels.h"
 #include "tests/unit/runtime/kernels/Reference.h"
@@ -8,6 +8,8 @@ namespace {
 
 using namespace mtrt::cpu;
 
+double relu(double x) { return x > 0 ? x : 0; }
+double relu_grad(double x) { return x > 0 ? 1 : 0; }
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 double silu(double x) { return x * sigmoid(x); }
 double silu_grad(double x) { return sigmoid(x) * (1 + x * (1 - sigmoid(x))); }
@@ -43,6 +45,7 @@ struct Unary {
 };
 
 const Unary kUnaries[] = {
+    {"relu", relu, relu_grad, relu_forward, relu_backward},
     {"silu", silu, silu_grad, silu_forward, silu_backward},
     {"gelu", [](double x) { return gelu(x, false); },
      [](double x) { return gelu_grad(x, false); },
