@@ -271,12 +271,14 @@ private:
           << ", " << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
           << ropeDims(r.getDy(), r.getSeqAxis(), r.getRotaryDim()) << ");\n";
     } else if (auto at = dyn_cast<AttentionOp>(op)) {
+      std::string slopes = alibiSlopes(at.getAlibiSlopes());
       os_ << "  k.attention_forward(" << ref(at.getY()) << ", " << ref(at.getQ())
           << ", " << ref(at.getK()) << ", " << ref(at.getV()) << ", "
           << attentionDims(at.getQ(), at.getK(),
                            at.getScale().convertToDouble())
-          << ");\n";
+          << ", " << slopes << ");\n";
     } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
+      std::string slopes = alibiSlopes(g.getAlibiSlopes());
       std::string dq = grad(g.getDq()), dk = grad(g.getDk()),
                   dv = grad(g.getDv());
       os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv
@@ -284,7 +286,7 @@ private:
           << ", " << ref(g.getQ()) << ", " << ref(g.getK()) << ", "
           << ref(g.getV()) << ", "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
-          << ");\n";
+          << ", " << slopes << ");\n";
     } else if (auto r = dyn_cast<ReluOp>(op)) {
       os_ << llvm::formatv("  k.relu_forward({0}, {1}, {2});\n", ref(r.getY()),
                            ref(r.getX()), count(r.getX()));
@@ -508,6 +510,18 @@ private:
                          rotary, seqAxis)
         .str();
   }
+  // The ALiBi slopes as a static array declared before the call, named for
+  // the call's use; "nullptr" without them.
+  std::string alibiSlopes(std::optional<ArrayRef<double>> slopes) {
+    if (!slopes)
+      return "nullptr";
+    std::string name = "alibi_slopes_" + std::to_string(alibiArrays_++);
+    os_ << "  static const float " << name << "[] = {";
+    for (auto [i, m] : llvm::enumerate(*slopes))
+      os_ << (i ? ", " : "") << lit(m);
+    os_ << "};\n";
+    return name;
+  }
   static std::string attentionDims(Value q, Value k, double scale) {
     auto qs = shapeOf(q);
     return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}", qs[0], qs[1],
@@ -540,6 +554,7 @@ private:
   std::string body_;
   llvm::raw_string_ostream os_;
   int counter_ = 0;
+  int alibiArrays_ = 0;
 };
 
 } // namespace

@@ -82,6 +82,10 @@ void sign(Block &b) {
       case Attr::Float: s += fmt::format("{:.17g}", a.f); break;
       case Attr::String: s += a.s; break;
       case Attr::Ints: s += shapeStr(a.ints); break;
+      case Attr::Floats:
+        for (double f : a.floats)
+          s += fmt::format("{:.17g},", f);
+        break;
       default: break;
       }
       s += ";";

@@ -79,6 +79,7 @@ private:
     case Attr::Float: return b_.getF64FloatAttr(a.f);
     case Attr::String: return b_.getStringAttr(a.s);
     case Attr::Ints: return b_.getDenseI64ArrayAttr(a.ints);
+    case Attr::Floats: return b_.getDenseF64ArrayAttr(a.floats);
     default: fail("internal: unexpected attribute kind on a primitive");
     }
   }

@@ -82,6 +82,13 @@ void Node::setInts(const std::string &a, std::vector<int64_t> v) {
   x.ints = std::move(v);
 }
 
+void Node::setFloats(const std::string &a, std::vector<double> v) {
+  Attr &x = attrs[a];
+  x = Attr();
+  x.kind = Attr::Floats;
+  x.floats = std::move(v);
+}
+
 Value *Graph::newValue(std::string name, DType dtype, Shape shape) {
   values_.push_back(std::make_unique<Value>());
   Value *v = values_.back().get();

@@ -82,6 +82,7 @@ struct Node {
   void setFloat(const std::string &a, double v);
   void setString(const std::string &a, std::string v);
   void setInts(const std::string &a, std::vector<int64_t> v);
+  void setFloats(const std::string &a, std::vector<double> v);
 };
 
 class Graph {

@@ -92,6 +92,11 @@ LogicalResult RopeGradOp::verify() {
 LogicalResult AttentionGradOp::verify() {
   if (failed(sameType(*this, getDy(), getQ(), "dy")))
     return failure();
+  if (auto slopes = getAlibiSlopes();
+      slopes && int64_t(slopes->size()) !=
+                    cast<RankedTensorType>(getQ().getType()).getDimSize(1))
+    return emitOpError("has ") << slopes->size()
+                               << " alibi_slopes, not one per query head";
   return checkResults(*this, getResults(), {getQ(), getK(), getV()});
 }
 

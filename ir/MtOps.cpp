@@ -153,6 +153,9 @@ LogicalResult AttentionOp::verify() {
   if (k[1] <= 0 || q[1] % k[1])
     return emitOpError("query heads (")
            << q[1] << ") must be a multiple of KV heads (" << k[1] << ")";
+  if (auto slopes = getAlibiSlopes(); slopes && int64_t(slopes->size()) != q[1])
+    return emitOpError("has ") << slopes->size() << " alibi_slopes for "
+                               << q[1] << " query heads";
   return expectShape(*this, getY(), q, "result");
 }
 

@@ -107,10 +107,12 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     return success();
   }
   if (auto a = dyn_cast<AttentionOp>(op)) {
+    SmallVector<NamedAttribute> attrs{attr("scale")};
+    if (a.getAlibiSlopesAttr())
+      attrs.push_back(attr("alibi_slopes"));
     Operation *g = create(loc, "mt.attention_grad",
                           {dy, a.getQ(), a.getK(), a.getV()},
-                          typesOf({a.getQ(), a.getK(), a.getV()}),
-                          {attr("scale")});
+                          typesOf({a.getQ(), a.getK(), a.getV()}), attrs);
     addGradient(a.getQ(), g->getResult(0));
     addGradient(a.getK(), g->getResult(1));
     addGradient(a.getV(), g->getResult(2));

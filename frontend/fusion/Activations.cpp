@@ -6,8 +6,9 @@
 //              product in any association; Gelu (opset 20, approximate
 //              none); com.microsoft Gelu.
 //   GELU tanh  0.5 · x · (1 + Tanh(√(2/π) · (x + 0.044715 · x³))), x³ as
-//              Pow(x, 3) or x·x·x; Gelu (opset 20, approximate tanh);
-//              com.microsoft FastGelu without bias.
+//              Pow(x, 3) or x·x·x, or the argument as √(2/π) · x ·
+//              (1 + 0.044715 · x · x) (BLOOM); Gelu (opset 20, approximate
+//              tanh); com.microsoft FastGelu without bias.
 //   SiLU       x · Sigmoid(x).
 //   SwiGLU     SiLU(gate) · up.
 //
@@ -43,9 +44,37 @@ Value *onePlus(Value *v, const char *op) {
   return f ? f->in(0) : nullptr;
 }
 
+// √(2/π) · x · (1 + 0.044715 · x · x), the factors in any order; returns x.
+Value *factoredTanhArgument(const std::vector<Value *> &f) {
+  auto c = std::find_if(f.begin(), f.end(),
+                        [](Value *s) { return isScalar(s, kSqrt2OverPi); });
+  if (f.size() != 3 || c == f.end())
+    return nullptr;
+  std::vector<Value *> rest;
+  for (Value *s : f)
+    if (s != *c)
+      rest.push_back(s);
+  for (int k = 0; k < 2; ++k) {
+    Value *x = rest[k];
+    auto ops = commuted(producer(rest[1 - k], "Add"),
+                        [](Value *s) { return isScalar(s, 1.0); });
+    if (!ops)
+      continue;
+    std::vector<Value *> t = productFactors(ops->second);
+    auto a = std::find_if(t.begin(), t.end(),
+                          [](Value *s) { return isScalar(s, 0.044715); });
+    if (t.size() == 3 && a != t.end() &&
+        std::count(t.begin(), t.end(), x) == 2)
+      return x;
+  }
+  return nullptr;
+}
+
 // √(2/π) · (x + 0.044715 · x³); returns x.
 Value *tanhArgument(Value *v) {
   std::vector<Value *> f = productFactors(v);
+  if (f.size() == 3)
+    return factoredTanhArgument(f);
   if (f.size() != 2)
     return nullptr;
   if (isScalar(f[1], kSqrt2OverPi))

@@ -5,7 +5,8 @@
 // where kᵀ is a Transpose (of k, or of k's pre-transpose layout); the scale
 // is any product of Mul/Div by constants on the scores or on q and k; mask is
 // any chain of Add of a constant bias and Where(constant condition, scores,
-// fill) / Where(condition, fill, scores) that together keep exactly j <= i;
+// fill) / Where(condition, fill, scores) that together keep exactly j <= i,
+// and whose finite biases, if any, are ALiBi's m_h · j (BLOOM, MPT);
 // GQA's repeat of k and v as Unsqueeze/Reshape + Expand + Reshape is undone.
 // q, k, scores and v may also be merged over batch x heads ([B·H, S, ·],
 // GPT-NeoX's baddbmm, OPT's bmm), the scores viewed in 4-d and back for the
@@ -34,6 +35,7 @@ struct MaskTerm {
   ConstPtr condition; // Additive: the bias; Where: the condition
   ConstPtr fill;      // Where: the masked value
   bool merged = false; // applied to scores [B·H, S, S] rather than 4-d
+  double factor = 1.0; // Additive: the scales applied after the bias
 };
 
 class AttentionFusion {
@@ -116,7 +118,8 @@ private:
       auto bias = commuted(producer(s, "Add"),
                            [](Value *c) { return c->constant != nullptr; });
       if (bias && isActivation(bias->second)) {
-        masks.push_back({MaskTerm::Additive, bias->first->constant, nullptr});
+        masks.push_back({MaskTerm::Additive, bias->first->constant, nullptr,
+                         false, scale});
         s = bias->second;
         continue;
       }
@@ -140,23 +143,25 @@ private:
   }
 
   // Whether position (i, j) of scores [B, H, S, S] at (b, h) survives the
-  // masks; throws when a mask value is neither "keep" nor "-inf".
+  // masks, and the finite bias they add there; throws when a Where's fill
+  // is not "-inf".
   static bool kept(const std::vector<MaskTerm> &masks, const Shape &scores,
-                   int64_t b, int64_t h, int64_t i, int64_t j, Node *at) {
+                   int64_t b, int64_t h, int64_t i, int64_t j, Node *at,
+                   double &bias) {
     int64_t s = scores[2];
     int64_t flat = ((b * scores[1] + h) * s + i) * scores[3] + j;
     // Masks on merged scores see them as [1, B·H, S, S]: the same flat index.
     Shape mergedShape{1, scores[0] * scores[1], scores[2], scores[3]};
     bool keep = true;
+    bias = 0;
     for (const MaskTerm &m : masks) {
       const Shape &view = m.merged ? mergedShape : scores;
       double c = m.condition->at(BroadcastIndex(view, m.condition->shape)(flat));
       if (m.kind == MaskTerm::Additive) {
-        if (c != 0 && c > kMaskedBelow)
-          fail("{}: the attention bias has value {} at query {}, key {}; only "
-               "causal masks (0 or -inf) are supported, not position biases",
-               at->describe(), c, i, j);
-        keep &= c == 0;
+        if (c <= kMaskedBelow)
+          keep = false;
+        else
+          bias += m.factor * c;
         continue;
       }
       bool k = (c != 0) == (m.kind == MaskTerm::KeepWhereTrue);
@@ -171,16 +176,19 @@ private:
     return keep;
   }
 
-  // Checks that the masks keep exactly the causal triangle: every row when
-  // the sequence is short, else the first and last 64 rows and 64 between,
-  // in full, at the first and last batch row and head.
-  void checkCausal(const std::vector<MaskTerm> &masks, const Shape &scores,
-                   Node *at) {
+  // Checks that the masks keep exactly the causal triangle and that their
+  // finite biases are ALiBi's (per head, a slope times the key position,
+  // plus anything constant along a row); returns the slopes, empty when all
+  // are 0. Every row is checked when the sequence is short, else the first
+  // and last 64 rows and 64 between, in full, at the first and last batch
+  // row and every head.
+  std::vector<double> checkCausal(const std::vector<MaskTerm> &masks,
+                                  const Shape &scores, Node *at) {
     std::vector<const Const *> key;
     for (const MaskTerm &m : masks)
       key.push_back(m.condition.get());
-    if (checked_.count(key))
-      return;
+    if (auto it = checked_.find(key); it != checked_.end())
+      return it->second;
     if (masks.empty())
       fail("{}: attention without a causal mask; decoder training needs "
            "causal attention",
@@ -196,16 +204,41 @@ private:
     for (int64_t i = 0; i < s; ++i)
       if (sampled(i))
         rows.push_back(i);
+    // The slopes, read off the last query row of the first batch row.
+    std::vector<double> slopes(scores[1], 0.0);
+    for (int64_t h = 0; h < scores[1] && s > 1; ++h) {
+      double at0, at1;
+      kept(masks, scores, 0, h, s - 1, 0, at, at0);
+      kept(masks, scores, 0, h, s - 1, 1, at, at1);
+      slopes[h] = at1 - at0;
+    }
     for (int64_t b : {int64_t(0), scores[0] - 1})
-      for (int64_t h : {int64_t(0), scores[1] - 1})
-        for (int64_t i : rows)
-          for (int64_t j = 0; j < s; ++j)
-            if ((sampled(j) || std::abs(j - i) <= 64) &&
-                kept(masks, scores, b, h, i, j, at) != (j <= i))
+      for (int64_t h = 0; h < scores[1]; ++h)
+        for (int64_t i : rows) {
+          double rowBias = 0, bias = 0;
+          kept(masks, scores, b, h, i, 0, at, rowBias);
+          for (int64_t j = 0; j < s; ++j) {
+            if (!sampled(j) && std::abs(j - i) > 64)
+              continue;
+            bool keep = kept(masks, scores, b, h, i, j, at, bias);
+            if (keep != (j <= i))
               fail("{}: the attention mask {} query {} to see key {}; only "
                    "causal masks are supported",
                    at->describe(), j <= i ? "does not allow" : "allows", i, j);
-    checked_[key] = true;
+            double want = rowBias + slopes[h] * double(j);
+            // The exported biases are float32: a few ulps of the terms.
+            if (keep && std::abs(bias - want) >
+                            1e-5 * (std::abs(bias) + std::abs(want)) + 1e-6)
+              fail("{}: the attention bias is {} at head {}, query {}, key "
+                   "{}; only causal masks and ALiBi (a slope per head times "
+                   "the key position) are supported",
+                   at->describe(), bias, h, i, j);
+          }
+        }
+    if (std::all_of(slopes.begin(), slopes.end(),
+                    [](double m) { return m == 0; }))
+      slopes.clear();
+    return checked_[key] = slopes;
   }
 
   Value *transposed(Node *after, Value *x, std::vector<int64_t> perm) {
@@ -287,11 +320,29 @@ private:
     }
   }
 
+  // The softmax behind p: through float-to-float Casts (BLOOM's) and views
+  // between [B·H, S, S] and [B, H, S, S].
+  static Node *softmaxOf(Value *p) {
+    for (;;) {
+      if (Node *c = producer(p, "Cast");
+          c && c->in(0)->dtype == DType::F32 && p->dtype == DType::F32) {
+        p = c->in(0);
+        continue;
+      }
+      Node *r = producer(p, "Reshape");
+      if (!r || numelOf(r->in(0)->shape) != numelOf(p->shape) ||
+          r->in(0)->shape.back() != p->shape.back() ||
+          (r->in(0)->rank() != 3 && r->in(0)->rank() != 4))
+        return producer(p, "Softmax");
+      p = r->in(0);
+    }
+  }
+
   void fuseDecomposed(Node *mm) {
-    Node *softmax = producer(mm->in(0), "Softmax");
+    Node *softmax = softmaxOf(mm->in(0));
     Value *v = mm->in(1);
     if (!softmax || !isActivation(v) || (v->rank() != 4 && v->rank() != 3) ||
-        softmax->out()->rank() != v->rank() ||
+        mm->in(0)->rank() != v->rank() ||
         softmax->getInt("axis", -1) != softmax->out()->rank() - 1)
       return;
     std::vector<MaskTerm> masks;
@@ -304,17 +355,20 @@ private:
     Value *kt = peelScale(qk->in(1), scale);
     Value *k = nullptr;
     // Scores from a batched 3-d product over B·H: look through to q and k
-    // in 4-d; B and H come from q's reshape.
+    // in 4-d; B and H come from q's reshape. kᵀ is k merged and transposed
+    // ([0, 2, 1]), or kᵀ [B, H, D, S] merged (BLOOM).
     if (scores->rank() == 3) {
       Node *r = producer(q, "Reshape");
-      Node *t = producer(kt, "Transpose");
-      if (!r || r->in(0)->rank() != 4 || !t ||
-          t->getInts("perm") != std::vector<int64_t>{0, 2, 1})
+      if (!r || r->in(0)->rank() != 4)
         return;
       int64_t B = r->in(0)->dim(0), H = r->in(0)->dim(1);
       q = unmerge(q, B, H);
-      k = unmerge(peelScale(t->in(0), scale), B, H);
-      if (!q || !k)
+      if (Node *t = producer(kt, "Transpose");
+          t && t->getInts("perm") == std::vector<int64_t>{0, 2, 1})
+        k = unmerge(peelScale(t->in(0), scale), B, H);
+      else if (Value *kt4 = unmerge(kt, B, H))
+        kt = peelScale(kt4, scale);
+      if (!q || (!k && kt->rank() != 4))
         return;
       q = peelScale(q, scale);
     }
@@ -326,7 +380,8 @@ private:
     bool mergedOut = v->rank() == 3;
     if (mergedOut && !(v = unmerge(v, B, H)))
       return;
-    checkCausal(masks, Shape{B, H, q->dim(2), v->dim(2)}, mm);
+    std::vector<double> slopes =
+        checkCausal(masks, Shape{B, H, q->dim(2), v->dim(2)}, mm);
     // A scale may also sit before kᵀ's transpose (k · d^-¼, then kᵀ).
     k = unrepeat(peelScale(k ? k : untranspose(mm, kt), scale));
     v = unrepeat(v);
@@ -335,15 +390,19 @@ private:
            "must match, and query heads be a multiple of KV heads)",
            mm->describe(), shapeStr(q->shape), shapeStr(k->shape),
            shapeStr(v->shape));
-    if (!mergedOut) {
-      Node *attn = replaceWithPrimitive(g_, mm, "mt.attention", {q, k, v},
-                                        q->shape);
+    auto setAttrs = [&](Node *attn) {
       attn->setFloat("scale", scale);
+      if (!slopes.empty())
+        attn->setFloats("alibi_slopes", slopes);
+    };
+    if (!mergedOut) {
+      setAttrs(replaceWithPrimitive(g_, mm, "mt.attention", {q, k, v},
+                                    q->shape));
       return;
     }
     // The product was [B·H, S, D]: the attention's output merged the same way.
     Node *attn = g_.newNode("mt.attention", mm->name, {q, k, v}, mm);
-    attn->setFloat("scale", scale);
+    setAttrs(attn);
     Value *y = g_.addOutput(attn, DType::F32, q->shape);
     y->fromInput = true;
     // Its views back to [B, H, S, D] read the attention's output directly.
@@ -375,6 +434,7 @@ private:
       v = toHeads(v, hkv);
     }
     Shape scores{q->dim(0), q->dim(1), q->dim(2), k->dim(2)};
+    std::vector<double> slopes;
     if (Value *mask = n->in(3)) {
       if (!mask->constant)
         fail("{}: attn_mask must be a compile-time causal mask", n->describe());
@@ -382,7 +442,7 @@ private:
                        ? MaskTerm{MaskTerm::KeepWhereTrue, mask->constant,
                                   scalarConst(DType::F32, -INFINITY)}
                        : MaskTerm{MaskTerm::Additive, mask->constant, nullptr};
-      checkCausal({m}, scores, n);
+      slopes = checkCausal({m}, scores, n);
     } else if (!n->getInt("is_causal", 0)) {
       fail("{}: attention without a causal mask; decoder training needs "
            "causal attention",
@@ -394,6 +454,8 @@ private:
     double scale = n->getFloat("scale", 1.0 / std::sqrt(double(q->dim(3))));
     Node *attn = g_.newNode("mt.attention", n->name, {q, k, v}, n);
     attn->setFloat("scale", scale);
+    if (!slopes.empty())
+      attn->setFloats("alibi_slopes", slopes);
     Value *y = g_.addOutput(attn, DType::F32, q->shape);
     y->fromInput = true;
     if (threeD) {
@@ -404,7 +466,7 @@ private:
   }
 
   Graph &g_;
-  std::map<std::vector<const Const *>, bool> checked_;
+  std::map<std::vector<const Const *>, std::vector<double>> checked_;
 };
 
 } // namespace

@@ -19,6 +19,9 @@
 //     3. dQ: a block owns BR query rows and walks the key tiles.
 //    p and ds are recomputed from q, k and the log-sum-exp in 2 and 3.
 //
+// ALiBi slopes travel by value in the launch parameters (up to 256 heads)
+// and add m_h · (j − i) to every score, in all four kernels alike.
+//
 // Head dims up to 256, in three register layouts (64, 128, 256). Speed is
 // not the point of this first version: it uses CUDA cores, not tensor cores.
 //
@@ -30,6 +33,19 @@
 namespace mtrt::MT_KNS {
 
 namespace {
+
+constexpr int kMaxAlibiHeads = 256;
+
+/// Per-head ALiBi slopes; heads past `heads` (all of them without ALiBi)
+/// have slope 0.
+struct Alibi {
+  int heads = 0;
+  float slope[kMaxAlibiHeads];
+
+  __device__ __forceinline__ float of(int64_t h) const {
+    return h < heads ? slope[h] : 0.f;
+  }
+};
 
 template <int TPR> __device__ __forceinline__ float row_sum(float v) {
 #pragma unroll
@@ -68,7 +84,7 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_forward_kernel(bf16 *y, float *lse, float *delta, const bf16 *dy,
                              const bf16 *q, const bf16 *k, const bf16 *v,
                              int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                             float scale) {
+                             float scale, Alibi alibi) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -80,6 +96,7 @@ __global__ void __launch_bounds__(BR *TPR)
   const int64_t i = min64(q0 + r, S - 1);
   const int64_t row = (b * H + h) * S + i;
   const bf16 *kh = k + (b * Hkv + g) * S * D, *vh = v + (b * Hkv + g) * S * D;
+  const float slope = alibi.of(h);
 
   float qr[DPT], o[DPT];
   load_row<TPR, DPT>(qr, q + row * D, t, D);
@@ -103,7 +120,8 @@ __global__ void __launch_bounds__(BR *TPR)
       for (int u = 0; u < DPT; ++u)
         p += qr[u] * bf2f(ks[jj][t + TPR * u]);
       p = row_sum<TPR>(p);
-      s[jj] = j0 + jj <= i ? scale * p : -INFINITY;
+      s[jj] = j0 + jj <= i ? scale * p + slope * float(j0 + jj - i)
+                           : -INFINITY;
       tile_max = fmaxf(tile_max, s[jj]);
     }
     // Finite: the first tile holds key 0 <= i.
@@ -155,7 +173,7 @@ __global__ void __launch_bounds__(BC *TPR)
     attention_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                           const bf16 *k, const bf16 *v, const float *lse,
                           const float *delta, int64_t H, int64_t Hkv, int64_t S,
-                          int64_t D, float scale) {
+                          int64_t D, float scale, Alibi alibi) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 qs[BR][DM];
   __shared__ bf16 dys[BR][DM];
@@ -175,6 +193,7 @@ __global__ void __launch_bounds__(BC *TPR)
 
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
     const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
+    const float slope = alibi.of(h);
     for (int64_t i0 = j0 / BR * BR; i0 < S; i0 += BR) {
       __syncthreads();
       load_tile<BR, DM>(qs, q + base * D, i0, S, D);
@@ -195,7 +214,9 @@ __global__ void __launch_bounds__(BC *TPR)
         s = row_sum<TPR>(s);
         dp = row_sum<TPR>(dp);
         const int64_t i = i0 + ii;
-        const float p = i < S && i >= j ? expf(scale * s - ls[ii]) : 0.f;
+        const float p = i < S && i >= j
+                            ? expf(scale * s + slope * float(j - i) - ls[ii])
+                            : 0.f;
         const float dsc = p * (dp - ds[ii]);
 #pragma unroll
         for (int u = 0; u < DPT; ++u) {
@@ -225,7 +246,7 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
                         const bf16 *v, const float *lse, const float *delta,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale) {
+                        float scale, Alibi alibi) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -235,6 +256,7 @@ __global__ void __launch_bounds__(BR *TPR)
   const int64_t i = min64(q0 + r, S - 1);
   const int64_t row = (b * H + h) * S + i;
   const bf16 *kh = k + (b * Hkv + g) * S * D, *vh = v + (b * Hkv + g) * S * D;
+  const float slope = alibi.of(h);
 
   float qr[DPT], dyr[DPT], acc[DPT];
   load_row<TPR, DPT>(qr, q + row * D, t, D);
@@ -259,7 +281,8 @@ __global__ void __launch_bounds__(BR *TPR)
       }
       s = row_sum<TPR>(s);
       dp = row_sum<TPR>(dp);
-      const float p = j0 + jj <= i ? expf(scale * s - L) : 0.f;
+      const float p =
+          j0 + jj <= i ? expf(scale * s + slope * float(j0 + jj - i) - L) : 0.f;
       const float dsc = p * (dp - delta_i);
 #pragma unroll
       for (int u = 0; u < DPT; ++u)
@@ -284,25 +307,26 @@ template <int TPR, int DPT, int Rows> struct Attention {
 
   static void forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                       int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                      float scale, cudaStream_t stream) {
+                      float scale, const Alibi &alibi, cudaStream_t stream) {
     auto *kernel = attention_forward_kernel<TPR, DPT, BR, BC_FWD, false>;
     launch_kernel("attention_forward_kernel", kernel,
                   dim3(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn)),
                   dim3(BR * TPR), stream, y, static_cast<float *>(nullptr),
                   static_cast<float *>(nullptr),
                   static_cast<const bf16 *>(nullptr), q, k, v, H, Hkv, S, D,
-                  scale);
+                  scale, alibi);
   }
 
   static void backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                        const bf16 *q, const bf16 *k, const bf16 *v, float *lse,
                        float *delta, int64_t Bn, int64_t H, int64_t Hkv,
-                       int64_t S, int64_t D, float scale, cudaStream_t stream) {
+                       int64_t S, int64_t D, float scale, const Alibi &alibi,
+                       cudaStream_t stream) {
     const dim3 rows(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn));
     auto *stats = attention_forward_kernel<TPR, DPT, BR, BC_FWD, true>;
     launch_kernel("attention_stats_kernel", stats, rows, dim3(BR * TPR), stream,
                   static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v, H, Hkv,
-                  S, D, scale);
+                  S, D, scale, alibi);
     if (dk || dv) {
       auto *kernel = attention_dkdv_kernel<TPR, DPT, BC, BR>;
       launch_kernel(
@@ -310,13 +334,14 @@ template <int TPR, int DPT, int Rows> struct Attention {
           dim3(unsigned((S + BC - 1) / BC), unsigned(Hkv), unsigned(Bn)),
           dim3(BC * TPR), stream, dk, dv, dy, q, k, v,
           static_cast<const float *>(lse), static_cast<const float *>(delta), H,
-          Hkv, S, D, scale);
+          Hkv, S, D, scale, alibi);
     }
     if (dq) {
       auto *kernel = attention_dq_kernel<TPR, DPT, BR, BC>;
       launch_kernel("attention_dq_kernel", kernel, rows, dim3(BR * TPR), stream,
                     dq, dy, q, k, v, static_cast<const float *>(lse),
-                    static_cast<const float *>(delta), H, Hkv, S, D, scale);
+                    static_cast<const float *>(delta), H, Hkv, S, D, scale,
+                    alibi);
     }
   }
 };
@@ -334,45 +359,63 @@ void check_shape(const char *op, int64_t H, int64_t Hkv, int64_t D) {
          " is over the 256 the attention kernels support");
 }
 
+Alibi alibi_of(const char *op, const float *slopes, int64_t H) {
+  Alibi a;
+  if (!slopes)
+    return a;
+  if (H > kMaxAlibiHeads)
+    fail("cuda ", op, ": ALiBi over ", H, " heads; the attention kernels take "
+         "at most ", kMaxAlibiHeads);
+  a.heads = int(H);
+  for (int64_t h = 0; h < H; ++h)
+    a.slope[h] = slopes[h];
+  return a;
+}
+
 } // namespace
 
 void CudaKernels::attention_forward(void *y, const void *q, const void *k,
                                     const void *v, int64_t Bn, int64_t H,
                                     int64_t Hkv, int64_t S, int64_t D,
-                                    float scale) {
+                                    float scale, const float *alibi_slopes) {
   if (Bn * H * S * D <= 0)
     return;
   check_shape("attention_forward", H, Hkv, D);
+  const Alibi a = alibi_of("attention_forward", alibi_slopes, H);
   const cudaStream_t s = cudaStream_t(stream_);
   if (D <= 64)
-    Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, s);
+    Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, a, s);
   else if (D <= 128)
-    Attention128::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, s);
+    Attention128::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, a,
+                          s);
   else
-    Attention256::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, s);
+    Attention256::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, a,
+                          s);
 }
 
 void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
                                      const void *dy, const void *q,
                                      const void *k, const void *v, int64_t Bn,
                                      int64_t H, int64_t Hkv, int64_t S,
-                                     int64_t D, float scale) {
+                                     int64_t D, float scale,
+                                     const float *alibi_slopes) {
   if (Bn * H * S * D <= 0 || (!dq && !dk && !dv))
     return;
   check_shape("attention_backward", H, Hkv, D);
+  const Alibi a = alibi_of("attention_backward", alibi_slopes, H);
   const int64_t rows = Bn * H * S;
   float *lse = static_cast<float *>(scratch(2 * rows * int64_t(sizeof(float))));
   float *delta = lse + rows;
   const cudaStream_t s = cudaStream_t(stream_);
   if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                          delta, Bn, H, Hkv, S, D, scale, s);
+                          delta, Bn, H, Hkv, S, D, scale, a, s);
   else if (D <= 128)
     Attention128::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           delta, Bn, H, Hkv, S, D, scale, s);
+                           delta, Bn, H, Hkv, S, D, scale, a, s);
   else
     Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           delta, Bn, H, Hkv, S, D, scale, s);
+                           delta, Bn, H, Hkv, S, D, scale, a, s);
 }
 
 } // namespace mtrt::MT_KNS

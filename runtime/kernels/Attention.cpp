@@ -2,7 +2,9 @@
 //
 // Flash-style on the CPU: the forward keeps one query row's running max, sum
 // and output (online softmax over key tiles), the backward recomputes each
-// row's probabilities. Neither stores an S x S matrix.
+// row's probabilities. Neither stores an S x S matrix. ALiBi adds
+// m_h · (j − i) to each score: 0 on the diagonal, so the scores keep their
+// scale however long the sequence.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,7 +38,7 @@ void axpy(float *y, float alpha, const float *x, int64_t n) {
 
 void attention_forward(float *y, const float *q, const float *k, const float *v,
                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                       float scale) {
+                       float scale, const float *alibi_slopes) {
   const int64_t group = H / Hkv;
 #pragma omp parallel
   {
@@ -48,6 +50,7 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
       const int64_t i = r % S, b = r / S / H, h = r / S % H;
       const int64_t kv = (b * Hkv + h / group) * S * D;
       const float *qi = q + r * D, *kh = k + kv, *vh = v + kv;
+      const float slope = alibi_slopes ? alibi_slopes[h] : 0.f;
       float running_max = -INFINITY;
       float sum = 0.f;
       std::fill(out.begin(), out.end(), 0.f);
@@ -55,7 +58,8 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
         const int64_t n = std::min(kKeyTile, i + 1 - j0);
         float tile_max = -INFINITY;
         for (int64_t t = 0; t < n; ++t) {
-          score[t] = scale * dot(qi, kh + (j0 + t) * D, D);
+          score[t] = scale * dot(qi, kh + (j0 + t) * D, D) +
+                     slope * float(j0 + t - i);
           tile_max = std::max(tile_max, score[t]);
         }
         // Rescale what was summed under the old max (exp(-inf) = 0 at first).
@@ -81,7 +85,7 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
                         int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale) {
+                        float scale, const float *alibi_slopes) {
   if (!dq && !dk && !dv)
     return;
   const int64_t group = H / Hkv;
@@ -100,9 +104,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
         for (int64_t i = 0; i < S; ++i) {
           const int64_t r = (b * H + h) * S + i;
           const float *qi = q + r * D, *dyi = dy + r * D;
+          const float slope = alibi_slopes ? alibi_slopes[h] : 0.f;
           float row_max = -INFINITY;
           for (int64_t j = 0; j <= i; ++j) {
-            prob[j] = scale * dot(qi, kh + j * D, D);
+            prob[j] = scale * dot(qi, kh + j * D, D) + slope * float(j - i);
             row_max = std::max(row_max, prob[j]);
           }
           double sum = 0.0;

@@ -37,6 +37,11 @@ ARCHITECTURES = {
     "opt": (T.OPTConfig, dict(vocab_size=256, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
                               num_attention_heads=4, max_position_embeddings=128,
                               word_embed_proj_dim=64, use_cache=False), T.OPTForCausalLM),
+    # ALiBi added to scores merged over batch x heads (baddbmm), kᵀ viewed
+    # from [B, H, D, S], a fused QKV per head, LayerNorm after the
+    # embedding, GELU tanh as x · (1 + 0.044715 · x · x), a tied head.
+    "bloom": (T.BloomConfig, dict(vocab_size=256, hidden_size=64, n_layer=2, n_head=4,
+                                  use_cache=False), T.BloomForCausalLM),
     # Squared ReLU, LayerNorm of q and k per head, partial rotary.
     "persimmon": (T.PersimmonConfig, dict(COMMON, partial_rotary_factor=0.5),
                   T.PersimmonForCausalLM),

@@ -59,12 +59,15 @@ def rope_tables(positions, rotary_dim, theta=10000.0):
     return np.cos(emb), np.sin(emb)
 
 
-def attention(q, k, v, scale):
-    """Causal attention; q [B, H, S, D], k and v [B, Hkv, S, D]."""
+def attention(q, k, v, scale, alibi=None):
+    """Causal attention; q [B, H, S, D], k and v [B, Hkv, S, D]; alibi: one
+    slope per query head, adding slope · key position to the scores."""
     rep = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
     s = q @ np.swapaxes(k, -1, -2) * scale
     n = s.shape[-1]
+    if alibi is not None:
+        s = s + np.asarray(alibi)[:, None, None] * np.arange(n)
     s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     return (p / p.sum(axis=-1, keepdims=True)) @ v

@@ -247,6 +247,16 @@ def _(g):
     return lambda f: fm.gelu(f["x"], "tanh")
 
 
+@idiom("gelu-tanh-factored",
+       "BLOOM: Mul(Mul(x,0.5), Add(Tanh(Mul(Mul(x,0.7978846), Add(Mul(Mul(x,0.044715),x),1))),1))")
+def _(g):
+    x = x_input(g)
+    inner = g.op("Add", g.op("Mul", g.op("Mul", x, g.const(0.044715)), x), g.const(1.0))
+    t = g.op("Tanh", g.op("Mul", g.op("Mul", x, g.const(math.sqrt(2 / math.pi))), inner))
+    y_output(g, g.op("Mul", g.op("Mul", x, g.const(0.5)), g.op("Add", t, g.const(1.0))), HIDDEN)
+    return lambda f: fm.gelu(f["x"], "tanh")
+
+
 @idiom("gelu-op-opset20", "opset 20: Gelu(x), approximate absent (none)", opset=20)
 def _(g):
     y_output(g, g.op("Gelu", x_input(g)), HIDDEN)
@@ -445,8 +455,9 @@ def _(g):
 AH, AD = 4, 4  # query heads, head dim
 
 
-def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div"):
-    """mask_scores(g, scores, x) -> masked scores; scale: div | mul | qk (each by d^-1/4)."""
+def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None):
+    """mask_scores(g, scores, x) -> masked scores; scale: div | mul | qk (each by d^-1/4);
+    alibi: the slopes the masks add, for the reference."""
     x = x_input(g)
     q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
     k, Wk = matmul(g, x, HIDDEN, kv_heads * AD, "attn.k_proj.weight")
@@ -466,14 +477,14 @@ def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div"):
     y, Wo = matmul(g, dg.merge_heads(g, g.op("MatMul", p, v), AH * AD), AH * AD, HIDDEN,
                    "attn.o_proj.weight")
     y_output(g, y, HIDDEN)
-    return _attention_ref(Wq, Wk, Wv, Wo, kv_heads)
+    return _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi)
 
 
-def _attention_ref(Wq, Wk, Wv, Wo, kv_heads):
+def _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi=None):
     def ref(f):
         x = f["x"]
         a = fm.attention(fm.heads(x @ Wq, AH), fm.heads(x @ Wk, kv_heads), fm.heads(x @ Wv, kv_heads),
-                         AD ** -0.5)
+                         AD ** -0.5, alibi)
         return fm.merge(a) @ Wo
     return ref
 
@@ -569,6 +580,37 @@ def _(g):
     y, Wo = matmul(g, dg.merge_heads(g, a, AH * AD), AH * AD, HIDDEN, "attn.o_proj.weight")
     y_output(g, y, HIDDEN)
     return _attention_ref(Wq, Wk, Wv, Wo, AH)
+
+
+ALIBI = [0.5, 0.25, 0.125, 0.0625]
+
+
+def _position_bias(table):
+    """Add(scores, Slice(table [1,4,64,64], to [S,S])) then the finfo.min mask."""
+    def mask(g, s, x):
+        seq = g.dim(x, 1)
+        bias = g.slice(g.tensor("attn.position_bias", table.astype(np.float32)), [0, 0],
+                       g.op("Concat", seq, seq, axis=0), [2, 3])
+        return _mask_add(FMIN)(g, g.op("Add", s, bias), x)
+    return mask
+
+
+@idiom("attention-alibi",
+       "ALiBi: Add(scores, Slice([1,4,64,64] table of slope_h * j, slopes 1/2, 1/4, 1/8, 1/16)), "
+       "then the finfo.min mask; scale Div")
+def _(g):
+    table = np.array(ALIBI)[None, :, None, None] * np.arange(MAX_POS)[None, None, None, :]
+    return _attention_idiom(g, _position_bias(np.broadcast_to(table, (1, AH, MAX_POS, MAX_POS))),
+                            alibi=ALIBI)
+
+
+@idiom("bad-attention-position-bias",
+       "a learned-looking relative position bias (seeded normal [1,4,64,64]) added to the scores, "
+       "then the finfo.min mask")
+def _(g):
+    table = np.random.default_rng(7).standard_normal((1, AH, MAX_POS, MAX_POS))
+    _attention_idiom(g, _position_bias(table))
+    return None
 
 
 @idiom("attention-op-opset23-4d",

@@ -185,6 +185,23 @@ TEST_F(DialectTest, AttentionNeedsWholeKvGroups) {
             std::string::npos);
 }
 
+TEST_F(DialectTest, AttentionHasOneAlibiSlopePerQueryHead) {
+  std::string args = "%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: "
+                     "tensor<1x2x4x8xf32>";
+  auto body = [](const std::string &slopes) {
+    return "%y = mt.attention %q, %k, %v {alibi_slopes = array<f64: " + slopes +
+           ">, scale = 0.5 : f64} : (tensor<1x4x4x8xf32>, "
+           "tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x4x4x8xf32>";
+  };
+  EXPECT_EQ(parseError(graphWith(args, body("0.5, 0.25, 0.125, 0.0625"),
+                                 "tensor<1x4x4x8xf32>")),
+            "");
+  // One per KV head is not enough: each query head has its own slope.
+  EXPECT_NE(parseError(graphWith(args, body("0.5, 0.25"), "tensor<1x4x4x8xf32>"))
+                .find("has 2 alibi_slopes for 4 query heads"),
+            std::string::npos);
+}
+
 TEST_F(DialectTest, RopeChecksTables) {
   std::string args = "%x: tensor<1x2x4x8xf32>, %c: tensor<4x6xf32>, %s: "
                      "tensor<4x4xf32>";

@@ -369,10 +369,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, RopeTest,
 
 struct AttentionShape {
   int64_t B, H, Hkv, S, D;
+  bool alibi = false;
 };
 void PrintTo(const AttentionShape &s, std::ostream *os) {
   *os << "B" << s.B << " H" << s.H << " Hkv" << s.Hkv << " S" << s.S << " D"
-      << s.D;
+      << s.D << (s.alibi ? " ALiBi" : "");
 }
 
 class AttentionTest : public CudaKernelsTest,
@@ -385,18 +386,25 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   Tensor q = Tensor::random(nq, 60, -2.f, 2.f),
          k = Tensor::random(nk, 61, -2.f, 2.f);
   Tensor v = Tensor::random(nk, 62);
+  // BLOOM's slopes 2^(-8(h+1)/H).
+  std::vector<float> slopes(s.H);
+  for (int64_t h = 0; h < s.H; ++h)
+    slopes[h] = std::exp2(-8.f * float(h + 1) / float(s.H));
+  const float *alibi = s.alibi ? slopes.data() : nullptr;
   Tensor y = Tensor::output(nq);
   k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), s.B, s.H, s.Hkv,
-                        s.S, s.D, scale);
+                        s.S, s.D, scale, alibi);
   cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), s.B, s.H,
-                         s.Hkv, s.S, s.D, scale);
+                         s.Hkv, s.S, s.D, scale, alibi);
   Tensor dy = Tensor::random(nq, 63);
   Tensor dq = Tensor::grad(nq, 64), dk = Tensor::grad(nk, 65),
          dv = Tensor::grad(nk, 66);
   k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                         k.dev(), v.dev(), s.B, s.H, s.Hkv, s.S, s.D, scale);
+                         k.dev(), v.dev(), s.B, s.H, s.Hkv, s.S, s.D, scale,
+                         alibi);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
-                          k.host(), v.host(), s.B, s.H, s.Hkv, s.S, s.D, scale);
+                          k.host(), v.host(), s.B, s.H, s.Hkv, s.S, s.D, scale,
+                          alibi);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kAttention)) << "dq";
@@ -410,7 +418,10 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionShape{1, 2, 1, 70, 64},  // MQA, two tiles
                       AttentionShape{1, 2, 2, 33, 80},  // 128 layout, D < 128
                       AttentionShape{1, 1, 1, 40, 160}, // 256 layout
-                      AttentionShape{1, 3, 3, 1, 32})); // one token
+                      AttentionShape{1, 3, 3, 1, 32},   // one token
+                      AttentionShape{2, 4, 2, 37, 16, true},
+                      AttentionShape{1, 2, 1, 70, 64, true},
+                      AttentionShape{1, 2, 2, 33, 80, true}));
 
 TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
   const int64_t B = 1, H = 2, Hkv = 1, S = 20, D = 16;
@@ -420,9 +431,9 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
          dy = Tensor::random(B * H * S * D, 73);
   Tensor dk = Tensor::grad(B * Hkv * S * D, 74);
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
-                         v.dev(), B, H, Hkv, S, D, 0.25f);
+                         v.dev(), B, H, Hkv, S, D, 0.25f, nullptr);
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
-                          k.host(), v.host(), B, H, Hkv, S, D, 0.25f);
+                          k.host(), v.host(), B, H, Hkv, S, D, 0.25f, nullptr);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
@@ -798,7 +809,7 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
            dk = Tensor::zeros(B * Hkv * S * D);
     Tensor dv = Tensor::zeros(B * Hkv * S * D), dt = Tensor::f32(V * D, 145);
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                           k.dev(), v.dev(), B, H, Hkv, S, D, 0.2f);
+                           k.dev(), v.dev(), B, H, Hkv, S, D, 0.2f, nullptr);
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();
     std::vector<float> all = dq.fetch();

@@ -11,6 +11,7 @@ using namespace mtrt::cpu;
 struct Dims {
   int64_t B, H, Hkv, S, D;
   float scale;
+  const float *slopes = nullptr; // ALiBi, one per query head
 };
 
 int64_t q_at(const Dims &d, int64_t b, int64_t h, int64_t i) {
@@ -22,7 +23,8 @@ int64_t kv_at(const Dims &d, int64_t b, int64_t h, int64_t j) {
 }
 
 // The causal softmax row of query (b, h, i) over keys 0..i, from the full
-// score row.
+// score row. ALiBi adds m_h · j here, as BLOOM writes it: the kernels' m_h ·
+// (j − i) differs by a constant per row, which the softmax cancels.
 Doubles probabilities(const std::vector<Doubles> &in, const Dims &d, int64_t b,
                       int64_t h, int64_t i) {
   Doubles p(i + 1);
@@ -31,7 +33,7 @@ Doubles probabilities(const std::vector<Doubles> &in, const Dims &d, int64_t b,
     double s = 0.0;
     for (int64_t e = 0; e < d.D; ++e)
       s += in[0][q_at(d, b, h, i) + e] * in[1][kv_at(d, b, h, j) + e];
-    p[j] = d.scale * s;
+    p[j] = d.scale * s + (d.slopes ? double(d.slopes[h]) * double(j) : 0.0);
     max = std::max(max, p[j]);
   }
   for (double &x : p)
@@ -110,7 +112,7 @@ void check_kernels(const Dims &d, float range, double rtol) {
   const std::vector<Floats> in = inputs(d, range);
   Floats y(in[0].size());
   attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                    d.H, d.Hkv, d.S, d.D, d.scale);
+                    d.H, d.Hkv, d.S, d.D, d.scale, d.slopes);
   EXPECT_TRUE(close(y, ref_forward(widen(in), d), rtol))
       << "H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
 
@@ -122,7 +124,7 @@ void check_kernels(const Dims &d, float range, double rtol) {
   const Floats dq0 = dq, dk0 = dk, dv0 = dv;
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
                      in[1].data(), in[2].data(), d.B, d.H, d.Hkv, d.S, d.D,
-                     d.scale);
+                     d.scale, d.slopes);
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
   EXPECT_TRUE(close(added(dv, dv0), want[2], rtol)) << "dv, H=" << d.H;
@@ -147,13 +149,40 @@ TEST(Attention, LargeScoresStayAccurate) {
   check_kernels({2, 4, 2, 70, 16, 1.f}, 5.f, 2e-4);
 }
 
+// ALiBi slopes of BLOOM's form for 4 heads (2^-2, 2^-4, ...) and a larger
+// one, over two key tiles and a partial one: the bias reaches -130·0.9.
+const float kSlopes[] = {0.25f, 0.0625f, 0.015625f, 0.9f};
+
+TEST(Attention, AlibiReferenceBackwardMatchesFiniteDifferences) {
+  for (Dims d : kHeads) {
+    d.slopes = kSlopes;
+    const std::vector<Doubles> in = widen(inputs(d));
+    const Doubles dy = widen(random_floats(in[0].size(), 54));
+    EXPECT_TRUE(matches_finite_differences(
+        [&](const std::vector<Doubles> &x) { return ref_forward(x, d); }, in,
+        dy, ref_backward(dy, in, d)))
+        << "H=" << d.H << " Hkv=" << d.Hkv;
+  }
+}
+
+TEST(Attention, AlibiMatchesReference) {
+  for (Dims d : kHeads) {
+    d.S = 130;
+    d.D = 16;
+    d.scale = 0.25f;
+    d.slopes = kSlopes;
+    check_kernels(d, 1.f, 1e-5);
+  }
+}
+
 TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
-  const Dims d = {2, 4, 2, 33, 8, 0.35f};
+  const Dims d = {2, 4, 2, 33, 8, 0.35f, kSlopes};
   const std::vector<Floats> in = inputs(d);
   const Floats dy = random_floats(in[0].size(), 59);
   const auto backward = [&](float *dq, float *dk, float *dv) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
-                       in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale);
+                       in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
+                       d.slopes);
   };
   Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
   expect_accumulates({&dq, &dk, &dv},
@@ -177,7 +206,7 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   Floats y1(in[0].size()), y2(in[0].size());
   for (Floats *y : {&y1, &y2})
     attention_forward(y->data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                      d.H, d.Hkv, d.S, d.D, d.scale);
+                      d.H, d.Hkv, d.S, d.D, d.scale, d.slopes);
   EXPECT_TRUE(bitwise_equal(y1, y2));
 }
 
