@@ -11,7 +11,7 @@ import unittest
 import numpy as np
 from safetensors.numpy import load_file
 
-from tests.e2e.harness import BUILD, ROOT, Workdir, read_jsonl, run
+from tests.e2e.harness import BUILD, PYTHON, ROOT, Workdir, read_jsonl, run
 
 EMU_PROJECT = os.path.join(ROOT, "tests", "e2e", "cudaemu")
 
@@ -35,9 +35,9 @@ class CudaEmulatedTrainer(unittest.TestCase):
         run(["cmake", "--build", build, "-j", "2"])
         return os.path.join(build, "trainer")
 
-    def check(self, model, tag, *flags, stress=False):
+    def check(self, onnx, tag, *flags, stress=False):
         w = self.w
-        plan_dir, _ = w.compile(w.export(model), tag, "--batch", "2", "--seq-len", "16",
+        plan_dir, _ = w.compile(onnx, tag, "--batch", "2", "--seq-len", "16",
                                 "--no-build", *flags)
         trainer = self.emu_trainer(plan_dir)
         weights = ["--weights", os.path.join(plan_dir, "weights.safetensors")]
@@ -66,12 +66,23 @@ class CudaEmulatedTrainer(unittest.TestCase):
         # 2 micro-batches; units through 8192-element staging slabs; a
         # checkpoint on the host; MLP and loss in 2 chunks of 16 of 32
         # tokens; the head and the embedding in 2 vocabulary pieces.
-        self.check("tiny-llama", "llama", "--micro-batches", "2", "--staging-elems", "8192",
+        self.check(self.w.export("tiny-llama"), "llama", "--micro-batches", "2",
+                   "--staging-elems", "8192",
                    "--host-checkpoints", "1", "--mlp-chunk-tokens", "16",
                    "--loss-chunk-tokens", "16", "--vocab-pieces", "2", stress=True)
 
     def test_gpt2_tied_with_biases(self):
-        self.check("tiny-gpt2", "gpt2", "--mlp-chunk-tokens", "16", "--vocab-pieces", "2")
+        self.check(self.w.export("tiny-gpt2"), "gpt2", "--mlp-chunk-tokens", "16",
+                   "--vocab-pieces", "2")
+
+    def test_bloom_alibi(self):
+        # ALiBi slopes from the generated code into the CUDA attention
+        # kernels, and BLOOM's layer as a whole. At this size ALiBi moves
+        # the gradients by less than the bf16 criteria see: the slopes'
+        # math is checked in tests/unit/runtime/cuda/KernelsTest.cpp.
+        onnx = self.w("bloom.onnx")
+        run([PYTHON, "-m", "tests.e2e.hf_architectures", "bloom", onnx], cwd=ROOT)
+        self.check(onnx, "bloom")
 
 
 if __name__ == "__main__":
