@@ -276,7 +276,7 @@ private:
           << ", " << ref(at.getK()) << ", " << ref(at.getV()) << ", "
           << attentionDims(at.getQ(), at.getK(),
                            at.getScale().convertToDouble())
-          << ", " << slopes << ");\n";
+          << ", " << at.getWindow().value_or(0) << ", " << slopes << ");\n";
     } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
       std::string slopes = alibiSlopes(g.getAlibiSlopes());
       std::string dq = grad(g.getDq()), dk = grad(g.getDk()),
@@ -286,7 +286,7 @@ private:
           << ", " << ref(g.getQ()) << ", " << ref(g.getK()) << ", "
           << ref(g.getV()) << ", "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
-          << ", " << slopes << ");\n";
+          << ", " << g.getWindow().value_or(0) << ", " << slopes << ");\n";
     } else if (auto r = dyn_cast<ReluOp>(op)) {
       os_ << llvm::formatv("  k.relu_forward({0}, {1}, {2});\n", ref(r.getY()),
                            ref(r.getX()), count(r.getX()));

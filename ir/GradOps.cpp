@@ -97,6 +97,8 @@ LogicalResult AttentionGradOp::verify() {
                     cast<RankedTensorType>(getQ().getType()).getDimSize(1))
     return emitOpError("has ") << slopes->size()
                                << " alibi_slopes, not one per query head";
+  if (auto w = getWindow(); w && *w <= 0)
+    return emitOpError("window must be positive, not ") << *w;
   return checkResults(*this, getResults(), {getQ(), getK(), getV()});
 }
 

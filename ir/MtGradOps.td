@@ -85,7 +85,8 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
   }];
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$q, Mt_GradTensor:$k,
                        Mt_GradTensor:$v, F64Attr:$scale,
-                       OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes);
+                       OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs Mt_GradTensor:$dq, Mt_GradTensor:$dk, Mt_GradTensor:$dv);
 }
 

@@ -156,6 +156,8 @@ LogicalResult AttentionOp::verify() {
   if (auto slopes = getAlibiSlopes(); slopes && int64_t(slopes->size()) != q[1])
     return emitOpError("has ") << slopes->size() << " alibi_slopes for "
                                << q[1] << " query heads";
+  if (auto w = getWindow(); w && *w <= 0)
+    return emitOpError("window must be positive, not ") << *w;
   return expectShape(*this, getY(), q, "result");
 }
 

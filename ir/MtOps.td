@@ -264,14 +264,16 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
     q is [B, H, S, D]; k and v are [B, Hkv, S, D] with H a multiple of Hkv
     (query head h reads KV head h / (H / Hkv)). y[b, h, i] =
     Σ_{j ≤ i} softmax_j(scale · q_i · k_j + m_h · (j − i)) · v_j, where the
-    ALiBi slopes m (one per query head, `alibi_slopes`) are 0 when absent.
+    ALiBi slopes m (one per query head, `alibi_slopes`) are 0 when absent;
+    with a sliding `window` W, only keys j > i − W take part.
 
     ```mlir
     %y = mt.attention %q, %k, %v {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>) -> tensor<2x4x16x16xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$q, Mt_FloatTensor:$k, Mt_FloatTensor:$v,
-                       F64Attr:$scale, OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes);
+                       F64Attr:$scale, OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
 }

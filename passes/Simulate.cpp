@@ -98,11 +98,15 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     flops = 4 * rows * k * n; // dx and dw
     eff = gemmEfficiency(rows, n, k);
   } else if (isa<AttentionOp, AttentionGradOp>(op)) {
-    // q is [B, H, S, D]: causal, so half of QKᵀ and PV's 4·B·H·S²·D.
+    // q is [B, H, S, D]: QKᵀ and PV cost 4·D per visible (query, key)
+    // pair: S·(S+1)/2 of them when causal, fewer under a sliding window W.
     Value q = op->getOperand(isa<AttentionOp>(op) ? 0 : 1);
     auto shape = cast<RankedTensorType>(q.getType()).getShape();
     double s = shape[2], d = shape[3], bh = shape[0] * shape[1];
-    flops = 2 * bh * s * s * d * (isa<AttentionGradOp>(op) ? 2.5 : 1.0);
+    auto window = op->getAttrOfType<IntegerAttr>("window");
+    double w = window && window.getInt() < s ? window.getInt() : s;
+    double pairs = s * w - w * (w - 1) / 2;
+    flops = 4 * bh * pairs * d * (isa<AttentionGradOp>(op) ? 2.5 : 1.0);
     // A fused (flash) kernel tiles over the sequence, not the head dim.
     eff = gemmEfficiency(s, s, s);
   }

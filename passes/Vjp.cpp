@@ -108,8 +108,9 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
   }
   if (auto a = dyn_cast<AttentionOp>(op)) {
     SmallVector<NamedAttribute> attrs{attr("scale")};
-    if (a.getAlibiSlopesAttr())
-      attrs.push_back(attr("alibi_slopes"));
+    for (StringRef name : {"alibi_slopes", "window"})
+      if (op->getAttr(name))
+        attrs.push_back(attr(name));
     Operation *g = create(loc, "mt.attention_grad",
                           {dy, a.getQ(), a.getK(), a.getV()},
                           typesOf({a.getQ(), a.getK(), a.getV()}), attrs);

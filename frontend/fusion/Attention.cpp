@@ -5,8 +5,9 @@
 // where kᵀ is a Transpose (of k, or of k's pre-transpose layout); the scale
 // is any product of Mul/Div by constants on the scores or on q and k; mask is
 // any chain of Add of a constant bias and Where(constant condition, scores,
-// fill) / Where(condition, fill, scores) that together keep exactly j <= i,
-// and whose finite biases, if any, are ALiBi's m_h · j (BLOOM, MPT);
+// fill) / Where(condition, fill, scores) that together keep exactly j <= i
+// (or the last W of those keys: a sliding window), and whose finite biases,
+// if any, are ALiBi's m_h · j (BLOOM, MPT);
 // GQA's repeat of k and v as Unsqueeze/Reshape + Expand + Reshape is undone.
 // q, k, scores and v may also be merged over batch x heads ([B·H, S, ·],
 // GPT-NeoX's baddbmm, OPT's bmm), the scores viewed in 4-d and back for the
@@ -29,6 +30,12 @@ namespace {
 
 // Values at or below this in an additive mask or a fill count as -inf.
 constexpr double kMaskedBelow = -1e4;
+
+// What the masks of one attention amount to.
+struct MaskForm {
+  std::vector<double> slopes; // ALiBi, per query head; empty without
+  int64_t window = 0;         // keys j with i - j < window; 0: all j <= i
+};
 
 struct MaskTerm {
   enum Kind { Additive, KeepWhereTrue, KeepWhereFalse } kind;
@@ -176,14 +183,14 @@ private:
     return keep;
   }
 
-  // Checks that the masks keep exactly the causal triangle and that their
-  // finite biases are ALiBi's (per head, a slope times the key position,
-  // plus anything constant along a row); returns the slopes, empty when all
-  // are 0. Every row is checked when the sequence is short, else the first
-  // and last 64 rows and 64 between, in full, at the first and last batch
-  // row and every head.
-  std::vector<double> checkCausal(const std::vector<MaskTerm> &masks,
-                                  const Shape &scores, Node *at) {
+  // Checks that the masks keep exactly the causal triangle, or its band of
+  // the last `window` keys (a sliding window), and that their finite biases
+  // are ALiBi's (per head, a slope times the key position, plus anything
+  // constant along a row). Every row is checked when the sequence is short,
+  // else the first and last 64 rows and 64 between, in full, at the first
+  // and last batch row and every head.
+  MaskForm checkCausal(const std::vector<MaskTerm> &masks, const Shape &scores,
+                       Node *at) {
     std::vector<const Const *> key;
     for (const MaskTerm &m : masks)
       key.push_back(m.condition.get());
@@ -193,39 +200,56 @@ private:
       fail("{}: attention without a causal mask; decoder training needs "
            "causal attention",
            at->describe());
-    // Long sequences are checked on a sample: the first and last 64
-    // queries and keys, 64 strided ones, and the band around the diagonal
-    // (where a sliding window or an off-by-one would show).
+    MaskForm form;
     int64_t s = scores[2];
+    double bias = 0;
+    // The window and the slopes, read off the last query row of the first
+    // batch row: its first key kept, and the bias between its last two keys.
+    int64_t first = 0;
+    while (first < s && !kept(masks, scores, 0, 0, s - 1, first, at, bias))
+      ++first;
+    form.window = first > 0 && first < s ? s - first : 0;
+    form.slopes.assign(scores[1], 0.0);
+    for (int64_t h = 0; h < scores[1] && s - first > 1; ++h) {
+      double before;
+      kept(masks, scores, 0, h, s - 1, s - 2, at, before);
+      kept(masks, scores, 0, h, s - 1, s - 1, at, bias);
+      form.slopes[h] = bias - before;
+    }
+    auto visible = [&](int64_t i, int64_t j) {
+      return j <= i && (form.window == 0 || i - j < form.window);
+    };
+    // Long sequences are checked on a sample: the first and last 64
+    // queries and keys, 64 strided ones, and the bands around the diagonal
+    // and the window's edge (where an off-by-one would show).
     auto sampled = [&](int64_t i) {
       return s <= 256 || i < 64 || i >= s - 64 || i % (s / 64) == 0;
+    };
+    auto near = [&](int64_t i, int64_t j) {
+      return std::abs(j - i) <= 64 ||
+             (form.window > 0 && std::abs(i - form.window + 1 - j) <= 64);
     };
     std::vector<int64_t> rows;
     for (int64_t i = 0; i < s; ++i)
       if (sampled(i))
         rows.push_back(i);
-    // The slopes, read off the last query row of the first batch row.
-    std::vector<double> slopes(scores[1], 0.0);
-    for (int64_t h = 0; h < scores[1] && s > 1; ++h) {
-      double at0, at1;
-      kept(masks, scores, 0, h, s - 1, 0, at, at0);
-      kept(masks, scores, 0, h, s - 1, 1, at, at1);
-      slopes[h] = at1 - at0;
-    }
     for (int64_t b : {int64_t(0), scores[0] - 1})
       for (int64_t h = 0; h < scores[1]; ++h)
         for (int64_t i : rows) {
-          double rowBias = 0, bias = 0;
-          kept(masks, scores, b, h, i, 0, at, rowBias);
+          // Biases are compared along the row from its first visible key.
+          int64_t base = form.window ? std::max<int64_t>(0, i - form.window + 1) : 0;
+          double rowBias = 0;
+          kept(masks, scores, b, h, i, base, at, rowBias);
           for (int64_t j = 0; j < s; ++j) {
-            if (!sampled(j) && std::abs(j - i) > 64)
+            if (!sampled(j) && !near(i, j))
               continue;
             bool keep = kept(masks, scores, b, h, i, j, at, bias);
-            if (keep != (j <= i))
+            if (keep != visible(i, j))
               fail("{}: the attention mask {} query {} to see key {}; only "
-                   "causal masks are supported",
-                   at->describe(), j <= i ? "does not allow" : "allows", i, j);
-            double want = rowBias + slopes[h] * double(j);
+                   "causal masks, with or without a sliding window, are "
+                   "supported",
+                   at->describe(), keep ? "allows" : "does not allow", i, j);
+            double want = rowBias + form.slopes[h] * double(j - base);
             // The exported biases are float32: a few ulps of the terms.
             if (keep && std::abs(bias - want) >
                             1e-5 * (std::abs(bias) + std::abs(want)) + 1e-6)
@@ -235,10 +259,17 @@ private:
                    at->describe(), bias, h, i, j);
           }
         }
-    if (std::all_of(slopes.begin(), slopes.end(),
+    if (std::all_of(form.slopes.begin(), form.slopes.end(),
                     [](double m) { return m == 0; }))
-      slopes.clear();
-    return checked_[key] = slopes;
+      form.slopes.clear();
+    return checked_[key] = form;
+  }
+
+  static void setMaskAttrs(Node *attn, const MaskForm &form) {
+    if (!form.slopes.empty())
+      attn->setFloats("alibi_slopes", form.slopes);
+    if (form.window)
+      attn->setInt("window", form.window);
   }
 
   Value *transposed(Node *after, Value *x, std::vector<int64_t> perm) {
@@ -380,8 +411,7 @@ private:
     bool mergedOut = v->rank() == 3;
     if (mergedOut && !(v = unmerge(v, B, H)))
       return;
-    std::vector<double> slopes =
-        checkCausal(masks, Shape{B, H, q->dim(2), v->dim(2)}, mm);
+    MaskForm form = checkCausal(masks, Shape{B, H, q->dim(2), v->dim(2)}, mm);
     // A scale may also sit before kᵀ's transpose (k · d^-¼, then kᵀ).
     k = unrepeat(peelScale(k ? k : untranspose(mm, kt), scale));
     v = unrepeat(v);
@@ -392,8 +422,7 @@ private:
            shapeStr(v->shape));
     auto setAttrs = [&](Node *attn) {
       attn->setFloat("scale", scale);
-      if (!slopes.empty())
-        attn->setFloats("alibi_slopes", slopes);
+      setMaskAttrs(attn, form);
     };
     if (!mergedOut) {
       setAttrs(replaceWithPrimitive(g_, mm, "mt.attention", {q, k, v},
@@ -434,7 +463,7 @@ private:
       v = toHeads(v, hkv);
     }
     Shape scores{q->dim(0), q->dim(1), q->dim(2), k->dim(2)};
-    std::vector<double> slopes;
+    MaskForm form;
     if (Value *mask = n->in(3)) {
       if (!mask->constant)
         fail("{}: attn_mask must be a compile-time causal mask", n->describe());
@@ -442,7 +471,7 @@ private:
                        ? MaskTerm{MaskTerm::KeepWhereTrue, mask->constant,
                                   scalarConst(DType::F32, -INFINITY)}
                        : MaskTerm{MaskTerm::Additive, mask->constant, nullptr};
-      slopes = checkCausal({m}, scores, n);
+      form = checkCausal({m}, scores, n);
     } else if (!n->getInt("is_causal", 0)) {
       fail("{}: attention without a causal mask; decoder training needs "
            "causal attention",
@@ -454,8 +483,7 @@ private:
     double scale = n->getFloat("scale", 1.0 / std::sqrt(double(q->dim(3))));
     Node *attn = g_.newNode("mt.attention", n->name, {q, k, v}, n);
     attn->setFloat("scale", scale);
-    if (!slopes.empty())
-      attn->setFloats("alibi_slopes", slopes);
+    setMaskAttrs(attn, form);
     Value *y = g_.addOutput(attn, DType::F32, q->shape);
     y->fromInput = true;
     if (threeD) {
@@ -466,7 +494,7 @@ private:
   }
 
   Graph &g_;
-  std::map<std::vector<const Const *>, std::vector<double>> checked_;
+  std::map<std::vector<const Const *>, MaskForm> checked_;
 };
 
 } // namespace

@@ -20,7 +20,10 @@
 //    p and ds are recomputed from q, k and the log-sum-exp in 2 and 3.
 //
 // ALiBi slopes travel by value in the launch parameters (up to 256 heads)
-// and add m_h · (j − i) to every score, in all four kernels alike.
+// and add m_h · (j − i) to every score, in all four kernels alike. A
+// sliding window (query i sees keys i − W < j ≤ i) skips the key tiles
+// before a block's first visible key and the query tiles past its last
+// reader, so the work is O(S · W).
 //
 // Head dims up to 256, in three register layouts (64, 128, 256). Speed is
 // not the point of this first version: it uses CUDA cores, not tensor cores.
@@ -46,6 +49,18 @@ struct Alibi {
     return h < heads ? slope[h] : 0.f;
   }
 };
+
+/// Whether query i sees key j: causal, and within the window if any.
+__device__ __forceinline__ bool visible(int64_t i, int64_t j, int64_t window) {
+  return j <= i && (window == 0 || i - j < window);
+}
+
+/// The first key tile (a multiple of `tile`) holding a key that query q0
+/// sees.
+__device__ __forceinline__ int64_t first_key_tile(int64_t q0, int64_t window,
+                                                  int tile) {
+  return window == 0 ? 0 : max64(q0 - window + 1, 0) / tile * tile;
+}
 
 template <int TPR> __device__ __forceinline__ float row_sum(float v) {
 #pragma unroll
@@ -84,7 +99,7 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_forward_kernel(bf16 *y, float *lse, float *delta, const bf16 *dy,
                              const bf16 *q, const bf16 *k, const bf16 *v,
                              int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                             float scale, Alibi alibi) {
+                             float scale, int64_t window, Alibi alibi) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -106,7 +121,7 @@ __global__ void __launch_bounds__(BR *TPR)
   float m = -INFINITY, l = 0.f;
 
   const int64_t keys = min64(q0 + BR, S); // what the block's last row needs
-  for (int64_t j0 = 0; j0 < keys; j0 += BC) {
+  for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
     __syncthreads();
     load_tile<BC, DM>(ks, kh, j0, S, D);
     load_tile<BC, DM>(vs, vh, j0, S, D);
@@ -120,12 +135,16 @@ __global__ void __launch_bounds__(BR *TPR)
       for (int u = 0; u < DPT; ++u)
         p += qr[u] * bf2f(ks[jj][t + TPR * u]);
       p = row_sum<TPR>(p);
-      s[jj] = j0 + jj <= i ? scale * p + slope * float(j0 + jj - i)
-                           : -INFINITY;
+      s[jj] = visible(i, j0 + jj, window)
+                  ? scale * p + slope * float(j0 + jj - i)
+                  : -INFINITY;
       tile_max = fmaxf(tile_max, s[jj]);
     }
-    // Finite: the first tile holds key 0 <= i.
+    // -inf only before the row's first visible key (under a window, the
+    // block's later rows start later): nothing to add yet.
     const float m_new = fmaxf(m, tile_max);
+    if (m_new == -INFINITY)
+      continue;
     const float correction = expf(m - m_new);
     l *= correction;
 #pragma unroll
@@ -173,7 +192,7 @@ __global__ void __launch_bounds__(BC *TPR)
     attention_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                           const bf16 *k, const bf16 *v, const float *lse,
                           const float *delta, int64_t H, int64_t Hkv, int64_t S,
-                          int64_t D, float scale, Alibi alibi) {
+                          int64_t D, float scale, int64_t window, Alibi alibi) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 qs[BR][DM];
   __shared__ bf16 dys[BR][DM];
@@ -194,7 +213,10 @@ __global__ void __launch_bounds__(BC *TPR)
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
     const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
     const float slope = alibi.of(h);
-    for (int64_t i0 = j0 / BR * BR; i0 < S; i0 += BR) {
+    // The block's keys are read by queries up to j0 + BC − 1 + window − 1.
+    const int64_t readers =
+        window == 0 ? S : min64(S, j0 + BC - 1 + window);
+    for (int64_t i0 = j0 / BR * BR; i0 < readers; i0 += BR) {
       __syncthreads();
       load_tile<BR, DM>(qs, q + base * D, i0, S, D);
       load_tile<BR, DM>(dys, dy + base * D, i0, S, D);
@@ -214,7 +236,7 @@ __global__ void __launch_bounds__(BC *TPR)
         s = row_sum<TPR>(s);
         dp = row_sum<TPR>(dp);
         const int64_t i = i0 + ii;
-        const float p = i < S && i >= j
+        const float p = i < S && visible(i, j, window)
                             ? expf(scale * s + slope * float(j - i) - ls[ii])
                             : 0.f;
         const float dsc = p * (dp - ds[ii]);
@@ -246,7 +268,7 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
                         const bf16 *v, const float *lse, const float *delta,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale, Alibi alibi) {
+                        float scale, int64_t window, Alibi alibi) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -267,7 +289,7 @@ __global__ void __launch_bounds__(BR *TPR)
   const float L = lse[row], delta_i = delta[row];
 
   const int64_t keys = min64(q0 + BR, S);
-  for (int64_t j0 = 0; j0 < keys; j0 += BC) {
+  for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
     __syncthreads();
     load_tile<BC, DM>(ks, kh, j0, S, D);
     load_tile<BC, DM>(vs, vh, j0, S, D);
@@ -281,8 +303,9 @@ __global__ void __launch_bounds__(BR *TPR)
       }
       s = row_sum<TPR>(s);
       dp = row_sum<TPR>(dp);
-      const float p =
-          j0 + jj <= i ? expf(scale * s + slope * float(j0 + jj - i) - L) : 0.f;
+      const float p = visible(i, j0 + jj, window)
+                          ? expf(scale * s + slope * float(j0 + jj - i) - L)
+                          : 0.f;
       const float dsc = p * (dp - delta_i);
 #pragma unroll
       for (int u = 0; u < DPT; ++u)
@@ -307,26 +330,27 @@ template <int TPR, int DPT, int Rows> struct Attention {
 
   static void forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                       int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                      float scale, const Alibi &alibi, cudaStream_t stream) {
+                      float scale, int64_t window, const Alibi &alibi,
+                      cudaStream_t stream) {
     auto *kernel = attention_forward_kernel<TPR, DPT, BR, BC_FWD, false>;
     launch_kernel("attention_forward_kernel", kernel,
                   dim3(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn)),
                   dim3(BR * TPR), stream, y, static_cast<float *>(nullptr),
                   static_cast<float *>(nullptr),
                   static_cast<const bf16 *>(nullptr), q, k, v, H, Hkv, S, D,
-                  scale, alibi);
+                  scale, window, alibi);
   }
 
   static void backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                        const bf16 *q, const bf16 *k, const bf16 *v, float *lse,
                        float *delta, int64_t Bn, int64_t H, int64_t Hkv,
-                       int64_t S, int64_t D, float scale, const Alibi &alibi,
-                       cudaStream_t stream) {
+                       int64_t S, int64_t D, float scale, int64_t window,
+                       const Alibi &alibi, cudaStream_t stream) {
     const dim3 rows(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn));
     auto *stats = attention_forward_kernel<TPR, DPT, BR, BC_FWD, true>;
     launch_kernel("attention_stats_kernel", stats, rows, dim3(BR * TPR), stream,
                   static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v, H, Hkv,
-                  S, D, scale, alibi);
+                  S, D, scale, window, alibi);
     if (dk || dv) {
       auto *kernel = attention_dkdv_kernel<TPR, DPT, BC, BR>;
       launch_kernel(
@@ -334,14 +358,14 @@ template <int TPR, int DPT, int Rows> struct Attention {
           dim3(unsigned((S + BC - 1) / BC), unsigned(Hkv), unsigned(Bn)),
           dim3(BC * TPR), stream, dk, dv, dy, q, k, v,
           static_cast<const float *>(lse), static_cast<const float *>(delta), H,
-          Hkv, S, D, scale, alibi);
+          Hkv, S, D, scale, window, alibi);
     }
     if (dq) {
       auto *kernel = attention_dq_kernel<TPR, DPT, BR, BC>;
       launch_kernel("attention_dq_kernel", kernel, rows, dim3(BR * TPR), stream,
                     dq, dy, q, k, v, static_cast<const float *>(lse),
                     static_cast<const float *>(delta), H, Hkv, S, D, scale,
-                    alibi);
+                    window, alibi);
     }
   }
 };
@@ -377,27 +401,29 @@ Alibi alibi_of(const char *op, const float *slopes, int64_t H) {
 void CudaKernels::attention_forward(void *y, const void *q, const void *k,
                                     const void *v, int64_t Bn, int64_t H,
                                     int64_t Hkv, int64_t S, int64_t D,
-                                    float scale, const float *alibi_slopes) {
+                                    float scale, int64_t window,
+                                    const float *alibi_slopes) {
   if (Bn * H * S * D <= 0)
     return;
   check_shape("attention_forward", H, Hkv, D);
   const Alibi a = alibi_of("attention_forward", alibi_slopes, H);
   const cudaStream_t s = cudaStream_t(stream_);
   if (D <= 64)
-    Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, a, s);
+    Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
+                         window, a, s);
   else if (D <= 128)
-    Attention128::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, a,
-                          s);
+    Attention128::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
+                          window, a, s);
   else
-    Attention256::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, a,
-                          s);
+    Attention256::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
+                          window, a, s);
 }
 
 void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
                                      const void *dy, const void *q,
                                      const void *k, const void *v, int64_t Bn,
                                      int64_t H, int64_t Hkv, int64_t S,
-                                     int64_t D, float scale,
+                                     int64_t D, float scale, int64_t window,
                                      const float *alibi_slopes) {
   if (Bn * H * S * D <= 0 || (!dq && !dk && !dv))
     return;
@@ -409,13 +435,13 @@ void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
   const cudaStream_t s = cudaStream_t(stream_);
   if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                          delta, Bn, H, Hkv, S, D, scale, a, s);
+                          delta, Bn, H, Hkv, S, D, scale, window, a, s);
   else if (D <= 128)
     Attention128::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           delta, Bn, H, Hkv, S, D, scale, a, s);
+                           delta, Bn, H, Hkv, S, D, scale, window, a, s);
   else
     Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           delta, Bn, H, Hkv, S, D, scale, a, s);
+                           delta, Bn, H, Hkv, S, D, scale, window, a, s);
 }
 
 } // namespace mtrt::MT_KNS

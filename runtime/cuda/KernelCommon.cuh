@@ -27,6 +27,9 @@ inline unsigned blocks_for(int64_t n, int64_t per_block = kThreads) {
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
+__host__ __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
 
 __device__ __forceinline__ int64_t global_index() {
   return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

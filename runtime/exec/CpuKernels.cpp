@@ -110,19 +110,20 @@ void CpuKernels::rope_backward(void *dx, const void *dy, const void *cos,
 void CpuKernels::attention_forward(void *y, const void *q, const void *k,
                                    const void *v, int64_t B, int64_t H,
                                    int64_t Hkv, int64_t S, int64_t D,
-                                   float scale, const float *alibi_slopes) {
+                                   float scale, int64_t window,
+                                   const float *alibi_slopes) {
   cpu::attention_forward(F(y), F(q), F(k), F(v), B, H, Hkv, S, D, scale,
-                         alibi_slopes);
+                         window, alibi_slopes);
   store(y, B * H * S * D);
 }
 void CpuKernels::attention_backward(void *dq, void *dk, void *dv,
                                     const void *dy, const void *q,
                                     const void *k, const void *v, int64_t B,
                                     int64_t H, int64_t Hkv, int64_t S,
-                                    int64_t D, float scale,
+                                    int64_t D, float scale, int64_t window,
                                     const float *alibi_slopes) {
   cpu::attention_backward(F(dq), F(dk), F(dv), F(dy), F(q), F(k), F(v), B, H,
-                          Hkv, S, D, scale, alibi_slopes);
+                          Hkv, S, D, scale, window, alibi_slopes);
   store(dq, B * H * S * D);
   store(dk, B * Hkv * S * D);
   store(dv, B * Hkv * S * D);

@@ -67,17 +67,19 @@ public:
   virtual void rope_backward(void *dx, const void *dy, const void *cos,
                              const void *sin, int64_t B, int64_t H, int64_t S,
                              int64_t D, int64_t R, int seq_axis) = 0;
+  // window: query i sees keys i − window < j ≤ i (0: all j ≤ i).
   // alibi_slopes: H host floats (query head h adds m_h · (j − i) to its
   // scores), or null.
   virtual void attention_forward(void *y, const void *q, const void *k,
                                  const void *v, int64_t B, int64_t H,
                                  int64_t Hkv, int64_t S, int64_t D,
-                                 float scale, const float *alibi_slopes) = 0;
+                                 float scale, int64_t window,
+                                 const float *alibi_slopes) = 0;
   virtual void attention_backward(void *dq, void *dk, void *dv,
                                   const void *dy, const void *q,
                                   const void *k, const void *v, int64_t B,
                                   int64_t H, int64_t Hkv, int64_t S,
-                                  int64_t D, float scale,
+                                  int64_t D, float scale, int64_t window,
                                   const float *alibi_slopes) = 0;
   virtual void relu_forward(void *y, const void *x, int64_t n) = 0;
   virtual void relu_backward(void *dx, const void *dy, const void *x,

@@ -4,7 +4,8 @@
 // and output (online softmax over key tiles), the backward recomputes each
 // row's probabilities. Neither stores an S x S matrix. ALiBi adds
 // m_h · (j − i) to each score: 0 on the diagonal, so the scores keep their
-// scale however long the sequence.
+// scale however long the sequence. A sliding window starts each row's keys
+// at i − window + 1, so its cost is O(S · window).
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,7 +39,7 @@ void axpy(float *y, float alpha, const float *x, int64_t n) {
 
 void attention_forward(float *y, const float *q, const float *k, const float *v,
                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                       float scale, const float *alibi_slopes) {
+                       float scale, int64_t window, const float *alibi_slopes) {
   const int64_t group = H / Hkv;
 #pragma omp parallel
   {
@@ -54,7 +55,8 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
       float running_max = -INFINITY;
       float sum = 0.f;
       std::fill(out.begin(), out.end(), 0.f);
-      for (int64_t j0 = 0; j0 <= i; j0 += kKeyTile) {
+      const int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+      for (int64_t j0 = first; j0 <= i; j0 += kKeyTile) {
         const int64_t n = std::min(kKeyTile, i + 1 - j0);
         float tile_max = -INFINITY;
         for (int64_t t = 0; t < n; ++t) {
@@ -85,7 +87,8 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
                         int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale, const float *alibi_slopes) {
+                        float scale, int64_t window,
+                        const float *alibi_slopes) {
   if (!dq && !dk && !dv)
     return;
   const int64_t group = H / Hkv;
@@ -105,26 +108,28 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
           const int64_t r = (b * H + h) * S + i;
           const float *qi = q + r * D, *dyi = dy + r * D;
           const float slope = alibi_slopes ? alibi_slopes[h] : 0.f;
+          const int64_t first =
+              window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
           float row_max = -INFINITY;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = first; j <= i; ++j) {
             prob[j] = scale * dot(qi, kh + j * D, D) + slope * float(j - i);
             row_max = std::max(row_max, prob[j]);
           }
           double sum = 0.0;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = first; j <= i; ++j) {
             prob[j] = std::exp(prob[j] - row_max);
             sum += prob[j];
           }
           // di = Σ_j p_j (dy_i · v_j) = dy_i · y_i
           const float inv_sum = float(1.0 / sum);
           double di = 0.0;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = first; j <= i; ++j) {
             prob[j] *= inv_sum;
             dprob[j] = dot(dyi, vh + j * D, D);
             di += double(prob[j]) * dprob[j];
           }
           std::fill(dqi.begin(), dqi.end(), 0.f);
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = first; j <= i; ++j) {
             // ds_j = d loss / d score_j
             const float ds = prob[j] * (dprob[j] - float(di));
             if (dq)

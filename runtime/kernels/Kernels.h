@@ -56,16 +56,18 @@ void rope_backward(float *dx, const float *dy, const float *cos,
 // ---- causal attention with grouped KV heads -------------------------------
 // q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0; query head h reads KV
 // head h / (H / Hkv). Memory beyond the inputs is O(S) per worker thread.
+// window > 0: query i sees only keys j > i − window (a sliding window).
 // alibi_slopes (H values, or null): head h adds m_h · (j − i) to the score of
 // query i and key j.
 void attention_forward(float *y, const float *q, const float *k,
                        const float *v, int64_t B, int64_t H, int64_t Hkv,
-                       int64_t S, int64_t D, float scale,
+                       int64_t S, int64_t D, float scale, int64_t window,
                        const float *alibi_slopes);
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
                         int64_t B, int64_t H, int64_t Hkv, int64_t S,
-                        int64_t D, float scale, const float *alibi_slopes);
+                        int64_t D, float scale, int64_t window,
+                        const float *alibi_slopes);
 
 // ---- activations (n elements) ---------------------------------------------
 void relu_forward(float *y, const float *x, int64_t n);

@@ -17,6 +17,9 @@ ARCHITECTURES = {
     # GQA, sliding-window attention longer than the sequence.
     "mistral": (T.MistralConfig, dict(COMMON, num_key_value_heads=2, sliding_window=4096),
                 T.MistralForCausalLM),
+    # A sliding window shorter than the sequence (keys i - 8 < j <= i).
+    "mistral-window": (T.MistralConfig, dict(COMMON, num_key_value_heads=2, sliding_window=8),
+                       T.MistralForCausalLM),
     # Parallel attention and MLP from one LayerNorm, partial rotary, biases.
     "phi": (T.PhiConfig, dict(COMMON, partial_rotary_factor=0.5), T.PhiForCausalLM),
     # LayerNorm, partial rotary.

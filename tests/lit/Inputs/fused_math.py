@@ -59,16 +59,20 @@ def rope_tables(positions, rotary_dim, theta=10000.0):
     return np.cos(emb), np.sin(emb)
 
 
-def attention(q, k, v, scale, alibi=None):
+def attention(q, k, v, scale, alibi=None, window=None):
     """Causal attention; q [B, H, S, D], k and v [B, Hkv, S, D]; alibi: one
-    slope per query head, adding slope · key position to the scores."""
+    slope per query head, adding slope · key position to the scores; window:
+    query i sees keys i - window < j <= i."""
     rep = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
     s = q @ np.swapaxes(k, -1, -2) * scale
     n = s.shape[-1]
     if alibi is not None:
         s = s + np.asarray(alibi)[:, None, None] * np.arange(n)
-    s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+    keep = np.tril(np.ones((n, n), bool))
+    if window is not None:
+        keep &= ~np.tril(np.ones((n, n), bool), -window)
+    s = np.where(keep, s, -np.inf)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     return (p / p.sum(axis=-1, keepdims=True)) @ v
 

@@ -455,9 +455,9 @@ def _(g):
 AH, AD = 4, 4  # query heads, head dim
 
 
-def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None):
+def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, window=None):
     """mask_scores(g, scores, x) -> masked scores; scale: div | mul | qk (each by d^-1/4);
-    alibi: the slopes the masks add, for the reference."""
+    alibi, window: the slopes the masks add and the window they keep, for the reference."""
     x = x_input(g)
     q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
     k, Wk = matmul(g, x, HIDDEN, kv_heads * AD, "attn.k_proj.weight")
@@ -477,14 +477,14 @@ def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None):
     y, Wo = matmul(g, dg.merge_heads(g, g.op("MatMul", p, v), AH * AD), AH * AD, HIDDEN,
                    "attn.o_proj.weight")
     y_output(g, y, HIDDEN)
-    return _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi)
+    return _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi, window)
 
 
-def _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi=None):
+def _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi=None, window=None):
     def ref(f):
         x = f["x"]
         a = fm.attention(fm.heads(x @ Wq, AH), fm.heads(x @ Wk, kv_heads), fm.heads(x @ Wv, kv_heads),
-                         AD ** -0.5, alibi)
+                         AD ** -0.5, alibi, window)
         return fm.merge(a) @ Wo
     return ref
 
@@ -602,6 +602,20 @@ def _(g):
     table = np.array(ALIBI)[None, :, None, None] * np.arange(MAX_POS)[None, None, None, :]
     return _attention_idiom(g, _position_bias(np.broadcast_to(table, (1, AH, MAX_POS, MAX_POS))),
                             alibi=ALIBI)
+
+
+@idiom("attention-sliding-window",
+       "initializer [64,64]: finfo.min where j > i or i - j >= 3 (Mistral's window), Slice to [S,S], "
+       "Add(scores, .); scale Div")
+def _(g):
+    i, j = np.arange(MAX_POS)[:, None], np.arange(MAX_POS)[None, :]
+    table = np.where((j > i) | (i - j >= 3), FMIN, 0).astype(np.float32)
+
+    def mask(g, s, x):
+        seq = g.dim(x, 1)
+        return g.op("Add", s, g.slice(g.tensor("attn.window_mask", table), [0, 0],
+                                      g.op("Concat", seq, seq, axis=0), [0, 1]))
+    return _attention_idiom(g, mask, window=3)
 
 
 @idiom("bad-attention-position-bias",

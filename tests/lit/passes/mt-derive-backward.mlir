@@ -2,7 +2,7 @@
 
 // A layer: rms_norm, linear and attention get their VJPs; q = k = v fans out
 // (dq + dk + dv summed with mt.add) and so does the residual input. The
-// attention's ALiBi slopes carry over to its gradient.
+// attention's ALiBi slopes and window carry over to its gradient.
 // CHECK-LABEL: mt.template @layer.bwd kind "layer"
 // CHECK-SAME: (%[[X:.*]]: tensor<1x8x16xf32>, %[[DY:.*]]: tensor<1x8x16xf32>) params (%[[LN:.*]]: tensor<16xf32>, %[[WQ:.*]]: tensor<16x16xf32>)
 // CHECK-SAME: -> (tensor<1x8x16xf32>, tensor<16xf32>, tensor<16x16xf32>)
@@ -10,7 +10,7 @@
 // CHECK: %[[N:.*]] = mt.rms_norm %[[X]], %[[LN]]
 // CHECK: mt.linear %[[N]], %[[WQ]]
 // CHECK: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = mt.attention_grad
-// CHECK-SAME: {alibi_slopes = array<f64: 5.000000e-01, 2.500000e-01>, scale = 3.500000e-01 : f64}
+// CHECK-SAME: {alibi_slopes = array<f64: 5.000000e-01, 2.500000e-01>, scale = 3.500000e-01 : f64, window = 4 : i64}
 // CHECK: %[[S:.*]] = mt.add %[[DQ]], %[[DK]]
 // CHECK: mt.add %[[S]], %[[DV]]
 // CHECK: %[[DN:.*]], %[[DW:.*]] = mt.linear_grad %{{.*}}, %[[N]], %[[WQ]]
@@ -31,7 +31,7 @@ module {
     %q = mt.linear %n, %wq : (tensor<1x8x16xf32>, tensor<16x16xf32>) -> tensor<1x8x16xf32>
     %h = mt.reshape %q : (tensor<1x8x16xf32>) -> tensor<1x8x2x8xf32>
     %t = mt.transpose %h {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x2x8xf32>) -> tensor<1x2x8x8xf32>
-    %a = mt.attention %t, %t, %t {alibi_slopes = array<f64: 0.5, 0.25>, scale = 0.35 : f64} : (tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32>
+    %a = mt.attention %t, %t, %t {alibi_slopes = array<f64: 0.5, 0.25>, scale = 0.35 : f64, window = 4 : i64} : (tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32>
     %b = mt.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x8x8xf32>) -> tensor<1x8x2x8xf32>
     %c = mt.reshape %b : (tensor<1x8x2x8xf32>) -> tensor<1x8x16xf32>
     %y = mt.add %x, %c : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<1x8x16xf32>

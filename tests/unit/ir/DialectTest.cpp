@@ -202,6 +202,21 @@ TEST_F(DialectTest, AttentionHasOneAlibiSlopePerQueryHead) {
             std::string::npos);
 }
 
+TEST_F(DialectTest, AttentionWindowIsPositive) {
+  std::string args = "%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: "
+                     "tensor<1x2x4x8xf32>";
+  auto body = [](int window) {
+    return "%y = mt.attention %q, %k, %v {scale = 0.5 : f64, window = " +
+           std::to_string(window) +
+           " : i64} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, "
+           "tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>";
+  };
+  EXPECT_EQ(parseError(graphWith(args, body(2), "tensor<1x2x4x8xf32>")), "");
+  EXPECT_NE(parseError(graphWith(args, body(0), "tensor<1x2x4x8xf32>"))
+                .find("window must be positive, not 0"),
+            std::string::npos);
+}
+
 TEST_F(DialectTest, RopeChecksTables) {
   std::string args = "%x: tensor<1x2x4x8xf32>, %c: tensor<4x6xf32>, %s: "
                      "tensor<4x4xf32>";

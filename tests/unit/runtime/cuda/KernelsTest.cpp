@@ -370,10 +370,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, RopeTest,
 struct AttentionShape {
   int64_t B, H, Hkv, S, D;
   bool alibi = false;
+  int64_t window = 0;
 };
 void PrintTo(const AttentionShape &s, std::ostream *os) {
   *os << "B" << s.B << " H" << s.H << " Hkv" << s.Hkv << " S" << s.S << " D"
-      << s.D << (s.alibi ? " ALiBi" : "");
+      << s.D << (s.alibi ? " ALiBi" : "") << " window" << s.window;
 }
 
 class AttentionTest : public CudaKernelsTest,
@@ -393,18 +394,18 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   const float *alibi = s.alibi ? slopes.data() : nullptr;
   Tensor y = Tensor::output(nq);
   k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), s.B, s.H, s.Hkv,
-                        s.S, s.D, scale, alibi);
+                        s.S, s.D, scale, s.window, alibi);
   cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), s.B, s.H,
-                         s.Hkv, s.S, s.D, scale, alibi);
+                         s.Hkv, s.S, s.D, scale, s.window, alibi);
   Tensor dy = Tensor::random(nq, 63);
   Tensor dq = Tensor::grad(nq, 64), dk = Tensor::grad(nk, 65),
          dv = Tensor::grad(nk, 66);
   k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                          k.dev(), v.dev(), s.B, s.H, s.Hkv, s.S, s.D, scale,
-                         alibi);
+                         s.window, alibi);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
                           k.host(), v.host(), s.B, s.H, s.Hkv, s.S, s.D, scale,
-                          alibi);
+                          s.window, alibi);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kAttention)) << "dq";
@@ -421,7 +422,12 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionShape{1, 3, 3, 1, 32},   // one token
                       AttentionShape{2, 4, 2, 37, 16, true},
                       AttentionShape{1, 2, 1, 70, 64, true},
-                      AttentionShape{1, 2, 2, 33, 80, true}));
+                      AttentionShape{1, 2, 2, 33, 80, true},
+                      // Sliding windows: inside a tile, across tiles (rows
+                      // of one block starting in different tiles), one key.
+                      AttentionShape{2, 4, 2, 37, 16, false, 5},
+                      AttentionShape{1, 2, 1, 150, 64, true, 40},
+                      AttentionShape{1, 2, 2, 70, 80, false, 1}));
 
 TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
   const int64_t B = 1, H = 2, Hkv = 1, S = 20, D = 16;
@@ -431,9 +437,10 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
          dy = Tensor::random(B * H * S * D, 73);
   Tensor dk = Tensor::grad(B * Hkv * S * D, 74);
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
-                         v.dev(), B, H, Hkv, S, D, 0.25f, nullptr);
+                         v.dev(), B, H, Hkv, S, D, 0.25f, 0, nullptr);
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
-                          k.host(), v.host(), B, H, Hkv, S, D, 0.25f, nullptr);
+                          k.host(), v.host(), B, H, Hkv, S, D, 0.25f, 0,
+                          nullptr);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
@@ -809,7 +816,7 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
            dk = Tensor::zeros(B * Hkv * S * D);
     Tensor dv = Tensor::zeros(B * Hkv * S * D), dt = Tensor::f32(V * D, 145);
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                           k.dev(), v.dev(), B, H, Hkv, S, D, 0.2f, nullptr);
+                           k.dev(), v.dev(), B, H, Hkv, S, D, 0.2f, 0, nullptr);
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();
     std::vector<float> all = dq.fetch();

@@ -12,7 +12,13 @@ struct Dims {
   int64_t B, H, Hkv, S, D;
   float scale;
   const float *slopes = nullptr; // ALiBi, one per query head
+  int64_t window = 0;            // keys i - window < j <= i; 0: all j <= i
 };
+
+// The first key query i sees.
+int64_t first_key(const Dims &d, int64_t i) {
+  return d.window ? std::max<int64_t>(0, i - d.window + 1) : 0;
+}
 
 int64_t q_at(const Dims &d, int64_t b, int64_t h, int64_t i) {
   return ((b * d.H + h) * d.S + i) * d.D;
@@ -22,22 +28,22 @@ int64_t kv_at(const Dims &d, int64_t b, int64_t h, int64_t j) {
   return ((b * d.Hkv + kv_head) * d.S + j) * d.D;
 }
 
-// The causal softmax row of query (b, h, i) over keys 0..i, from the full
-// score row. ALiBi adds m_h · j here, as BLOOM writes it: the kernels' m_h ·
+// The causal softmax row of query (b, h, i) over its keys first_key..i,
+// indexed by key. ALiBi adds m_h · j here, as BLOOM writes it: the kernels' m_h ·
 // (j − i) differs by a constant per row, which the softmax cancels.
 Doubles probabilities(const std::vector<Doubles> &in, const Dims &d, int64_t b,
                       int64_t h, int64_t i) {
   Doubles p(i + 1);
   double max = -INFINITY, sum = 0.0;
-  for (int64_t j = 0; j <= i; ++j) {
+  for (int64_t j = first_key(d, i); j <= i; ++j) {
     double s = 0.0;
     for (int64_t e = 0; e < d.D; ++e)
       s += in[0][q_at(d, b, h, i) + e] * in[1][kv_at(d, b, h, j) + e];
     p[j] = d.scale * s + (d.slopes ? double(d.slopes[h]) * double(j) : 0.0);
     max = std::max(max, p[j]);
   }
-  for (double &x : p)
-    sum += x = std::exp(x - max);
+  for (int64_t j = first_key(d, i); j <= i; ++j)
+    sum += p[j] = std::exp(p[j] - max);
   for (double &x : p)
     x /= sum;
   return p;
@@ -50,7 +56,7 @@ Doubles ref_forward(const std::vector<Doubles> &in, const Dims &d) {
     for (int64_t h = 0; h < d.H; ++h)
       for (int64_t i = 0; i < d.S; ++i) {
         const Doubles p = probabilities(in, d, b, h, i);
-        for (int64_t j = 0; j <= i; ++j)
+        for (int64_t j = first_key(d, i); j <= i; ++j)
           for (int64_t e = 0; e < d.D; ++e)
             y[q_at(d, b, h, i) + e] += p[j] * in[2][kv_at(d, b, h, j) + e];
       }
@@ -69,12 +75,12 @@ ref_backward(const Doubles &dy, const std::vector<Doubles> &in, const Dims &d) {
         const int64_t qi = q_at(d, b, h, i);
         Doubles dp(i + 1);
         double expected = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first_key(d, i); j <= i; ++j) {
           for (int64_t e = 0; e < d.D; ++e)
             dp[j] += dy[qi + e] * in[2][kv_at(d, b, h, j) + e];
           expected += p[j] * dp[j];
         }
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first_key(d, i); j <= i; ++j) {
           const double ds = p[j] * (dp[j] - expected);
           const int64_t kj = kv_at(d, b, h, j);
           for (int64_t e = 0; e < d.D; ++e) {
@@ -112,7 +118,7 @@ void check_kernels(const Dims &d, float range, double rtol) {
   const std::vector<Floats> in = inputs(d, range);
   Floats y(in[0].size());
   attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                    d.H, d.Hkv, d.S, d.D, d.scale, d.slopes);
+                    d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.slopes);
   EXPECT_TRUE(close(y, ref_forward(widen(in), d), rtol))
       << "H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
 
@@ -124,7 +130,7 @@ void check_kernels(const Dims &d, float range, double rtol) {
   const Floats dq0 = dq, dk0 = dk, dv0 = dv;
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
                      in[1].data(), in[2].data(), d.B, d.H, d.Hkv, d.S, d.D,
-                     d.scale, d.slopes);
+                     d.scale, d.window, d.slopes);
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
   EXPECT_TRUE(close(added(dv, dv0), want[2], rtol)) << "dv, H=" << d.H;
@@ -175,6 +181,31 @@ TEST(Attention, AlibiMatchesReference) {
   }
 }
 
+TEST(Attention, SlidingWindowReferenceBackwardMatchesFiniteDifferences) {
+  for (Dims d : kHeads) {
+    d.window = 2;
+    const std::vector<Doubles> in = widen(inputs(d));
+    const Doubles dy = widen(random_floats(in[0].size(), 54));
+    EXPECT_TRUE(matches_finite_differences(
+        [&](const std::vector<Doubles> &x) { return ref_forward(x, d); }, in,
+        dy, ref_backward(dy, in, d)))
+        << "H=" << d.H << " Hkv=" << d.Hkv;
+  }
+}
+
+// Windows inside a key tile, across tiles, and one key (the diagonal).
+TEST(Attention, SlidingWindowMatchesReference) {
+  for (int64_t window : {int64_t(1), int64_t(7), int64_t(100)})
+    for (Dims d : kHeads) {
+      d.S = 130;
+      d.D = 16;
+      d.scale = 0.25f;
+      d.window = window;
+      d.slopes = window == 7 ? kSlopes : nullptr;
+      check_kernels(d, 1.f, 1e-5);
+    }
+}
+
 TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   const Dims d = {2, 4, 2, 33, 8, 0.35f, kSlopes};
   const std::vector<Floats> in = inputs(d);
@@ -182,7 +213,7 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   const auto backward = [&](float *dq, float *dk, float *dv) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
                        in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
-                       d.slopes);
+                       d.window, d.slopes);
   };
   Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
   expect_accumulates({&dq, &dk, &dv},
@@ -206,7 +237,7 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   Floats y1(in[0].size()), y2(in[0].size());
   for (Floats *y : {&y1, &y2})
     attention_forward(y->data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                      d.H, d.Hkv, d.S, d.D, d.scale, d.slopes);
+                      d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.slopes);
   EXPECT_TRUE(bitwise_equal(y1, y2));
 }
 
