@@ -132,6 +132,15 @@ bool isResidual(const Segment &s) {
   return false;
 }
 
+// Two segments doing the same: the same ops with the same output shapes.
+bool sameOps(const Segment &a, const Segment &b) {
+  return std::equal(a.nodes.begin(), a.nodes.end(), b.nodes.begin(),
+                    b.nodes.end(), [](Node *x, Node *y) {
+                      return x->op == y->op &&
+                             x->out()->shape == y->out()->shape;
+                    });
+}
+
 Block makeBlock(const std::string &kind, int64_t layer,
                 std::vector<Segment>::const_iterator begin,
                 std::vector<Segment>::const_iterator end) {
@@ -198,17 +207,6 @@ std::vector<Block> discoverBlocks(Graph &g) {
   auto lastRes = std::find_if(segments.rbegin(), segments.rend(),
                               [](const Segment &s) { return s.residual; })
                      .base();
-  // A layer may leave the stream in another view (OPT flattens the tokens
-  // for its MLP and views them back after the residual add): the view back
-  // after the last residual segment belongs to the last layer, as it does
-  // to every layer before it, not to the head.
-  const Shape &stream = firstRes->input->shape;
-  while (lastRes != segments.end() && std::next(lastRes) != segments.end() &&
-         std::prev(lastRes)->output->shape != stream &&
-         lastRes->output->shape == stream &&
-         std::all_of(lastRes->nodes.begin(), lastRes->nodes.end(),
-                     [](Node *n) { return n->op == "mt.reshape"; }))
-    ++lastRes;
   bool hasEmbed = false;
   for (auto it = segments.begin(); it != firstRes; ++it)
     for (Node *n : it->nodes)
@@ -220,16 +218,15 @@ std::vector<Block> discoverBlocks(Graph &g) {
     fail("the model has no head after its last residual block (the logits "
          "are the residual stream itself)");
 
-  std::vector<Block> blocks;
-  blocks.push_back(makeBlock("embedding", -1, segments.begin(), firstRes));
   // Layers start at each attending segment; segments before the first one
   // join the first layer. Without attention, each segment is a layer.
+  using SegmentIt = std::vector<Segment>::const_iterator;
+  std::vector<std::pair<SegmentIt, SegmentIt>> layers;
   bool anyAttention = std::any_of(firstRes, lastRes,
                                   [](const Segment &s) { return s.attends; });
-  auto start = firstRes;
-  int64_t layer = 0;
-  for (auto it = firstRes; it != lastRes; ++it) {
-    auto next = std::next(it);
+  SegmentIt start = firstRes;
+  for (SegmentIt it = firstRes; it != lastRes; ++it) {
+    SegmentIt next = std::next(it);
     bool boundary = next == lastRes ||
                     (anyAttention ? next->attends && std::any_of(start, next,
                                                                  [](const Segment &s) {
@@ -237,10 +234,32 @@ std::vector<Block> discoverBlocks(Graph &g) {
                                                                  })
                                   : true);
     if (boundary) {
-      blocks.push_back(makeBlock("layer", layer++, start, next));
+      layers.push_back({start, next});
       start = next;
     }
   }
+  // A layer may end past its last residual sum: a post-norm layer's norm
+  // (OPT-350m), the view back of a stream its MLP flattened (OPT). The last
+  // layer's copy of that tail follows the last residual segment; it belongs
+  // to the layer, as it does in every layer before it, not to the head.
+  if (layers.size() >= 2) {
+    auto [prevBegin, prevEnd] = layers[layers.size() - 2];
+    SegmentIt tail = prevEnd;
+    while (tail != prevBegin && !std::prev(tail)->residual)
+      --tail;
+    auto n = std::distance(tail, prevEnd);
+    if (n > 0 && std::distance(SegmentIt(lastRes), segments.cend()) > n &&
+        std::equal(tail, prevEnd, SegmentIt(lastRes), sameOps)) {
+      lastRes += n;
+      layers.back().second = lastRes;
+    }
+  }
+
+  std::vector<Block> blocks;
+  blocks.push_back(makeBlock("embedding", -1, segments.begin(), firstRes));
+  for (size_t i = 0; i < layers.size(); ++i)
+    blocks.push_back(
+        makeBlock("layer", int64_t(i), layers[i].first, layers[i].second));
   blocks.push_back(makeBlock("head", -1, lastRes, segments.end()));
   return blocks;
 }

@@ -40,6 +40,13 @@ ARCHITECTURES = {
     "opt": (T.OPTConfig, dict(vocab_size=256, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
                               num_attention_heads=4, max_position_embeddings=128,
                               word_embed_proj_dim=64, use_cache=False), T.OPTForCausalLM),
+    # OPT-350m's form: norms after the residual sums (post-norm), embeddings
+    # narrower than the stream, projected in and out.
+    "opt-post-norm": (T.OPTConfig, dict(vocab_size=256, hidden_size=64, ffn_dim=128,
+                                        num_hidden_layers=2, num_attention_heads=4,
+                                        max_position_embeddings=128, word_embed_proj_dim=32,
+                                        do_layer_norm_before=False, use_cache=False),
+                      T.OPTForCausalLM),
     # ALiBi added to scores merged over batch x heads (baddbmm), kᵀ viewed
     # from [B, H, D, S], a fused QKV per head, LayerNorm after the
     # embedding, GELU tanh as x · (1 + 0.044715 · x · x), a tied head.
