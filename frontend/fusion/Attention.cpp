@@ -10,7 +10,8 @@
 // if any, are ALiBi's m_h · j (BLOOM, MPT);
 // GQA's repeat of k and v as Unsqueeze/Reshape + Expand + Reshape is undone.
 // q, k, scores and v may also be merged over batch x heads ([B·H, S, ·],
-// GPT-NeoX's baddbmm, OPT's bmm), the scores viewed in 4-d and back for the
+// GPT-NeoX's baddbmm, OPT's bmm), or q over tokens x heads with one KV head
+// (GPT-BigCode's [B, S·H, D]), the scores viewed in 4-d and back for the
 // masks, and a Max of the scores with a constant at or below the mask's
 // -inf (OPT's clamp to the lowest float) is a no-op. Also the Attention op
 // of opset 23 (causal, no cache), 3-d or 4-d.
@@ -41,7 +42,7 @@ struct MaskTerm {
   enum Kind { Additive, KeepWhereTrue, KeepWhereFalse } kind;
   ConstPtr condition; // Additive: the bias; Where: the condition
   ConstPtr fill;      // Where: the masked value
-  bool merged = false; // applied to scores [B·H, S, S] rather than 4-d
+  Shape view;          // the scores' shape where the mask applies
   double factor = 1.0; // Additive: the scales applied after the bias
 };
 
@@ -98,14 +99,13 @@ private:
   }
 
   // Peels masks and scales off the softmax input; returns the raw scores.
-  // Masks on 3-d scores apply to them merged over batch x heads.
   static Value *peelMasks(Value *s, std::vector<MaskTerm> &masks,
                           double &scale) {
-    bool merged = s->rank() == 3;
+    Shape view = s->shape;
     size_t before = masks.size();
     s = peelMaskTerms(s, masks, scale);
     for (size_t k = before; k < masks.size(); ++k)
-      masks[k].merged = merged;
+      masks[k].view = view;
     return s;
   }
 
@@ -126,7 +126,7 @@ private:
                            [](Value *c) { return c->constant != nullptr; });
       if (bias && isActivation(bias->second)) {
         masks.push_back({MaskTerm::Additive, bias->first->constant, nullptr,
-                         false, scale});
+                         {}, scale});
         s = bias->second;
         continue;
       }
@@ -151,18 +151,19 @@ private:
 
   // Whether position (i, j) of scores [B, H, S, S] at (b, h) survives the
   // masks, and the finite bias they add there; throws when a Where's fill
-  // is not "-inf".
+  // is not "-inf". The scores' rows are ordered (b, h, i), or (b, i, h) when
+  // `seqMajor` (GPT-BigCode's queries merged with their heads); each mask
+  // sees them in its own view of that order.
   static bool kept(const std::vector<MaskTerm> &masks, const Shape &scores,
-                   int64_t b, int64_t h, int64_t i, int64_t j, Node *at,
-                   double &bias) {
-    int64_t s = scores[2];
-    int64_t flat = ((b * scores[1] + h) * s + i) * scores[3] + j;
-    // Masks on merged scores see them as [1, B·H, S, S]: the same flat index.
-    Shape mergedShape{1, scores[0] * scores[1], scores[2], scores[3]};
+                   bool seqMajor, int64_t b, int64_t h, int64_t i, int64_t j,
+                   Node *at, double &bias) {
+    int64_t H = scores[1], S = scores[2];
+    int64_t row = seqMajor ? (b * S + i) * H + h : (b * H + h) * S + i;
+    int64_t flat = row * scores[3] + j;
     bool keep = true;
     bias = 0;
     for (const MaskTerm &m : masks) {
-      const Shape &view = m.merged ? mergedShape : scores;
+      const Shape &view = m.view;
       double c = m.condition->at(BroadcastIndex(view, m.condition->shape)(flat));
       if (m.kind == MaskTerm::Additive) {
         if (c <= kMaskedBelow)
@@ -190,10 +191,10 @@ private:
   // else the first and last 64 rows and 64 between, in full, at the first
   // and last batch row and every head.
   MaskForm checkCausal(const std::vector<MaskTerm> &masks, const Shape &scores,
-                       Node *at) {
-    std::vector<const Const *> key;
+                       Node *at, bool seqMajor = false) {
+    std::pair<std::vector<const Const *>, bool> key{{}, seqMajor};
     for (const MaskTerm &m : masks)
-      key.push_back(m.condition.get());
+      key.first.push_back(m.condition.get());
     if (auto it = checked_.find(key); it != checked_.end())
       return it->second;
     if (masks.empty())
@@ -206,14 +207,17 @@ private:
     // The window and the slopes, read off the last query row of the first
     // batch row: its first key kept, and the bias between its last two keys.
     int64_t first = 0;
-    while (first < s && !kept(masks, scores, 0, 0, s - 1, first, at, bias))
+    auto keptAt = [&](int64_t b, int64_t h, int64_t i, int64_t j, double &c) {
+      return kept(masks, scores, seqMajor, b, h, i, j, at, c);
+    };
+    while (first < s && !keptAt(0, 0, s - 1, first, bias))
       ++first;
     form.window = first > 0 && first < s ? s - first : 0;
     form.slopes.assign(scores[1], 0.0);
     for (int64_t h = 0; h < scores[1] && s - first > 1; ++h) {
       double before;
-      kept(masks, scores, 0, h, s - 1, s - 2, at, before);
-      kept(masks, scores, 0, h, s - 1, s - 1, at, bias);
+      keptAt(0, h, s - 1, s - 2, before);
+      keptAt(0, h, s - 1, s - 1, bias);
       form.slopes[h] = bias - before;
     }
     auto visible = [&](int64_t i, int64_t j) {
@@ -239,11 +243,11 @@ private:
           // Biases are compared along the row from its first visible key.
           int64_t base = form.window ? std::max<int64_t>(0, i - form.window + 1) : 0;
           double rowBias = 0;
-          kept(masks, scores, b, h, i, base, at, rowBias);
+          keptAt(b, h, i, base, rowBias);
           for (int64_t j = 0; j < s; ++j) {
             if (!sampled(j) && !near(i, j))
               continue;
-            bool keep = kept(masks, scores, b, h, i, j, at, bias);
+            bool keep = keptAt(b, h, i, j, bias);
             if (keep != visible(i, j))
               fail("{}: the attention mask {} query {} to see key {}; only "
                    "causal masks, with or without a sliding window, are "
@@ -332,7 +336,8 @@ private:
   }
 
   // The raw scores behind the softmax input: masks and scales peeled off,
-  // through reshapes between the merged [B·H, S, S] and the 4-d view.
+  // through views between the merged 3-d scores ([B·H, S, S], or
+  // [B, S·H, S]) and a 4-d one.
   static Value *rawScores(Value *s, std::vector<MaskTerm> &masks,
                           double &scale) {
     for (;;) {
@@ -341,10 +346,9 @@ private:
       if (!r)
         return s;
       const Shape &from = r->in(0)->shape;
-      bool view = (s->rank() == 3 && from.size() == 4 &&
-                   s->shape == Shape{from[0] * from[1], from[2], from[3]}) ||
-                  (s->rank() == 4 && from.size() == 3 &&
-                   from == Shape{s->dim(0) * s->dim(1), s->dim(2), s->dim(3)});
+      // Any view keeps the rows' order, which q's layout fixes (kept()).
+      bool view = s->rank() + int64_t(from.size()) == 7 &&
+                  numelOf(from) == s->numel() && from.back() == s->shape.back();
       if (!view)
         return s;
       s = r->in(0);
@@ -390,6 +394,8 @@ private:
     // ([0, 2, 1]), or kᵀ [B, H, D, S] merged (BLOOM).
     if (scores->rank() == 3) {
       Node *r = producer(q, "Reshape");
+      if (r && r->in(0)->rank() == 3)
+        return fuseSeqMajor(mm, masks, scale, r->in(0), q, kt, v);
       if (!r || r->in(0)->rank() != 4)
         return;
       int64_t B = r->in(0)->dim(0), H = r->in(0)->dim(1);
@@ -441,6 +447,42 @@ private:
     g_.replaceAllUses(mm->out(), reshaped(attn, y, mm->out()->shape));
   }
 
+  // GPT-BigCode's multi-query form: q [B, S, H·D] merged to [B, S·H, D]
+  // (rows ordered by token, then head), one KV head k, v [B, S, D], scores
+  // [B, S·H, S] (viewed as [B, S, H, S] for the mask) and the product
+  // [B, S·H, D].
+  void fuseSeqMajor(Node *mm, const std::vector<MaskTerm> &masks, double scale,
+                    Value *x, Value *q3, Value *kt, Value *v) {
+    int64_t B = x->dim(0), S = x->dim(1), D = q3->dim(2);
+    Node *t = producer(kt, "Transpose");
+    if (q3->dim(1) % S || !t ||
+        t->getInts("perm") != std::vector<int64_t>{0, 2, 1} || v->rank() != 3)
+      return;
+    int64_t H = q3->dim(1) / S;
+    x = peelScale(x, scale);
+    Value *k = peelScale(t->in(0), scale);
+    if (!isActivation(x) || !isActivation(k) || !isActivation(v) ||
+        x->shape != Shape{B, S, H * D} || k->shape != Shape{B, S, D} ||
+        v->shape != k->shape)
+      return;
+    MaskForm form = checkCausal(masks, Shape{B, H, S, S}, mm, true);
+    auto heads = [&](Value *a, int64_t n) {
+      Value *r = reshaped(mm, a, {B, S, n, D});
+      return transposed(r->producer, r, {0, 2, 1, 3});
+    };
+    Value *q4 = heads(x, H);
+    Value *k4 = reshaped(q4->producer, k, {B, 1, S, D});
+    Value *v4 = reshaped(k4->producer, v, {B, 1, S, D});
+    Node *attn = g_.newNode("mt.attention", mm->name, {q4, k4, v4},
+                            v4->producer);
+    attn->setFloat("scale", scale);
+    setMaskAttrs(attn, form);
+    Value *y = g_.addOutput(attn, DType::F32, q4->shape);
+    y->fromInput = true;
+    Value *ty = transposed(attn, y, {0, 2, 1, 3});
+    g_.replaceAllUses(mm->out(), reshaped(ty->producer, ty, mm->out()->shape));
+  }
+
   void fuseOp(Node *n) {
     if (n->in(4) || n->in(5))
       fail("{}: a KV cache (past_key/past_value) is not supported in training",
@@ -469,8 +511,9 @@ private:
         fail("{}: attn_mask must be a compile-time causal mask", n->describe());
       MaskTerm m = mask->dtype == DType::Bool
                        ? MaskTerm{MaskTerm::KeepWhereTrue, mask->constant,
-                                  scalarConst(DType::F32, -INFINITY)}
-                       : MaskTerm{MaskTerm::Additive, mask->constant, nullptr};
+                                  scalarConst(DType::F32, -INFINITY), scores}
+                       : MaskTerm{MaskTerm::Additive, mask->constant, nullptr,
+                                  scores};
       form = checkCausal({m}, scores, n);
     } else if (!n->getInt("is_causal", 0)) {
       fail("{}: attention without a causal mask; decoder training needs "
@@ -494,7 +537,7 @@ private:
   }
 
   Graph &g_;
-  std::map<std::vector<const Const *>, MaskForm> checked_;
+  std::map<std::pair<std::vector<const Const *>, bool>, MaskForm> checked_;
 };
 
 } // namespace

@@ -52,6 +52,11 @@ ARCHITECTURES = {
     # embedding, GELU tanh as x · (1 + 0.044715 · x · x), a tied head.
     "bloom": (T.BloomConfig, dict(vocab_size=256, hidden_size=64, n_layer=2, n_head=4,
                                   use_cache=False), T.BloomForCausalLM),
+    # Multi-query attention with the queries merged as [B, S·H, D] (rows by
+    # token, then head), learned positions, GELU tanh, a tied head.
+    "gpt-bigcode": (T.GPTBigCodeConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                                             n_positions=128, multi_query=True, use_cache=False),
+                    T.GPTBigCodeForCausalLM),
     # Squared ReLU, LayerNorm of q and k per head, partial rotary.
     "persimmon": (T.PersimmonConfig, dict(COMMON, partial_rotary_factor=0.5),
                   T.PersimmonForCausalLM),

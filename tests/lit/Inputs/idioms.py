@@ -618,6 +618,31 @@ def _(g):
     return _attention_idiom(g, mask, window=3)
 
 
+@idiom("attention-mqa-seq-major",
+       "GPT-BigCode's multi-query form: q [B,S,16] Reshape [B,S*4,4]; k, v [B,S,4] (one head); "
+       "MatMul(q, Transpose(k, [0,2,1])), Mul 0.5, Reshape [B,S,4,S], Where(Unsqueeze(Trilu(ones "
+       "[S,S]), [0,2]), scores, finfo.min), Softmax, Reshape [B,S*4,S], MatMul(p, v), Reshape "
+       "[B,S,16]")
+def _(g):
+    x = x_input(g)
+    q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
+    k, Wk = matmul(g, x, HIDDEN, AD, "attn.k_proj.weight")
+    v, Wv = matmul(g, x, HIDDEN, AD, "attn.v_proj.weight")
+    b, s = g.dim(x, 0), g.dim(x, 1)
+    q = g.op("Reshape", q, g.shape_of(b, -1, AD))
+    scores = g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 2, 1])), g.const(0.5))
+    scores = g.op("Reshape", scores, g.shape_of(b, s, AH, s))
+    ones = g.op("ConstantOfShape", g.op("Concat", s, s, axis=0),
+                value=numpy_helper.from_array(np.array([True])))
+    keep = g.unsqueeze(g.op("Trilu", ones, upper=0), 0, 2)
+    p = g.op("Softmax", g.op("Where", keep, scores, g.const(FMIN)), axis=-1)
+    a = g.op("MatMul", g.op("Reshape", p, g.shape_of(b, -1, s)), v)
+    y, Wo = matmul(g, g.op("Reshape", a, g.shape_of(b, s, AH * AD)), AH * AD, HIDDEN,
+                   "attn.o_proj.weight")
+    y_output(g, y, HIDDEN)
+    return _attention_ref(Wq, Wk, Wv, Wo, 1)
+
+
 @idiom("bad-attention-position-bias",
        "a learned-looking relative position bias (seeded normal [1,4,64,64]) added to the scores, "
        "then the finfo.min mask")
