@@ -20,6 +20,10 @@ ARCHITECTURES = {
     # A sliding window shorter than the sequence (keys i - 8 < j <= i).
     "mistral-window": (T.MistralConfig, dict(COMMON, num_key_value_heads=2, sliding_window=8),
                        T.MistralForCausalLM),
+    # LayerNorm, GELU tanh, biases, and a sliding window shorter than the
+    # sequence.
+    "starcoder2": (T.Starcoder2Config, dict(COMMON, num_key_value_heads=2, sliding_window=8),
+                   T.Starcoder2ForCausalLM),
     # Parallel attention and MLP from one LayerNorm, partial rotary, biases.
     "phi": (T.PhiConfig, dict(COMMON, partial_rotary_factor=0.5), T.PhiForCausalLM),
     # LayerNorm, partial rotary.
