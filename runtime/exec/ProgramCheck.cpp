@@ -173,12 +173,25 @@ private:
             ", which is not an untied param");
   }
 
+  // The elements [lo, hi) of param q that unit d holds as its params[i]
+  // (q untied: the param itself or the one a tied params[i] names), in q's
+  // element order. Columns count in whole columns of R elements, so that
+  // they tile [0, numel) as ranges do.
+  std::pair<int64_t, int64_t> held_range(const UnitDesc &d, int i) const {
+    const ParamDesc &q = p_.params[d.params[i]];
+    const int64_t scale =
+        part_kind(d, i) == PartKind::Columns ? q.shape[0] : 1;
+    const int64_t lo = part_begin(d, i) * scale;
+    return {lo, lo + part_elems(p_, d, i)};
+  }
+
   // Every trainable param is updated exactly once per step: its owners'
   // parts tile it without overlap.
   void owned_parts() {
     std::vector<std::vector<std::pair<int64_t, int64_t>>> parts(
         size_t(p_.num_params));
     std::vector<int> kinds(size_t(p_.num_params), -1);
+    owner_parts_.assign(size_t(p_.num_params), {});
     for (int u = 0; u < p_.num_units; ++u) {
       const UnitDesc &d = p_.units[u];
       for (int k = 0; k < d.num_owned; ++k) {
@@ -188,13 +201,12 @@ private:
         if (i == d.num_params)
           bad("unit '", d.name, "' owns param ", d.owned[k],
               " but does not hold it");
-        // Columns count in whole columns of R elements, so that they tile
-        // [0, numel) as ranges do; one param's parts are of one kind.
+        // One param's parts are of one kind.
         const ParamDesc &q = p_.params[d.owned[k]];
         const bool columns = part_kind(d, i) == PartKind::Columns;
-        const int64_t scale = columns ? q.shape[0] : 1;
-        const int64_t lo = part_begin(d, i) * scale;
-        parts[size_t(d.owned[k])].push_back({lo, lo + part_elems(p_, d, i)});
+        const auto [lo, hi] = held_range(d, i);
+        parts[size_t(d.owned[k])].push_back({lo, hi});
+        owner_parts_[size_t(d.owned[k])].push_back({lo, hi, u});
         auto &kind = kinds[size_t(d.owned[k])];
         if (kind >= 0 && kind != int(columns))
           bad("param '", q.name, "' is owned in parts of different kinds");
@@ -273,24 +285,32 @@ private:
   void commands() {
     std::vector<char> updated(size_t(p_.num_units), 0);
     std::vector<int> adamw_count(size_t(p_.num_units), 0);
-    // Units that own something trainable need an AdamW before any use.
+    // Units that own something trainable (a whole param or a part of one)
+    // need one AdamW before any use.
     std::vector<char> owns_trainable(size_t(p_.num_units), 0);
     for (int q = 0; q < p_.num_params; ++q)
       if (p_.params[q].tie < 0 && !p_.params[q].frozen)
-        owns_trainable[p_.params[q].owner] = 1;
+        for (const OwnerPart &o : owner_parts_[size_t(q)])
+          owns_trainable[o.unit] = 1;
+    // A use of a param's elements needs the AdamW of every unit owning
+    // some of them.
     auto check_updated = [&](int c, int u, bool grads_only) {
       const UnitDesc &d = p_.units[u];
       for (int i = 0; i < d.num_params; ++i) {
         const ParamDesc &q = p_.params[d.params[i]];
         if (grads_only && q.frozen)
           continue;
-        const ParamDesc &prim = q.tie >= 0 ? p_.params[q.tie] : q;
+        const int primary = q.tie >= 0 ? q.tie : d.params[i];
+        const ParamDesc &prim = p_.params[primary];
         if (prim.frozen)
           continue;
-        if (!updated[prim.owner])
-          bad("command ", c, " (", op_name(p_.commands[c].op), " unit '",
-              d.name, "') uses param '", prim.name, "' before adamw of unit '",
-              p_.units[prim.owner].name, "' in the step");
+        const auto [lo, hi] = held_range(d, i);
+        for (const OwnerPart &o : owner_parts_[size_t(primary)])
+          if (o.lo < hi && lo < o.hi && !updated[o.unit])
+            bad("command ", c, " (", op_name(p_.commands[c].op), " unit '",
+                d.name, "') uses param '", prim.name,
+                "' before adamw of unit '", p_.units[o.unit].name,
+                "' in the step");
       }
     };
     for (int c = 0; c < p_.num_commands; ++c) {
@@ -386,7 +406,14 @@ private:
             adamw_count[u], " adamw commands in the step (needs 1)");
   }
 
+  // The units owning each param, with the elements [lo, hi) they own.
+  struct OwnerPart {
+    int64_t lo, hi;
+    int unit;
+  };
+
   const Program &p_;
+  std::vector<std::vector<OwnerPart>> owner_parts_;
 };
 
 } // namespace

@@ -130,6 +130,27 @@ class TrainerContract(unittest.TestCase):
         r = self.train("--steps", "2", "--resume", w("bad"), check=False)
         self.assertBadInput(r, "state.safetensors")
 
+    def test_program_missing_an_update_is_refused(self):
+        # The embedding in two vocabulary pieces, units u0 and u1, each
+        # owning half of its table. A plan whose step drops u1's AdamW would
+        # leave those rows untrained: the trainer refuses it at start-up.
+        w = self.w
+        plan, _ = w.compile(w.export("tiny-llama"), "pieces", "--batch", "2", "--seq-len", "16",
+                            "--vocab-pieces", "2", "--no-build")
+        with open(os.path.join(plan, "trainer.cpp")) as f:
+            code = f.read()
+        adamw_u1 = "    {mtrt::Op::AdamW, mtrt::Stream::Host, 1, -1, 0, -1},\n"
+        self.assertEqual(code.count(adamw_u1), 1)
+        self.assertIn('{"u1", "embedding"', code)
+        code = code.replace(adamw_u1, "")
+        code = re.sub(r"(\d+), kCommands,", lambda m: f"{int(m.group(1)) - 1}, kCommands,", code)
+        with open(os.path.join(plan, "trainer.cpp"), "w") as f:
+            f.write(code)
+        run(["cmake", "-S", plan, "-B", os.path.join(plan, "build")])
+        run(["cmake", "--build", os.path.join(plan, "build"), "-j", "2"])
+        r = self.train("--steps", "1", check=False, plan=plan)
+        self.assertBadInput(r, "unit 'u1'", "adamw")
+
     def test_kill_during_checkpoints_keeps_one_loadable(self):
         w = self.w
         shutil.rmtree(w("killed"), ignore_errors=True)
