@@ -32,6 +32,7 @@ class DecoderShape:
     mlp: tuple = ()  # per layer, "swiglu" or "gelu"; empty means all swiglu
     parallel_residual: bool = False
     tied: bool = False
+    sliding_window: int = 0  # query i sees keys i - W < j <= i; 0: all j <= i
 
     @property
     def head_dim(self):
@@ -50,6 +51,8 @@ class DecoderShape:
                              f"{self.kv_heads} must divide evenly")
         if self.mlp and len(self.mlp) != self.layers:
             raise ValueError(f"{len(self.mlp)} MLP kinds for {self.layers} layers")
+        if self.sliding_window < 0:
+            raise ValueError(f"sliding window {self.sliding_window} must be positive (0: none)")
 
 
 # -- norms --
@@ -131,11 +134,16 @@ def rope(g, x, cos, sin, rotary_dim, head_dim):
 
 # -- attention --
 
-def causal_mask(g, seq):
-    """[S, S] additive mask: finfo.min above the diagonal, 0 elsewhere (Trilu upper, k=1)."""
+def causal_mask(g, seq, window=0):
+    """[S, S] additive mask: finfo.min above the diagonal, 0 elsewhere (Trilu upper, k=1);
+    with a window W, also finfo.min at and below the W-th diagonal under it (Trilu lower,
+    k=-W)."""
     full = g.op("ConstantOfShape", g.op("Concat", seq, seq, axis=0),
                 value=_scalar(FLOAT32_MIN))
-    return g.op("Trilu", full, g.const(1), upper=1)
+    mask = g.op("Trilu", full, g.const(1), upper=1)
+    if window:
+        mask = g.op("Add", mask, g.op("Trilu", full, g.const(-window), upper=0))
+    return mask
 
 
 def repeat_kv(g, x, n_rep, kv_heads, head_dim):
@@ -223,7 +231,7 @@ def decoder(g, cfg, ids_name="input_ids", logits_name="logits", between_layers=N
         with g.scope("rotary_emb"):
             freq = g.tensor("model.rotary_emb.inv_freq", inv_freq(cfg.rotary_dim, cfg.rope_theta))
             cos, sin = rotary_tables(g, freq, seq_len)
-        mask = causal_mask(g, g.unsqueeze(seq_len, 0))
+        mask = causal_mask(g, g.unsqueeze(seq_len, 0), cfg.sliding_window)
         for i in range(cfg.layers):
             h = decoder_layer(g, cfg, i, h, cos, sin, mask)
             if between_layers:

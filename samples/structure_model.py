@@ -29,11 +29,13 @@ PRESETS = {
                                 layers=64, qkv_bias=True, rope_theta=1e6),
     "qwen2.5-72b": DecoderShape(vocab=152064, hidden=8192, ffn=29568, heads=64, kv_heads=8,
                                 layers=80, qkv_bias=True, rope_theta=1e6),
+    "mistral-7b": DecoderShape(vocab=32000, hidden=4096, ffn=14336, heads=32, kv_heads=8,
+                               layers=32, rope_theta=1e6, sliding_window=4096),
     "llama-120b": DecoderShape(vocab=128256, hidden=10240, ffn=28672, heads=80, kv_heads=8,
                                layers=108, rope_theta=5e5),
 }
 
-OVERRIDES = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab")
+OVERRIDES = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "sliding_window")
 
 
 def build(shape, with_data=False, seed=0, name="decoder"):
@@ -67,12 +69,13 @@ def main():
             size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
             print(f"{name:12} {size:>7} params  hidden {s.hidden}, ffn {s.ffn}, "
                   f"heads {s.heads}/{s.kv_heads} kv, {s.layers} layers, vocab {s.vocab}"
-                  f"{', qkv bias' if s.qkv_bias else ''}")
+                  f"{', qkv bias' if s.qkv_bias else ''}"
+                  f"{f', window {s.sliding_window}' if s.sliding_window else ''}")
         return
     if not args.preset or not args.output:
         p.error("--preset and -o are required")
     shape = dataclasses.replace(PRESETS[args.preset], **{
-        field: getattr(args, field) for field in OVERRIDES if getattr(args, field)})
+        field: getattr(args, field) for field in OVERRIDES if getattr(args, field) is not None})
     try:
         shape.check()
     except ValueError as e:
