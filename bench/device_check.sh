@@ -195,7 +195,7 @@ build_trainers() {
 # ---- d. parity -----------------------------------------------------------------
 parity() {
   local rc=0 m t
-  for m in tiny-llama tiny-gpt2; do
+  for m in tiny-llama tiny-gpt2 tiny-bloom tiny-window; do
     t=$WORK/plans/$m/trainer
     [ -x "$t" ] || { echo "  no trainer for $m"; rc=1; continue; }
     local common=(--data "$PLANS/tokens.u32" --steps 1 --seed 3 --threads 4)
@@ -211,7 +211,7 @@ parity() {
   done
   return $rc
 }
-[ -d "$WORK/plans" ] && stage parity 20 120 parity
+[ -d "$WORK/plans" ] && stage parity 35 200 parity
 
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
 bench() { # plan name

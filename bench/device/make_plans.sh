@@ -6,6 +6,8 @@
 # built (tools/build.sh): bash bench/device/make_plans.sh
 #
 #   bench/device/plans/tiny-llama, tiny-gpt2   parity (real weights)
+#   bench/device/plans/tiny-bloom, tiny-window parity of ALiBi and of a sliding
+#                                              window (32 of 128 keys)
 #   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
 #   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
 #   bench/device/plans/llama-1b-32k            long context: 1 x 32768 tokens, the
@@ -30,6 +32,12 @@ mkdir -p "$OUT"
 echo "== parity models"
 for m in tiny-llama tiny-gpt2; do
   "$PY" samples/export.py --model $m -o "$TMP/$m.onnx" > /dev/null
+  "$MT" compile "$TMP/$m.onnx" --batch 4 --seq-len 128 -o "$OUT/$m" --no-build
+done
+"$PY" -m tests.e2e.hf_architectures bloom "$TMP/tiny-bloom.onnx" > /dev/null 2>&1
+"$PY" samples/structure_model.py --preset tiny --sliding-window 32 --with-data \
+  -o "$TMP/tiny-window.onnx"
+for m in tiny-bloom tiny-window; do
   "$MT" compile "$TMP/$m.onnx" --batch 4 --seq-len 128 -o "$OUT/$m" --no-build
 done
 
