@@ -294,6 +294,14 @@ private:
 
   void infer(Node &n) {
     const OpHandler *h = findHandler(n);
+    // torch exports repeat_interleave with a size known only at run time
+    // (dynamic_axes) as a Loop over sequences, which is not evaluated here.
+    if (!h && (n.op == "Loop" || n.op.rfind("Sequence", 0) == 0 ||
+               n.op == "SplitToSequence" || n.op == "ConcatFromSequence"))
+      fail("{}: unsupported op (ONNX loops and sequences are not supported; "
+           "torch writes them for repeat_interleave under dynamic_axes: "
+           "export with fixed shapes instead)",
+           n.describe());
     if (!h)
       fail("{}: unsupported op", n.describe());
     OpContext ctx(n);

@@ -403,6 +403,41 @@ std::vector<ConstPtr> foldGather(OpContext &ctx) {
   })};
 }
 
+// out[..., i, ...] = data[..., indices[..., i, ...], ...] along the axis;
+// the output has the indices' shape (GPT-J's sin/cos lookup by position).
+void inferGatherElements(OpContext &ctx) {
+  const Shape &data = ctx.shape(0), &idx = ctx.shape(1);
+  int64_t axis = ctx.axis(ctx.node.getInt("axis", 0), data.size());
+  if (!isInteger(ctx.in(1).dtype))
+    ctx.error("indices must be integers");
+  if (idx.size() != data.size())
+    ctx.error("indices {} and data {} differ in rank", shapeStr(idx),
+              shapeStr(data));
+  for (size_t k = 0; k < idx.size(); ++k)
+    if (int64_t(k) != axis && idx[k] > data[k])
+      ctx.error("indices {} exceed data {} on axis {}", shapeStr(idx),
+                shapeStr(data), k);
+  ctx.node.setInt("axis", axis);
+  ctx.setOutput(0, ctx.in(0).dtype, idx);
+}
+
+std::vector<ConstPtr> foldGatherElements(OpContext &ctx) {
+  ConstPtr data = ctx.in(0).constant, idx = ctx.in(1).constant;
+  int64_t axis = ctx.node.getInt("axis", 0), d = data->shape[axis];
+  for (int64_t i = 0; i < std::min<int64_t>(idx->numel, 1 << 20); ++i) {
+    int64_t j = toInt(idx->at(i));
+    if (j < -d || j >= d)
+      ctx.error("index {} is out of range for dim {} of size {}", j, axis, d);
+  }
+  return {lazyConst(data->dtype, idx->shape, [=](int64_t i) {
+    std::vector<int64_t> c;
+    unravel(i, idx->shape, c);
+    int64_t j = toInt(idx->at(i));
+    c[size_t(axis)] = j < 0 ? j + d : j;
+    return data->at(ravel(c, data->shape));
+  })};
+}
+
 void inferExpand(OpContext &ctx) {
   std::vector<int64_t> target = ctx.intsIn(1, "the target shape");
   Shape out;
@@ -538,6 +573,8 @@ void addTensorHandlers(std::vector<OpHandler> &t) {
   t.push_back({"", "Slice", 13, inferSlice, foldSlice});
   t.push_back({"", "Split", 13, inferSplit, foldSplit});
   t.push_back({"", "Gather", 13, inferGather, foldGather});
+  t.push_back({"", "GatherElements", 13, inferGatherElements,
+               foldGatherElements});
   t.push_back({"", "Expand", 13, inferExpand, foldExpand});
   t.push_back({"", "ConstantOfShape", 9, inferConstantOfShape, nullptr});
   t.push_back({"", "Range", 11, inferRange, nullptr});

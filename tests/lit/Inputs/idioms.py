@@ -763,6 +763,15 @@ def _(g):
     dg.decoder(g, dg.DecoderShape(layers=2, **BLOCK), ids_name="ids", logits_name="y", between_layers=hardmax)
 
 
+@idiom("bad-sequence-op", "Add(x, ConcatFromSequence(SequenceInsert(SequenceEmpty(), x), axis=0)): "
+       "ONNX sequences, as torch writes repeat_interleave under dynamic_axes")
+def _(g):
+    x = x_input(g)
+    seq = g.op("SequenceInsert", g.op("SequenceEmpty", dtype=TensorProto.FLOAT), x)
+    y_output(g, g.op("Add", x, g.op("ConcatFromSequence", seq, axis=0)), HIDDEN)
+    return None
+
+
 @idiom("bad-cycle", "a=Add(x,t), t=Mul(a,w), y=Identity(a): a cycle through nodes /Add and /Mul")
 def _(g):
     x = x_input(g)
