@@ -264,12 +264,14 @@ private:
     } else if (auto r = dyn_cast<RopeOp>(op)) {
       os_ << "  k.rope_forward(" << ref(r.getY()) << ", " << ref(r.getX())
           << ", " << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
-          << ropeDims(r.getX(), r.getSeqAxis(), r.getRotaryDim()) << ");\n";
+          << ropeDims(r.getX(), r.getSeqAxis(), r.getRotaryDim()) << ", "
+          << (r.getRotation() == "interleaved" ? "true" : "false") << ");\n";
     } else if (auto r = dyn_cast<RopeGradOp>(op)) {
       std::string dx = grad(r.getDx());
       os_ << "  k.rope_backward(" << dx << ", " << ref(r.getDy())
           << ", " << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
-          << ropeDims(r.getDy(), r.getSeqAxis(), r.getRotaryDim()) << ");\n";
+          << ropeDims(r.getDy(), r.getSeqAxis(), r.getRotaryDim()) << ", "
+          << (r.getRotation() == "interleaved" ? "true" : "false") << ");\n";
     } else if (auto at = dyn_cast<AttentionOp>(op)) {
       std::string slopes = alibiSlopes(at.getAlibiSlopes());
       os_ << "  k.attention_forward(" << ref(at.getY()) << ", " << ref(at.getQ())

@@ -86,6 +86,8 @@ LogicalResult RopeGradOp::verify() {
   auto dy = cast<RankedTensorType>(getDy().getType());
   if (dy.getRank() != 4 || getRotaryDim() > dy.getShape()[3])
     return emitOpError("needs a 4-d dy with head_dim >= rotary_dim");
+  if (getRotation() != "half" && getRotation() != "interleaved")
+    return emitOpError("rotation must be \"half\" or \"interleaved\"");
   return success();
 }
 

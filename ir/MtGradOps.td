@@ -72,7 +72,8 @@ def Mt_RopeGradOp : Mt_GradOp<"rope_grad"> {
     ```
   }];
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$cos, Mt_GradTensor:$sin,
-                       I64Attr:$rotary_dim, I64Attr:$seq_axis);
+                       I64Attr:$rotary_dim, I64Attr:$seq_axis,
+                       DefaultValuedStrAttr<StrAttr, "half">:$rotation);
   let results = (outs Mt_GradTensor:$dx);
 }
 

@@ -134,6 +134,9 @@ LogicalResult RopeOp::verify() {
   if (r <= 0 || r % 2 || r > x[3])
     return emitOpError("rotary_dim ")
            << r << " must be even and in (0, " << x[3] << "]";
+  if (getRotation() != "half" && getRotation() != "interleaved")
+    return emitOpError("rotation must be \"half\" or \"interleaved\", not \"")
+           << getRotation() << "\"";
   if (failed(expectShape(*this, getCos(), {x[seqAxis], r}, "cos")))
     return failure();
   return expectShape(*this, getSin(), {x[seqAxis], r}, "sin");

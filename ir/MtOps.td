@@ -244,16 +244,19 @@ def Mt_RopeOp : Mt_PrimOp<"rope"> {
   let summary = "rotary position embedding, rotate-half form, full or partial";
   let description = [{
     `x` is [B, H, S, D] (`seq_axis = 2`) or [B, S, H, D] (`seq_axis = 1`);
-    `cos` and `sin` are [S, R] with R = `rotary_dim` ≤ D. With
-    h = R/2: y[..., :R] = x[..., :R]·cos + cat(-x[..., h:R], x[..., :h])·sin,
-    and y[..., R:] = x[..., R:].
+    `cos` and `sin` are [S, R] with R = `rotary_dim` ≤ D. y[..., :R] =
+    x[..., :R]·cos + rot(x[..., :R])·sin and y[..., R:] = x[..., R:], where
+    with `rotation = "half"` (the default) and h = R/2, rot(x) =
+    cat(-x[..., h:R], x[..., :h]); with `"interleaved"` (GPT-J) the pairs
+    (x[2m], x[2m+1]) rotate: rot(x)[2m] = -x[2m+1], rot(x)[2m+1] = x[2m].
 
     ```mlir
     %y = mt.rope %x, %cos, %sin {rotary_dim = 16 : i64, seq_axis = 2 : i64} : (tensor<2x4x16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<2x4x16x16xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$cos,
-                       Mt_FloatTensor:$sin, I64Attr:$rotary_dim, I64Attr:$seq_axis);
+                       Mt_FloatTensor:$sin, I64Attr:$rotary_dim, I64Attr:$seq_axis,
+                       DefaultValuedStrAttr<StrAttr, "half">:$rotation);
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = "$x `,` $cos `,` $sin attr-dict `:` functional-type(operands, results)";
 }

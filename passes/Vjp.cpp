@@ -100,9 +100,11 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
   }
   if (auto r = dyn_cast<RopeOp>(op)) {
     // The tables are frozen: only x gets a gradient.
+    SmallVector<NamedAttribute> attrs{attr("rotary_dim"), attr("seq_axis")};
+    if (op->getAttr("rotation"))
+      attrs.push_back(attr("rotation"));
     Operation *g = create(loc, "mt.rope_grad", {dy, r.getCos(), r.getSin()},
-                          {r.getX().getType()},
-                          {attr("rotary_dim"), attr("seq_axis")});
+                          {r.getX().getType()}, attrs);
     addGradient(r.getX(), g->getResult(0));
     return success();
   }

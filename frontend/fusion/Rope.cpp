@@ -3,6 +3,9 @@
 // Recognized form, x 4-d ([B, H, S, D] or [B, S, H, D]):
 //   x · cos + rotate_half(x) · sin,   rotate_half(x) = Concat(-x2, x1) on the
 //   last dim, with x1, x2 the halves of x as two Slices or one Split;
+//   or x · cos + rotate_every_two(x) · sin (GPT-J, CodeGen, Cohere), with
+//   rotate_every_two(x) = Reshape(Concat(Unsqueeze(-x[..., 1::2], -1),
+//   Unsqueeze(x[..., ::2], -1), last dim)) interleaving the rotated pairs;
 //   partial rotary: the above on x0[..., :R], concatenated with x0[..., R:].
 // cos and sin must fold to compile-time tables broadcast over batch and
 // heads; they become frozen [S, R] params shared by every layer that uses
@@ -19,18 +22,19 @@
 namespace mt::onnx_import {
 namespace {
 
-// The last-dim slice [start, start + size) of a 4-d x: the source x.
-Value *lastDimSliceOf(Value *v, int64_t start, int64_t size) {
+// The last-dim slice of `size` elements from `start` every `step` of a 4-d
+// x: the source x.
+Value *lastDimSliceOf(Value *v, int64_t start, int64_t size, int64_t step = 1) {
   Node *s = producer(v, "Slice");
   if (!s)
     return nullptr;
   Value *x = s->in(0);
-  std::vector<int64_t> st = s->getInts("starts"), step = s->getInts("steps"),
+  std::vector<int64_t> st = s->getInts("starts"), steps = s->getInts("steps"),
                        sz = s->getInts("sizes");
   for (int64_t k = 0; k + 1 < x->rank(); ++k)
-    if (st[k] != 0 || step[k] != 1 || sz[k] != x->dim(k))
+    if (st[k] != 0 || steps[k] != 1 || sz[k] != x->dim(k))
       return nullptr;
-  bool ok = st.back() == start && step.back() == 1 && sz.back() == size;
+  bool ok = st.back() == start && steps.back() == step && sz.back() == size;
   return ok ? x : nullptr;
 }
 
@@ -52,6 +56,28 @@ Value *rotateHalfOf(Value *v) {
   }
   Value *a = lastDimSliceOf(x1, 0, h), *b = lastDimSliceOf(x2, h, h);
   return a && a == b && a->dim(-1) == 2 * h ? a : nullptr;
+}
+
+// rotate_every_two(x): the pairs (x[2m], x[2m+1]) become (-x[2m+1], x[2m]),
+// exported as Reshape(Concat(Unsqueeze(Neg(x[..., 1::2])), Unsqueeze(x[...,
+// ::2])) on a new last dim); returns x.
+Value *rotateEveryTwoOf(Value *v) {
+  Node *flat = producer(v, "Reshape");
+  Node *cat = flat ? producer(flat->in(0), "Concat") : nullptr;
+  if (!cat || cat->inputs.size() != 2 || v->rank() != 4 ||
+      cat->out()->rank() != 5 || cat->getInt("axis", 0) != 4)
+    return nullptr;
+  Node *u0 = producer(cat->in(0), "Unsqueeze"), *u1 = producer(cat->in(1), "Unsqueeze");
+  if (!u0 || !u1 || u0->getInts("axes") != std::vector<int64_t>{4} ||
+      u1->getInts("axes") != std::vector<int64_t>{4})
+    return nullptr;
+  Node *neg = producer(u0->in(0), "Neg");
+  if (!neg)
+    return nullptr;
+  int64_t h = u1->in(0)->dim(-1);
+  Value *a = lastDimSliceOf(u1->in(0), 0, h, 2);
+  Value *b = lastDimSliceOf(neg->in(0), 1, h, 2);
+  return a && a == b && a->shape == v->shape && a->dim(-1) == 2 * h ? a : nullptr;
 }
 
 class RopeFusion {
@@ -76,8 +102,10 @@ private:
   void fuse(Node *add) {
     for (int k = 0; k < 2; ++k) {
       auto direct = scaledBy(add->in(k)), rotated = scaledBy(add->in(1 - k));
-      if (!direct || !rotated || direct->first->rank() != 4 ||
-          rotateHalfOf(rotated->first) != direct->first)
+      if (!direct || !rotated || direct->first->rank() != 4)
+        continue;
+      bool interleaved = rotateEveryTwoOf(rotated->first) == direct->first;
+      if (!interleaved && rotateHalfOf(rotated->first) != direct->first)
         continue;
       Value *x = direct->first;
       int64_t r = x->dim(-1);
@@ -104,6 +132,8 @@ private:
                                         src->shape);
       rope->setInt("rotary_dim", r);
       rope->setInt("seq_axis", seqAxis);
+      if (interleaved)
+        rope->setString("rotation", "interleaved");
       return;
     }
   }

@@ -104,10 +104,10 @@ public:
                            float eps) override;
   void rope_forward(void *y, const void *x, const void *cos, const void *sin,
                     int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
-                    int seq_axis) override;
+                    int seq_axis, bool interleaved) override;
   void rope_backward(void *dx, const void *dy, const void *cos, const void *sin,
                      int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
-                     int seq_axis) override;
+                     int seq_axis, bool interleaved) override;
   void attention_forward(void *y, const void *q, const void *k, const void *v,
                          int64_t B, int64_t H, int64_t Hkv, int64_t S,
                          int64_t D, float scale, int64_t window,

@@ -277,10 +277,13 @@ __global__ void slice_kernel(bf16 *out, const bf16 *in, int64_t dim,
 
 // ---- rope -----------------------------------------------------------------
 
+/// Dims d and p rotate as a pair: (i, i + R/2), or (2i, 2i + 1) when
+/// interleaved; `first` is d's place in it.
 template <bool Backward>
 __global__ void rope_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
                             const bf16 *sin, int64_t H, int64_t S, int64_t D,
-                            int64_t R, int seq_axis, int64_t total) {
+                            int64_t R, int seq_axis, bool interleaved,
+                            int64_t total) {
   const int64_t half = R / 2;
   for (int64_t i = global_index(); i < total; i += global_stride()) {
     const int64_t d = i % D, row = i - d;
@@ -290,14 +293,14 @@ __global__ void rope_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
     float v;
     if (d >= R) {
       v = bf2f(g[d]);
-    } else if (!Backward) {
-      v = d < half ? bf2f(g[d]) * bf2f(c[d]) - bf2f(g[d + half]) * bf2f(sn[d])
-                   : bf2f(g[d]) * bf2f(c[d]) + bf2f(g[d - half]) * bf2f(sn[d]);
     } else {
-      v = d < half
-              ? bf2f(g[d]) * bf2f(c[d]) + bf2f(g[d + half]) * bf2f(sn[d + half])
-              : bf2f(g[d]) * bf2f(c[d]) -
-                    bf2f(g[d - half]) * bf2f(sn[d - half]);
+      const bool first = interleaved ? d % 2 == 0 : d < half;
+      const int64_t p =
+          interleaved ? (first ? d + 1 : d - 1) : (first ? d + half : d - half);
+      // Forward: y_d = x_d c_d ∓ x_p s_d; backward: the transpose, with s_p.
+      const float sign = first == !Backward ? -1.f : 1.f;
+      v = bf2f(g[d]) * bf2f(c[d]) +
+          sign * bf2f(g[p]) * bf2f(Backward ? sn[p] : sn[d]);
     }
     if (Backward)
       add_store(out, i, v);
@@ -656,19 +659,21 @@ void CudaKernels::slice_backward(void *dx, const void *dy, int64_t outer,
 
 void CudaKernels::rope_forward(void *y, const void *x, const void *cos,
                                const void *sin, int64_t B_, int64_t H,
-                               int64_t S, int64_t D, int64_t R, int seq_axis) {
+                               int64_t S, int64_t D, int64_t R, int seq_axis,
+                               bool interleaved) {
   const int64_t total = B_ * H * S * D;
   if (total > 0)
     MT_LAUNCH(rope_kernel<false>, blocks_for(total), kBlock, S_, B(y), B(x),
-              B(cos), B(sin), H, S, D, R, seq_axis, total);
+              B(cos), B(sin), H, S, D, R, seq_axis, interleaved, total);
 }
 void CudaKernels::rope_backward(void *dx, const void *dy, const void *cos,
                                 const void *sin, int64_t B_, int64_t H,
-                                int64_t S, int64_t D, int64_t R, int seq_axis) {
+                                int64_t S, int64_t D, int64_t R, int seq_axis,
+                                bool interleaved) {
   const int64_t total = B_ * H * S * D;
   if (total > 0)
     MT_LAUNCH(rope_kernel<true>, blocks_for(total), kBlock, S_, B(dx), B(dy),
-              B(cos), B(sin), H, S, D, R, seq_axis, total);
+              B(cos), B(sin), H, S, D, R, seq_axis, interleaved, total);
 }
 
 void CudaKernels::embed_forward(void *y, const int32_t *ids, const void *table,

@@ -97,14 +97,18 @@ void CpuKernels::layer_norm_backward(void *dx, float *dw, float *db,
 }
 void CpuKernels::rope_forward(void *y, const void *x, const void *cos,
                               const void *sin, int64_t B, int64_t H, int64_t S,
-                              int64_t D, int64_t R, int seq_axis) {
-  cpu::rope_forward(F(y), F(x), F(cos), F(sin), B, H, S, D, R, seq_axis);
+                              int64_t D, int64_t R, int seq_axis,
+                              bool interleaved) {
+  cpu::rope_forward(F(y), F(x), F(cos), F(sin), B, H, S, D, R, seq_axis,
+                    interleaved);
   store(y, B * H * S * D);
 }
 void CpuKernels::rope_backward(void *dx, const void *dy, const void *cos,
                                const void *sin, int64_t B, int64_t H,
-                               int64_t S, int64_t D, int64_t R, int seq_axis) {
-  cpu::rope_backward(F(dx), F(dy), F(cos), F(sin), B, H, S, D, R, seq_axis);
+                               int64_t S, int64_t D, int64_t R, int seq_axis,
+                               bool interleaved) {
+  cpu::rope_backward(F(dx), F(dy), F(cos), F(sin), B, H, S, D, R, seq_axis,
+                     interleaved);
   store(dx, B * H * S * D);
 }
 void CpuKernels::attention_forward(void *y, const void *q, const void *k,

@@ -63,10 +63,12 @@ public:
                                    float eps) = 0;
   virtual void rope_forward(void *y, const void *x, const void *cos,
                             const void *sin, int64_t B, int64_t H, int64_t S,
-                            int64_t D, int64_t R, int seq_axis) = 0;
+                            int64_t D, int64_t R, int seq_axis,
+                            bool interleaved) = 0;
   virtual void rope_backward(void *dx, const void *dy, const void *cos,
                              const void *sin, int64_t B, int64_t H, int64_t S,
-                             int64_t D, int64_t R, int seq_axis) = 0;
+                             int64_t D, int64_t R, int seq_axis,
+                             bool interleaved) = 0;
   // window: query i sees keys i − window < j ≤ i (0: all j ≤ i).
   // alibi_slopes: H host floats (query head h adds m_h · (j − i) to its
   // scores), or null.

@@ -43,15 +43,17 @@ void layer_norm_backward(float *dx, float *dw, float *db, const float *dy,
                          const float *x, const float *w, int64_t M, int64_t D,
                          float eps);
 
-// ---- rotary embedding (rotate-half), full or partial ----------------------
+// ---- rotary embedding, full or partial -------------------------------------
 // x, y (B, H, S, D) when seq_axis == 2, (B, S, H, D) when seq_axis == 1;
-// cos, sin (S, R), R even, R <= D. Dims past R pass through.
+// cos, sin (S, R), R even, R <= D. Dims past R pass through. Dims a and b
+// of a pair rotate together: (i, i + R/2) (rotate-half), or (2i, 2i + 1)
+// when interleaved (GPT-J's rotate-every-two).
 void rope_forward(float *y, const float *x, const float *cos, const float *sin,
                   int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
-                  int seq_axis);
+                  int seq_axis, bool interleaved);
 void rope_backward(float *dx, const float *dy, const float *cos,
                    const float *sin, int64_t B, int64_t H, int64_t S,
-                   int64_t D, int64_t R, int seq_axis);
+                   int64_t D, int64_t R, int seq_axis, bool interleaved);
 
 // ---- causal attention with grouped KV heads -------------------------------
 // q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0; query head h reads KV

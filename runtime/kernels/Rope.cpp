@@ -1,4 +1,4 @@
-//===- Rope.cpp - rotary position embedding, rotate-half form -------------===//
+//===- Rope.cpp - rotary position embedding, half or interleaved pairs ----===//
 
 #include "runtime/kernels/Kernels.h"
 
@@ -23,18 +23,26 @@ void for_each_row(int64_t B, int64_t H, int64_t S, int64_t D, int seq_axis,
       }
 }
 
+// The dims (a, b) of rotated pair i.
+struct Pair {
+  int64_t a, b;
+};
+Pair pair(int64_t i, int64_t R, bool interleaved) {
+  return interleaved ? Pair{2 * i, 2 * i + 1} : Pair{i, i + R / 2};
+}
+
 } // namespace
 
 void rope_forward(float *y, const float *x, const float *cos, const float *sin,
                   int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
-                  int seq_axis) {
-  const int64_t half = R / 2;
+                  int seq_axis, bool interleaved) {
   for_each_row(B, H, S, D, seq_axis, [&](int64_t offset, int64_t s) {
     const float *xr = x + offset, *c = cos + s * R, *sn = sin + s * R;
     float *yr = y + offset;
-    for (int64_t i = 0; i < half; ++i) {
-      yr[i] = xr[i] * c[i] - xr[i + half] * sn[i];
-      yr[i + half] = xr[i + half] * c[i + half] + xr[i] * sn[i + half];
+    for (int64_t i = 0; i < R / 2; ++i) {
+      const auto [a, b] = pair(i, R, interleaved);
+      yr[a] = xr[a] * c[a] - xr[b] * sn[a];
+      yr[b] = xr[b] * c[b] + xr[a] * sn[b];
     }
     std::copy(xr + R, xr + D, yr + R);
   });
@@ -42,16 +50,16 @@ void rope_forward(float *y, const float *x, const float *cos, const float *sin,
 
 void rope_backward(float *dx, const float *dy, const float *cos,
                    const float *sin, int64_t B, int64_t H, int64_t S, int64_t D,
-                   int64_t R, int seq_axis) {
+                   int64_t R, int seq_axis, bool interleaved) {
   // The rotation's transpose: each output pair feeds back through the same
   // cos/sin entries it was produced with.
-  const int64_t half = R / 2;
   for_each_row(B, H, S, D, seq_axis, [&](int64_t offset, int64_t s) {
     const float *g = dy + offset, *c = cos + s * R, *sn = sin + s * R;
     float *dxr = dx + offset;
-    for (int64_t i = 0; i < half; ++i) {
-      dxr[i] += g[i] * c[i] + g[i + half] * sn[i + half];
-      dxr[i + half] += g[i + half] * c[i + half] - g[i] * sn[i];
+    for (int64_t i = 0; i < R / 2; ++i) {
+      const auto [a, b] = pair(i, R, interleaved);
+      dxr[a] += g[a] * c[a] + g[b] * sn[b];
+      dxr[b] += g[b] * c[b] - g[a] * sn[a];
     }
     for (int64_t i = R; i < D; ++i)
       dxr[i] += g[i];

@@ -1,7 +1,8 @@
 """Tiny random-init HuggingFace decoders of families the importer was not
 written against, exported the way users export them (torch.onnx.export of
-the model's own code, opset 17, dynamic batch and sequence), for the
-end-to-end tests:
+the model's own code, opset 17, dynamic batch and sequence; with fixed
+shapes, batch 2 x 16 tokens, for the families in STATIC, whose dynamic
+exports need ONNX loops), for the end-to-end tests:
 
     python -m tests.e2e.hf_architectures NAME OUT.onnx
 """
@@ -64,10 +65,25 @@ ARCHITECTURES = {
     # Squared ReLU, LayerNorm of q and k per head, partial rotary.
     "persimmon": (T.PersimmonConfig, dict(COMMON, partial_rotary_factor=0.5),
                   T.PersimmonForCausalLM),
+    # Interleaved rotary (rotate_every_two, strided slices) on part of the
+    # head dim, parallel attention and MLP, sin/cos looked up by position
+    # (GatherElements).
+    "gptj": (T.GPTJConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                                n_positions=128, use_cache=False), T.GPTJForCausalLM),
+    # GPT-J's rotary with a fused QKV split per model-parallel shard.
+    "codegen": (T.CodeGenConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                                      rotary_dim=8, n_positions=128, n_ctx=128, use_cache=False),
+                T.CodeGenForCausalLM),
     # Llama with attention biases and a tied head.
     "llama-bias-tied": (T.LlamaConfig, dict(COMMON, num_key_value_heads=2, attention_bias=True,
                                             tie_word_embeddings=True), T.LlamaForCausalLM),
 }
+
+
+# Exported with fixed shapes: under dynamic_axes torch writes their
+# repeat_interleave as an ONNX Loop, which the importer refuses.
+STATIC = {"gptj", "codegen"}
+STATIC_BATCH, STATIC_SEQ = 2, 16
 
 
 class LogitsOnly(torch.nn.Module):
@@ -90,11 +106,12 @@ def export(name, path, seed=0):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
-    ids = torch.randint(0, 256, (2, 16))
+    ids = torch.randint(0, 256, (STATIC_BATCH, STATIC_SEQ))
+    dynamic = None if name in STATIC else {"input_ids": {0: "batch", 1: "seq"},
+                                           "logits": {0: "batch", 1: "seq"}}
     torch.onnx.export(LogitsOnly(model), (ids,), path, input_names=["input_ids"],
                       output_names=["logits"], opset_version=17, do_constant_folding=False,
-                      dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
-                                    "logits": {0: "batch", 1: "seq"}})
+                      dynamic_axes=dynamic)
 
 
 if __name__ == "__main__":

@@ -42,13 +42,17 @@ def swiglu(gate, up):
     return silu(gate) * up
 
 
-def rope(x, cos, sin, rotary_dim, seq_axis=2):
-    """x [B, H, S, D] (seq_axis 2) or [B, S, H, D] (seq_axis 1); cos, sin [S, R]."""
+def rope(x, cos, sin, rotary_dim, seq_axis=2, interleaved=False):
+    """x [B, H, S, D] (seq_axis 2) or [B, S, H, D] (seq_axis 1); cos, sin [S, R].
+    interleaved: the pairs (2i, 2i+1) rotate (GPT-J) instead of (i, i + R/2)."""
     if seq_axis == 1:
         cos, sin = cos[:, None, :], sin[:, None, :]
     h = rotary_dim // 2
     rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
-    rotated = np.concatenate([-rot[..., h:], rot[..., :h]], axis=-1)
+    if interleaved:
+        rotated = np.stack([-rot[..., 1::2], rot[..., 0::2]], axis=-1).reshape(rot.shape)
+    else:
+        rotated = np.concatenate([-rot[..., h:], rot[..., :h]], axis=-1)
     return np.concatenate([rot * cos + rotated * sin, rest], axis=-1)
 
 

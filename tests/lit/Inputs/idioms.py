@@ -393,6 +393,31 @@ def _(g):
     return _rope_idiom(g, tables)
 
 
+@idiom("rope-interleaved",
+       "GPT-J's rotate_every_two: x1=Slice(q,0::2), x2=Slice(q,1::2) on the last dim, "
+       "Reshape(Concat(Unsqueeze(Neg(x2),4), Unsqueeze(x1,4), axis=-1), q's shape); tables "
+       "[64,8] with each frequency twice in a row, Slice to [S,8]; Add(Mul(q,cos),Mul(rot,sin))")
+def _(g):
+    x = x_input(g)
+    q, Wq = _q_heads(g, x)
+    freqs = np.outer(np.arange(MAX_POS), 1.0 / 10000.0 ** (np.arange(0, D, 2) / D))
+    cos_t, sin_t = (np.repeat(f(freqs), 2, axis=-1) for f in (np.cos, np.sin))
+    seq = g.dim(x, 1)
+    cos, sin = (g.slice(g.tensor(f"rope.{n}_cached", t.astype(np.float32)), [0], seq, [0])
+                for n, t in (("cos", cos_t), ("sin", sin_t)))
+    x1 = g.op("Slice", q, g.ints(0), g.ints(D), g.ints(3), g.ints(2))
+    x2 = g.op("Slice", q, g.ints(1), g.ints(D), g.ints(3), g.ints(2))
+    pairs = g.op("Concat", g.unsqueeze(g.op("Neg", x2), 4), g.unsqueeze(x1, 4), axis=-1)
+    rot = g.op("Reshape", pairs, g.op("Shape", q))
+    y = g.op("Add", g.op("Mul", q, cos), g.op("Mul", rot, sin))
+    g.output(y, "y", FLOAT, ["batch", H, "seq", D])
+
+    def ref(f):
+        n = f["x"].shape[1]
+        return fm.rope(fm.heads(f["x"] @ Wq, H), cos_t[:n], sin_t[:n], D, interleaved=True)
+    return ref
+
+
 @idiom("rope-table-gather",
        "cos/sin initializers [64,8] Gather(table, Unsqueeze(Range(0,S,1),0)) -> [1,S,8], "
        "Unsqueeze(1) -> [1,1,S,8]; rotate-half")

@@ -228,6 +228,23 @@ TEST_F(DialectTest, RopeChecksTables) {
             std::string::npos);
 }
 
+TEST_F(DialectTest, RopeRotationIsHalfOrInterleaved) {
+  std::string args = "%x: tensor<1x2x4x8xf32>, %c: tensor<4x8xf32>, %s: "
+                     "tensor<4x8xf32>";
+  auto body = [](const std::string &rotation) {
+    return "%y = mt.rope %x, %c, %s {rotary_dim = 8 : i64, rotation = \"" +
+           rotation +
+           "\", seq_axis = 2 : i64} : (tensor<1x2x4x8xf32>, tensor<4x8xf32>, "
+           "tensor<4x8xf32>) -> tensor<1x2x4x8xf32>";
+  };
+  for (const char *ok : {"half", "interleaved"})
+    EXPECT_EQ(parseError(graphWith(args, body(ok), "tensor<1x2x4x8xf32>")), "")
+        << ok;
+  EXPECT_NE(parseError(graphWith(args, body("every_two"), "tensor<1x2x4x8xf32>"))
+                .find("rotation must be \"half\" or \"interleaved\""),
+            std::string::npos);
+}
+
 TEST_F(DialectTest, AddBroadcasts) {
   std::string args = "%a: tensor<2x3x4xf32>, %b: tensor<3x4xf32>";
   EXPECT_EQ(parseError(graphWith(args,

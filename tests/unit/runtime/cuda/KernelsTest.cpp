@@ -339,25 +339,27 @@ TEST_P(NormTest, LayerNorm) {
 
 INSTANTIATE_TEST_SUITE_P(Weights, NormTest, ::testing::Bool());
 
-class RopeTest : public CudaKernelsTest,
-                 public ::testing::WithParamInterface<std::tuple<int, int>> {};
+class RopeTest
+    : public CudaKernelsTest,
+      public ::testing::WithParamInterface<std::tuple<int, int, bool>> {};
 
 TEST_P(RopeTest, ForwardAndBackward) {
   const int seq_axis = std::get<0>(GetParam());
   const int64_t R = std::get<1>(GetParam());
+  const bool interleaved = std::get<2>(GetParam());
   const int64_t B = 2, H = 3, S = 5, D = 16, n = B * H * S * D;
   Tensor x = Tensor::random(n, 50);
   Tensor cos = Tensor::random(S * R, 51), sin = Tensor::random(S * R, 52);
   Tensor y = Tensor::output(n);
   k_->rope_forward(y.dev(), x.dev(), cos.dev(), sin.dev(), B, H, S, D, R,
-                   seq_axis);
+                   seq_axis, interleaved);
   cpu_.rope_forward(y.host(), x.host(), cos.host(), sin.host(), B, H, S, D, R,
-                    seq_axis);
+                    seq_axis, interleaved);
   Tensor dx = Tensor::grad(n, 53);
   k_->rope_backward(dx.dev(), x.dev(), cos.dev(), sin.dev(), B, H, S, D, R,
-                    seq_axis);
+                    seq_axis, interleaved);
   cpu_.rope_backward(dx.host(), x.host(), cos.host(), sin.host(), B, H, S, D, R,
-                     seq_axis);
+                     seq_axis, interleaved);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise));
   EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise));
@@ -365,7 +367,8 @@ TEST_P(RopeTest, ForwardAndBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RopeTest,
                          ::testing::Combine(::testing::Values(1, 2),
-                                            ::testing::Values(16, 8)));
+                                            ::testing::Values(16, 8),
+                                            ::testing::Bool()));
 
 struct AttentionShape {
   int64_t B, H, Hkv, S, D;
