@@ -62,6 +62,9 @@ ARCHITECTURES = {
     "gpt-bigcode": (T.GPTBigCodeConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
                                              n_positions=128, multi_query=True, use_cache=False),
                     T.GPTBigCodeForCausalLM),
+    # ALiBi added to 4-d scores, LayerNorms without biases, no linear biases.
+    "mpt": (T.MptConfig, dict(vocab_size=256, d_model=64, n_layers=2, n_heads=4, max_seq_len=128,
+                              use_cache=False), T.MptForCausalLM),
     # Squared ReLU, LayerNorm of q and k per head, partial rotary.
     "persimmon": (T.PersimmonConfig, dict(COMMON, partial_rotary_factor=0.5),
                   T.PersimmonForCausalLM),
