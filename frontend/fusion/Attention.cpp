@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 namespace mt::onnx_import {
 namespace {
@@ -189,12 +190,14 @@ private:
   // are ALiBi's (per head, a slope times the key position, plus anything
   // constant along a row). Every row is checked when the sequence is short,
   // else the first and last 64 rows and 64 between, in full, at the first
-  // and last batch row and every head.
+  // and last batch row and head; the heads between (whose ALiBi slopes
+  // differ) on their first, middle and last rows.
   MaskForm checkCausal(const std::vector<MaskTerm> &masks, const Shape &scores,
                        Node *at, bool seqMajor = false) {
-    std::pair<std::vector<const Const *>, bool> key{{}, seqMajor};
+    // Attentions with the same masks, seen the same way, agree.
+    CheckKey key{{}, scores, seqMajor};
     for (const MaskTerm &m : masks)
-      key.first.push_back(m.condition.get());
+      std::get<0>(key).push_back({m.condition.get(), m.factor, m.view});
     if (auto it = checked_.find(key); it != checked_.end())
       return it->second;
     if (masks.empty())
@@ -233,13 +236,14 @@ private:
       return std::abs(j - i) <= 64 ||
              (form.window > 0 && std::abs(i - form.window + 1 - j) <= 64);
     };
-    std::vector<int64_t> rows;
+    std::vector<int64_t> rows, fewRows{0, s / 2, s - 1};
     for (int64_t i = 0; i < s; ++i)
       if (sampled(i))
         rows.push_back(i);
+    const int64_t H = scores[1];
     for (int64_t b : {int64_t(0), scores[0] - 1})
-      for (int64_t h = 0; h < scores[1]; ++h)
-        for (int64_t i : rows) {
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i : h == 0 || h == H - 1 ? rows : fewRows) {
           // Biases are compared along the row from its first visible key.
           int64_t base = form.window ? std::max<int64_t>(0, i - form.window + 1) : 0;
           double rowBias = 0;
@@ -356,7 +360,7 @@ private:
   }
 
   // The softmax behind p: through float-to-float Casts (BLOOM's) and views
-  // between [B·H, S, S] and [B, H, S, S].
+  // of the probabilities between 3-d and 4-d.
   static Node *softmaxOf(Value *p) {
     for (;;) {
       if (Node *c = producer(p, "Cast");
@@ -537,7 +541,10 @@ private:
   }
 
   Graph &g_;
-  std::map<std::pair<std::vector<const Const *>, bool>, MaskForm> checked_;
+  using CheckKey =
+      std::tuple<std::vector<std::tuple<const Const *, double, Shape>>, Shape,
+                 bool>;
+  std::map<CheckKey, MaskForm> checked_;
 };
 
 } // namespace
