@@ -245,7 +245,8 @@ private:
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i : h == 0 || h == H - 1 ? rows : fewRows) {
           // Biases are compared along the row from its first visible key.
-          int64_t base = form.window ? std::max<int64_t>(0, i - form.window + 1) : 0;
+          int64_t base =
+              form.window ? std::max<int64_t>(0, i - form.window + 1) : 0;
           double rowBias = 0;
           keptAt(b, h, i, base, rowBias);
           for (int64_t j = 0; j < s; ++j) {

@@ -3,7 +3,7 @@
 // Recognized form, x 4-d ([B, H, S, D] or [B, S, H, D]):
 //   x · cos + rotate_half(x) · sin,   rotate_half(x) = Concat(-x2, x1) on the
 //   last dim, with x1, x2 the halves of x as two Slices or one Split;
-//   or x · cos + rotate_every_two(x) · sin (GPT-J, CodeGen, Cohere), with
+//   or x · cos + rotate_every_two(x) · sin (GPT-J, CodeGen), with
 //   rotate_every_two(x) = Reshape(Concat(Unsqueeze(-x[..., 1::2], -1),
 //   Unsqueeze(x[..., ::2], -1), last dim)) interleaving the rotated pairs;
 //   partial rotary: the above on x0[..., :R], concatenated with x0[..., R:].
@@ -67,7 +67,8 @@ Value *rotateEveryTwoOf(Value *v) {
   if (!cat || cat->inputs.size() != 2 || v->rank() != 4 ||
       cat->out()->rank() != 5 || cat->getInt("axis", 0) != 4)
     return nullptr;
-  Node *u0 = producer(cat->in(0), "Unsqueeze"), *u1 = producer(cat->in(1), "Unsqueeze");
+  Node *u0 = producer(cat->in(0), "Unsqueeze");
+  Node *u1 = producer(cat->in(1), "Unsqueeze");
   if (!u0 || !u1 || u0->getInts("axes") != std::vector<int64_t>{4} ||
       u1->getInts("axes") != std::vector<int64_t>{4})
     return nullptr;
@@ -77,7 +78,8 @@ Value *rotateEveryTwoOf(Value *v) {
   int64_t h = u1->in(0)->dim(-1);
   Value *a = lastDimSliceOf(u1->in(0), 0, h, 2);
   Value *b = lastDimSliceOf(neg->in(0), 1, h, 2);
-  return a && a == b && a->shape == v->shape && a->dim(-1) == 2 * h ? a : nullptr;
+  bool ok = a && a == b && a->shape == v->shape && a->dim(-1) == 2 * h;
+  return ok ? a : nullptr;
 }
 
 class RopeFusion {

@@ -43,7 +43,7 @@ constexpr int kMaxAlibiHeads = 256;
 /// have slope 0.
 struct Alibi {
   int heads = 0;
-  float slope[kMaxAlibiHeads];
+  float slope[kMaxAlibiHeads] = {};
 
   __device__ __forceinline__ float of(int64_t h) const {
     return h < heads ? slope[h] : 0.f;

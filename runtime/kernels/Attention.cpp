@@ -55,7 +55,8 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
       float running_max = -INFINITY;
       float sum = 0.f;
       std::fill(out.begin(), out.end(), 0.f);
-      const int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+      const int64_t first =
+          window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
       for (int64_t j0 = first; j0 <= i; j0 += kKeyTile) {
         const int64_t n = std::min(kKeyTile, i + 1 - j0);
         float tile_max = -INFINITY;

@@ -197,7 +197,8 @@ TEST_F(DialectTest, AttentionHasOneAlibiSlopePerQueryHead) {
                                  "tensor<1x4x4x8xf32>")),
             "");
   // One per KV head is not enough: each query head has its own slope.
-  EXPECT_NE(parseError(graphWith(args, body("0.5, 0.25"), "tensor<1x4x4x8xf32>"))
+  EXPECT_NE(parseError(graphWith(args, body("0.5, 0.25"),
+                                 "tensor<1x4x4x8xf32>"))
                 .find("has 2 alibi_slopes for 4 query heads"),
             std::string::npos);
 }
@@ -240,7 +241,8 @@ TEST_F(DialectTest, RopeRotationIsHalfOrInterleaved) {
   for (const char *ok : {"half", "interleaved"})
     EXPECT_EQ(parseError(graphWith(args, body(ok), "tensor<1x2x4x8xf32>")), "")
         << ok;
-  EXPECT_NE(parseError(graphWith(args, body("every_two"), "tensor<1x2x4x8xf32>"))
+  EXPECT_NE(parseError(graphWith(args, body("every_two"),
+                                 "tensor<1x2x4x8xf32>"))
                 .find("rotation must be \"half\" or \"interleaved\""),
             std::string::npos);
 }
