@@ -63,11 +63,16 @@ protected:
   // Compiles smallModel(layers) at M micro-batches, moving units through
   // staging slabs of `staging` elements.
   void compile(int layers, int64_t M, int64_t staging = int64_t(1) << 23) {
+    compileText(test::smallModel(layers), M, staging);
+  }
+
+  void compileText(const std::string &text, int64_t M,
+                   int64_t staging = int64_t(1) << 23) {
     PipelineOptions options;
     options.microBatches = M;
     options.stagingElems = staging;
     std::string error;
-    module = test::compile(ctx, test::smallModel(layers), options, &error);
+    module = test::compile(ctx, text, options, &error);
     ASSERT_TRUE(module) << error;
   }
 
@@ -196,6 +201,65 @@ TEST_F(SimulateTest, FlopBoundStepIsGemmFlopsAtCurveEfficiency) {
   double perMb = layers * (2 + 4) * 32.0 * 64 * 64 + 6 * 32.0 * 64 * 256;
   double expected = M * perMb / (1e12 * eff);
   EXPECT_NEAR(predictionOf(*module).stepS, expected, 1e-6 * expected);
+}
+
+// smallModel(1) with causal attention over 4 heads of 16 in its layer
+// (window 0: none).
+std::string attentionModel(int window) {
+  std::string s = test::smallModel(1);
+  const std::string sum =
+      "    %y = mt.add %x, %q : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> "
+      "tensor<2x16x64xf32>";
+  std::string attrs = "scale = 2.500000e-01 : f64";
+  if (window)
+    attrs += ", window = " + std::to_string(window) + " : i64";
+  const std::string withAttention =
+      "    %h = mt.reshape %q : (tensor<2x16x64xf32>) -> tensor<2x16x4x16xf32>\n"
+      "    %t = mt.transpose %h {perm = array<i64: 0, 2, 1, 3>} : "
+      "(tensor<2x16x4x16xf32>) -> tensor<2x4x16x16xf32>\n"
+      "    %a = mt.attention %t, %t, %t {" + attrs + "} : (tensor<2x4x16x16xf32>, "
+      "tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>\n"
+      "    %b = mt.transpose %a {perm = array<i64: 0, 2, 1, 3>} : "
+      "(tensor<2x4x16x16xf32>) -> tensor<2x16x4x16xf32>\n"
+      "    %c = mt.reshape %b : (tensor<2x16x4x16xf32>) -> tensor<2x16x64xf32>\n"
+      "    %y = mt.add %x, %c : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> "
+      "tensor<2x16x64xf32>";
+  size_t at = s.find(sum);
+  EXPECT_NE(at, std::string::npos);
+  return s.replace(at, sum.size(), withAttention);
+}
+
+// Only FLOPs cost anything: a sliding window of W keys saves 4·B·H·D FLOPs
+// per (query, key) pair it hides, S(S+1)/2 − (S·W − W(W−1)/2) pairs, in
+// every attention (forward) and 2.5 times that in every attention_grad,
+// at the attention's efficiency (the curve at min = S).
+TEST_F(SimulateTest, SlidingWindowCountsVisiblePairs) {
+  const int64_t M = 2, S = 16, W = 4;
+  // The predicted step, and the attentions launched (a gradient counts 2.5).
+  auto stepWith = [&](int window) {
+    compileText(attentionModel(window), M);
+    SimulateOptions o = freeMachine();
+    o.deviceTflops = 1;
+    EXPECT_EQ(simulate(o), "");
+    double units = 0;
+    for (LaunchOp l :
+         test::scheduleOf(*module).getBody().front().getOps<LaunchOp>()) {
+      auto t = SymbolTable::lookupNearestSymbolFrom<TemplateOp>(
+          *module, l.getCalleeAttr());
+      t.walk([&](Operation *op) {
+        units += isa<AttentionOp>(op) ? 1.0 : isa<AttentionGradOp>(op) ? 2.5 : 0;
+      });
+    }
+    return std::make_pair(predictionOf(*module).stepS, units);
+  };
+  auto [full, units] = stepWith(0);
+  auto [windowed, unitsW] = stepWith(int(W));
+  ASSERT_EQ(units, unitsW);
+  ASSERT_GT(units, 0);
+  double hidden = S * (S + 1) / 2.0 - (S * W - W * (W - 1) / 2.0);
+  double eff = 0.75 * (1 - std::exp(-double(S) / 512));
+  double expected = units * 4.0 * (2 * 4) * 16 * hidden / (1e12 * eff);
+  EXPECT_NEAR(full - windowed, expected, 1e-6 * expected);
 }
 
 // Only host memory bandwidth costs anything: the host stream's bytes are
