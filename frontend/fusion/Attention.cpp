@@ -292,6 +292,12 @@ private:
     return y;
   }
 
+  // x [B, S, n·D] split into n heads: [B, n, S, D].
+  Value *splitHeads(Node *after, Value *x, int64_t n) {
+    Value *r = reshaped(after, x, {x->dim(0), x->dim(1), n, x->dim(2) / n});
+    return transposed(r->producer, r, {0, 2, 1, 3});
+  }
+
   Value *reshaped(Node *after, Value *x, Shape s) {
     Node *r = g_.newNode("mt.reshape", after->name, {x}, after);
     Value *y = g_.addOutput(r, DType::F32, std::move(s));
@@ -417,7 +423,6 @@ private:
     if (!isActivation(q) || !isActivation(kt) || q->rank() != 4 ||
         (!k && kt->rank() != 4))
       return;
-    foldScaleBehindViews(q, scale);
     int64_t B = q->dim(0), H = q->dim(1);
     bool mergedOut = v->rank() == 3;
     if (mergedOut && !(v = unmerge(v, B, H)))
@@ -431,6 +436,8 @@ private:
            "must match, and query heads be a multiple of KV heads)",
            mm->describe(), shapeStr(q->shape), shapeStr(k->shape),
            shapeStr(v->shape));
+    // The graph changes from here on: no more bailing out.
+    foldScaleBehindViews(q, scale);
     auto setAttrs = [&](Node *attn) {
       attn->setFloat("scale", scale);
       setMaskAttrs(attn, form);
@@ -471,11 +478,7 @@ private:
         v->shape != k->shape)
       return;
     MaskForm form = checkCausal(masks, Shape{B, H, S, S}, mm, true);
-    auto heads = [&](Value *a, int64_t n) {
-      Value *r = reshaped(mm, a, {B, S, n, D});
-      return transposed(r->producer, r, {0, 2, 1, 3});
-    };
-    Value *q4 = heads(x, H);
+    Value *q4 = splitHeads(mm, x, H);
     Value *k4 = reshaped(q4->producer, k, {B, 1, S, D});
     Value *v4 = reshaped(k4->producer, v, {B, 1, S, D});
     Node *attn = g_.newNode("mt.attention", mm->name, {q4, k4, v4},
@@ -501,13 +504,9 @@ private:
       if (h <= 0 || hkv <= 0 || q->dim(2) % h || k->dim(2) % hkv)
         fail("{}: 3-d inputs need q_num_heads and kv_num_heads",
              n->describe());
-      auto toHeads = [&](Value *x, int64_t heads) {
-        Value *r = reshaped(n, x, {x->dim(0), x->dim(1), heads, x->dim(2) / heads});
-        return transposed(r->producer, r, {0, 2, 1, 3});
-      };
-      q = toHeads(q, h);
-      k = toHeads(k, hkv);
-      v = toHeads(v, hkv);
+      q = splitHeads(n, q, h);
+      k = splitHeads(n, k, hkv);
+      v = splitHeads(n, v, hkv);
     }
     Shape scores{q->dim(0), q->dim(1), q->dim(2), k->dim(2)};
     MaskForm form;
