@@ -379,14 +379,20 @@ void inferGather(OpContext &ctx) {
   ctx.setOutput(0, ctx.in(0).dtype, out);
 }
 
-std::vector<ConstPtr> foldGather(OpContext &ctx) {
-  ConstPtr data = ctx.in(0).constant, idx = ctx.in(1).constant;
-  int64_t axis = ctx.node.getInt("axis", 0), d = data->shape[axis];
-  for (int64_t i = 0; i < std::min<int64_t>(idx->numel, 1 << 20); ++i) {
-    int64_t j = toInt(idx->at(i));
+// Gather indices lie in [-d, d) for the gathered axis of size d (the first
+// 2^20 of them, which bounds the check on huge tables).
+void checkIndices(OpContext &ctx, const Const &idx, int64_t axis, int64_t d) {
+  for (int64_t i = 0; i < std::min<int64_t>(idx.numel, 1 << 20); ++i) {
+    int64_t j = toInt(idx.at(i));
     if (j < -d || j >= d)
       ctx.error("index {} is out of range for dim {} of size {}", j, axis, d);
   }
+}
+
+std::vector<ConstPtr> foldGather(OpContext &ctx) {
+  ConstPtr data = ctx.in(0).constant, idx = ctx.in(1).constant;
+  int64_t axis = ctx.node.getInt("axis", 0), d = data->shape[axis];
+  checkIndices(ctx, *idx, axis, d);
   Shape out = ctx.node.out()->shape;
   size_t idxRank = idx->shape.size();
   return {lazyConst(data->dtype, out, [=](int64_t i) {
@@ -424,11 +430,7 @@ void inferGatherElements(OpContext &ctx) {
 std::vector<ConstPtr> foldGatherElements(OpContext &ctx) {
   ConstPtr data = ctx.in(0).constant, idx = ctx.in(1).constant;
   int64_t axis = ctx.node.getInt("axis", 0), d = data->shape[axis];
-  for (int64_t i = 0; i < std::min<int64_t>(idx->numel, 1 << 20); ++i) {
-    int64_t j = toInt(idx->at(i));
-    if (j < -d || j >= d)
-      ctx.error("index {} is out of range for dim {} of size {}", j, axis, d);
-  }
+  checkIndices(ctx, *idx, axis, d);
   return {lazyConst(data->dtype, idx->shape, [=](int64_t i) {
     std::vector<int64_t> c;
     unravel(i, idx->shape, c);

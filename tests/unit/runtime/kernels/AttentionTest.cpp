@@ -103,15 +103,23 @@ std::vector<Floats> inputs(const Dims &d, float range = 1.f) {
 const Dims kHeads[] = {
     {1, 4, 2, 5, 3, 0.6f}, {2, 2, 2, 4, 3, 0.6f}, {1, 3, 1, 4, 2, 0.7f}};
 
+// ALiBi slopes of BLOOM's form for 4 heads (2^-2, 2^-4, ...) and a larger
+// one: over 130 keys the bias reaches -130·0.9.
+const float kSlopes[] = {0.25f, 0.0625f, 0.015625f, 0.9f};
+
+// Causal, with ALiBi, with a window of 2 keys, and both.
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
-  for (const Dims &d : kHeads) {
-    const std::vector<Doubles> in = widen(inputs(d));
-    const Doubles dy = widen(random_floats(in[0].size(), 54));
-    EXPECT_TRUE(matches_finite_differences(
-        [&](const std::vector<Doubles> &x) { return ref_forward(x, d); }, in,
-        dy, ref_backward(dy, in, d)))
-        << "H=" << d.H << " Hkv=" << d.Hkv;
-  }
+  for (int form = 0; form < 4; ++form)
+    for (Dims d : kHeads) {
+      d.slopes = form & 1 ? kSlopes : nullptr;
+      d.window = form & 2 ? 2 : 0;
+      const std::vector<Doubles> in = widen(inputs(d));
+      const Doubles dy = widen(random_floats(in[0].size(), 54));
+      EXPECT_TRUE(matches_finite_differences(
+          [&](const std::vector<Doubles> &x) { return ref_forward(x, d); }, in,
+          dy, ref_backward(dy, in, d)))
+          << "H=" << d.H << " Hkv=" << d.Hkv << " form " << form;
+    }
 }
 
 void check_kernels(const Dims &d, float range, double rtol) {
@@ -155,22 +163,7 @@ TEST(Attention, LargeScoresStayAccurate) {
   check_kernels({2, 4, 2, 70, 16, 1.f}, 5.f, 2e-4);
 }
 
-// ALiBi slopes of BLOOM's form for 4 heads (2^-2, 2^-4, ...) and a larger
-// one, over two key tiles and a partial one: the bias reaches -130·0.9.
-const float kSlopes[] = {0.25f, 0.0625f, 0.015625f, 0.9f};
-
-TEST(Attention, AlibiReferenceBackwardMatchesFiniteDifferences) {
-  for (Dims d : kHeads) {
-    d.slopes = kSlopes;
-    const std::vector<Doubles> in = widen(inputs(d));
-    const Doubles dy = widen(random_floats(in[0].size(), 54));
-    EXPECT_TRUE(matches_finite_differences(
-        [&](const std::vector<Doubles> &x) { return ref_forward(x, d); }, in,
-        dy, ref_backward(dy, in, d)))
-        << "H=" << d.H << " Hkv=" << d.Hkv;
-  }
-}
-
+// ALiBi over two key tiles and a partial one.
 TEST(Attention, AlibiMatchesReference) {
   for (Dims d : kHeads) {
     d.S = 130;
@@ -178,18 +171,6 @@ TEST(Attention, AlibiMatchesReference) {
     d.scale = 0.25f;
     d.slopes = kSlopes;
     check_kernels(d, 1.f, 1e-5);
-  }
-}
-
-TEST(Attention, SlidingWindowReferenceBackwardMatchesFiniteDifferences) {
-  for (Dims d : kHeads) {
-    d.window = 2;
-    const std::vector<Doubles> in = widen(inputs(d));
-    const Doubles dy = widen(random_floats(in[0].size(), 54));
-    EXPECT_TRUE(matches_finite_differences(
-        [&](const std::vector<Doubles> &x) { return ref_forward(x, d); }, in,
-        dy, ref_backward(dy, in, d)))
-        << "H=" << d.H << " Hkv=" << d.Hkv;
   }
 }
 
