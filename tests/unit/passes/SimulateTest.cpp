@@ -103,6 +103,16 @@ protected:
     return bytes + 4.0 * batch.getElems();
   }
 
+  // The template of each launch in the schedule, in order.
+  std::vector<TemplateOp> launchedTemplates() {
+    std::vector<TemplateOp> out;
+    for (LaunchOp l :
+         test::scheduleOf(*module).getBody().front().getOps<LaunchOp>())
+      out.push_back(SymbolTable::lookupNearestSymbolFrom<TemplateOp>(
+          *module, l.getCalleeAttr()));
+    return out;
+  }
+
   int countOf(StringRef opName) {
     int n = 0;
     for (Operation &op : test::scheduleOf(*module).getBody().front())
@@ -172,12 +182,8 @@ TEST_F(SimulateTest, ComputeBoundStepIsSumOfLaunches) {
   o.launchUs = 1;
   ASSERT_EQ(simulate(o), "");
   int64_t primitives = 0;
-  for (LaunchOp l :
-       test::scheduleOf(*module).getBody().front().getOps<LaunchOp>()) {
-    auto t = SymbolTable::lookupNearestSymbolFrom<TemplateOp>(
-        *module, l.getCalleeAttr());
+  for (TemplateOp t : launchedTemplates())
     primitives += llvm::range_size(t.getBlock().getOperations()) - 1; // yield
-  }
   Prediction p = predictionOf(*module);
   EXPECT_NEAR(p.stepS, primitives * 1e-6, 1e-9 * primitives * 1e-6);
   EXPECT_NEAR(p.compute, 1.0, 1e-6);
@@ -242,14 +248,10 @@ TEST_F(SimulateTest, SlidingWindowCountsVisiblePairs) {
     o.deviceTflops = 1;
     EXPECT_EQ(simulate(o), "");
     double units = 0;
-    for (LaunchOp l :
-         test::scheduleOf(*module).getBody().front().getOps<LaunchOp>()) {
-      auto t = SymbolTable::lookupNearestSymbolFrom<TemplateOp>(
-          *module, l.getCalleeAttr());
+    for (TemplateOp t : launchedTemplates())
       t.walk([&](Operation *op) {
         units += isa<AttentionOp>(op) ? 1.0 : isa<AttentionGradOp>(op) ? 2.5 : 0;
       });
-    }
     return std::make_pair(predictionOf(*module).stepS, units);
   };
   auto [full, units] = stepWith(0);
