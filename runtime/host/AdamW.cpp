@@ -1,4 +1,4 @@
-//===- AdamW.cpp - Host AdamW update over fp32 state ----------------------===//
+//===- AdamW.cpp - Host AdamW update --------------------------------------===//
 
 #include "runtime/host/AdamW.h"
 
@@ -57,6 +57,35 @@ private:
 #endif
 };
 
+using AdamWBf16Kernel = void (*)(uint16_t *, float *, float *,
+                                 const uint16_t *, int64_t,
+                                 const detail::AdamWCoeffs &, uint32_t,
+                                 uint32_t);
+
+AdamWBf16Kernel bf16_kernel_for(SimdPath path) {
+  switch (path) {
+  case SimdPath::Avx512:
+    return detail::adamw_bf16_avx512;
+  case SimdPath::Avx2:
+    return detail::adamw_bf16_avx2;
+  case SimdPath::Scalar:
+    break;
+  }
+  return detail::adamw_bf16_scalar;
+}
+
+void check_arguments(const AdamWHyper &hyper, int64_t n, SimdPath path) {
+  if (hyper.step < 1)
+    throw std::invalid_argument("error: AdamW step must be >= 1 (got " +
+                                std::to_string(hyper.step) + ")");
+  if (n < 0)
+    throw std::invalid_argument("error: AdamW element count is negative (" +
+                                std::to_string(n) + ")");
+  if (!simd_path_supported(path))
+    throw std::invalid_argument(std::string("error: this CPU cannot run the ") +
+                                simd_path_name(path) + " AdamW path");
+}
+
 detail::AdamWCoeffs coeffs_for(const AdamWHyper &h, float grad_scale) {
   double t = static_cast<double>(h.step);
   double bc1 = 1.0 - std::pow(h.beta1, t);
@@ -85,21 +114,39 @@ void adamw_update(float *param, float *m, float *v, const float *grad,
 void adamw_update(float *param, float *m, float *v, const float *grad,
                   int64_t n, const AdamWHyper &hyper, float grad_scale,
                   ThreadPool *pool, SimdPath path) {
-  if (hyper.step < 1)
-    throw std::invalid_argument("error: AdamW step must be >= 1 (got " +
-                                std::to_string(hyper.step) + ")");
-  if (n < 0)
-    throw std::invalid_argument("error: AdamW element count is negative (" +
-                                std::to_string(n) + ")");
-  if (!simd_path_supported(path))
-    throw std::invalid_argument(std::string("error: this CPU cannot run the ") +
-                                simd_path_name(path) + " AdamW path");
-
+  check_arguments(hyper, n, path);
   const detail::AdamWCoeffs c = coeffs_for(hyper, grad_scale);
   const AdamWKernel kernel = kernel_for(path);
   auto part = [&](int64_t lo, int64_t hi) {
     [[maybe_unused]] FlushDenormals flush;
     kernel(param + lo, m + lo, v + lo, grad + lo, hi - lo, c);
+  };
+  if (pool)
+    pool->parallel_for(n, kAdamWGrain, part);
+  else
+    part(0, n);
+}
+
+void adamw_update_bf16(uint16_t *param, float *m, float *v,
+                       const uint16_t *grad, int64_t n,
+                       const AdamWHyper &hyper, float grad_scale,
+                       uint32_t noise_key, uint32_t index0, ThreadPool *pool) {
+  adamw_update_bf16(param, m, v, grad, n, hyper, grad_scale, noise_key, index0,
+                    pool, active_simd_path());
+}
+
+void adamw_update_bf16(uint16_t *param, float *m, float *v,
+                       const uint16_t *grad, int64_t n,
+                       const AdamWHyper &hyper, float grad_scale,
+                       uint32_t noise_key, uint32_t index0, ThreadPool *pool,
+                       SimdPath path) {
+  check_arguments(hyper, n, path);
+  const detail::AdamWCoeffs c = coeffs_for(hyper, grad_scale);
+  const AdamWBf16Kernel kernel = bf16_kernel_for(path);
+  auto part = [&](int64_t lo, int64_t hi) {
+    [[maybe_unused]] FlushDenormals flush;
+    kernel(param + lo, m + lo, v + lo, grad + lo, hi - lo, c, noise_key,
+           index0 + static_cast<uint32_t>(lo));
   };
   if (pool)
     pool->parallel_for(n, kAdamWGrain, part);

@@ -1,4 +1,4 @@
-//===- AdamW.h - Host AdamW update over fp32 state -----------*- C++ -*-===//
+//===- AdamW.h - Host AdamW update -----------------------------*- C++ -*-===//
 //
 // torch.optim.AdamW (decoupled weight decay, bias correction), applied to one
 // contiguous range of fp32 master weights and moments, typically a streaming
@@ -54,6 +54,24 @@ void adamw_update(float *param, float *m, float *v, const float *grad,
 void adamw_update(float *param, float *m, float *v, const float *grad,
                   int64_t n, const AdamWHyper &hyper, float grad_scale,
                   ThreadPool *pool, SimdPath path);
+
+// bf16 master weights (12 B/param of state): param and grad hold bf16 bits,
+// m and v stay fp32. The update is the fp32 one above on param and grad
+// widened to float; the new weight is rounded back to bf16 stochastically
+// (up with probability equal to the fraction dropped), so updates smaller
+// than half a bf16 ulp still move the weight in expectation instead of
+// being lost. The rounding noise is a hash of (noise_key, index0 + k) for
+// element k: the same bits on every path, thread count and split, and a
+// new draw per step when the caller changes the key each step.
+void adamw_update_bf16(uint16_t *param, float *m, float *v,
+                       const uint16_t *grad, int64_t n,
+                       const AdamWHyper &hyper, float grad_scale,
+                       uint32_t noise_key, uint32_t index0, ThreadPool *pool);
+void adamw_update_bf16(uint16_t *param, float *m, float *v,
+                       const uint16_t *grad, int64_t n,
+                       const AdamWHyper &hyper, float grad_scale,
+                       uint32_t noise_key, uint32_t index0, ThreadPool *pool,
+                       SimdPath path);
 
 } // namespace mtrt::host
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace mtrt::host {
@@ -19,9 +20,10 @@ namespace {
 constexpr int64_t kChunk = 1 << 16;
 static_assert(kChunk % detail::kSumSquaresLanes == 0);
 
-using SumSquaresKernel = void (*)(const float *, int64_t, double *);
+template <class T>
+using SumSquaresKernel = void (*)(const T *, int64_t, double *);
 
-SumSquaresKernel kernel_for(SimdPath path) {
+SumSquaresKernel<float> kernel_for(SimdPath path, const float *) {
   switch (path) {
   case SimdPath::Avx512:
     return detail::sum_squares_avx512;
@@ -33,10 +35,17 @@ SumSquaresKernel kernel_for(SimdPath path) {
   return detail::sum_squares_scalar;
 }
 
-struct Chunk {
-  const float *data;
-  int64_t n;
-};
+SumSquaresKernel<uint16_t> kernel_for(SimdPath path, const uint16_t *) {
+  switch (path) {
+  case SimdPath::Avx512:
+    return detail::sum_squares_bf16_avx512;
+  case SimdPath::Avx2:
+    return detail::sum_squares_bf16_avx2;
+  case SimdPath::Scalar:
+    break;
+  }
+  return detail::sum_squares_bf16_scalar;
+}
 
 // Lanes folded pairwise in a fixed tree.
 double fold_lanes(double *lanes) {
@@ -45,17 +54,19 @@ double fold_lanes(double *lanes) {
       lanes[j] += lanes[j + width];
   return lanes[0];
 }
-} // namespace
 
-double grad_sum_squares(const GradSpan *spans, size_t count, ThreadPool *pool) {
-  return grad_sum_squares(spans, count, pool, active_simd_path());
-}
-
-double grad_sum_squares(const GradSpan *spans, size_t count, ThreadPool *pool,
-                        SimdPath path) {
+// Spans of float (GradSpan) or bf16 bits (GradSpanBf16).
+template <class Span>
+double sum_squares(const Span *spans, size_t count, ThreadPool *pool,
+                   SimdPath path) {
   if (!simd_path_supported(path))
     throw std::invalid_argument(std::string("error: this CPU cannot run the ") +
                                 simd_path_name(path) + " grad-norm path");
+  using T = std::remove_const_t<std::remove_pointer_t<decltype(Span::data)>>;
+  struct Chunk {
+    const T *data;
+    int64_t n;
+  };
   std::vector<Chunk> chunks;
   for (size_t s = 0; s < count; ++s) {
     if (spans[s].n < 0)
@@ -66,7 +77,7 @@ double grad_sum_squares(const GradSpan *spans, size_t count, ThreadPool *pool,
   }
 
   std::vector<double> partial(chunks.size());
-  const SumSquaresKernel kernel = kernel_for(path);
+  const SumSquaresKernel<T> kernel = kernel_for(path, static_cast<const T *>(nullptr));
   auto part = [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       double lanes[detail::kSumSquaresLanes] = {};
@@ -84,6 +95,26 @@ double grad_sum_squares(const GradSpan *spans, size_t count, ThreadPool *pool,
   for (double p : partial)
     sum += p;
   return sum;
+}
+} // namespace
+
+double grad_sum_squares(const GradSpan *spans, size_t count, ThreadPool *pool) {
+  return sum_squares(spans, count, pool, active_simd_path());
+}
+
+double grad_sum_squares(const GradSpan *spans, size_t count, ThreadPool *pool,
+                        SimdPath path) {
+  return sum_squares(spans, count, pool, path);
+}
+
+double grad_sum_squares(const GradSpanBf16 *spans, size_t count,
+                        ThreadPool *pool) {
+  return sum_squares(spans, count, pool, active_simd_path());
+}
+
+double grad_sum_squares(const GradSpanBf16 *spans, size_t count,
+                        ThreadPool *pool, SimdPath path) {
+  return sum_squares(spans, count, pool, path);
 }
 
 double global_grad_norm(const GradSpan *spans, size_t count, ThreadPool *pool) {

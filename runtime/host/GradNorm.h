@@ -23,6 +23,11 @@ struct GradSpan {
   const float *data;
   int64_t n;
 };
+// A bf16 gradient accumulator's span (bf16 bits).
+struct GradSpanBf16 {
+  const uint16_t *data;
+  int64_t n;
+};
 
 // Sum of squares of all elements of spans[0..count), in double. A sum (not
 // the norm) so that shards' contributions can be added before the sqrt.
@@ -32,6 +37,12 @@ double grad_sum_squares(const GradSpan *spans, size_t count, ThreadPool *pool);
 // lacks it. Gives the same bits as the default path.
 double grad_sum_squares(const GradSpan *spans, size_t count, ThreadPool *pool,
                         SimdPath path);
+
+// The same over bf16 spans.
+double grad_sum_squares(const GradSpanBf16 *spans, size_t count,
+                        ThreadPool *pool);
+double grad_sum_squares(const GradSpanBf16 *spans, size_t count,
+                        ThreadPool *pool, SimdPath path);
 
 // sqrt(grad_sum_squares(...)).
 double global_grad_norm(const GradSpan *spans, size_t count, ThreadPool *pool);

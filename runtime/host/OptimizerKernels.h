@@ -11,6 +11,7 @@
 #define MEGATRAIN_RUNTIME_HOST_OPTIMIZERKERNELS_H
 
 #include <cstdint>
+#include <cstring>
 
 namespace mtrt::host::detail {
 
@@ -39,6 +40,51 @@ void adamw_avx2(float *p, float *m, float *v, const float *g, int64_t n,
 void adamw_avx512(float *p, float *m, float *v, const float *g, int64_t n,
                   const AdamWCoeffs &c);
 
+// The bf16-master variant: p and g hold bf16 bits, m and v stay float. The
+// same float operations as adamw_*, on p and g widened to float; the new p
+// is written back with stochastic rounding (bf16_stochastic below) using the
+// noise of element i = index0 + k, so a split range rounds as the whole does.
+void adamw_bf16_scalar(uint16_t *p, float *m, float *v, const uint16_t *g,
+                       int64_t n, const AdamWCoeffs &c, uint32_t noise_key,
+                       uint32_t index0);
+void adamw_bf16_avx2(uint16_t *p, float *m, float *v, const uint16_t *g,
+                     int64_t n, const AdamWCoeffs &c, uint32_t noise_key,
+                     uint32_t index0);
+void adamw_bf16_avx512(uint16_t *p, float *m, float *v, const uint16_t *g,
+                       int64_t n, const AdamWCoeffs &c, uint32_t noise_key,
+                       uint32_t index0);
+
+inline float bf16_to_float(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// 16 uniform bits for element `index` under `key`: the top half of a
+// full-avalanche 32-bit mix (Wellons' lowbias32) of index ^ key.
+inline uint32_t rounding_noise(uint32_t key, uint32_t index) {
+  uint32_t x = index ^ key;
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x >> 16;
+}
+
+// Stochastic rounding to bf16: adding 16 uniform bits below the kept ones
+// and truncating rounds the magnitude up with probability equal to the
+// dropped fraction, so the expected result is the float itself. NaN stays
+// a (quiet) NaN; a finite value may round to infinity as it would upward.
+inline uint16_t bf16_stochastic(float f, uint32_t noise) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((u | 0x00400000u) >> 16);
+  return uint16_t((u + noise) >> 16);
+}
+
 // Sum of squares in double with a fixed lane layout: element i of x adds
 // x[i]^2 to lanes[i % kSumSquaresLanes]. A float's square is exact in double,
 // so every path gives the same lanes bit for bit.
@@ -46,6 +92,10 @@ constexpr int kSumSquaresLanes = 16;
 void sum_squares_scalar(const float *x, int64_t n, double *lanes);
 void sum_squares_avx2(const float *x, int64_t n, double *lanes);
 void sum_squares_avx512(const float *x, int64_t n, double *lanes);
+// The same over bf16 bits (a bf16 gradient accumulator).
+void sum_squares_bf16_scalar(const uint16_t *x, int64_t n, double *lanes);
+void sum_squares_bf16_avx2(const uint16_t *x, int64_t n, double *lanes);
+void sum_squares_bf16_avx512(const uint16_t *x, int64_t n, double *lanes);
 
 } // namespace mtrt::host::detail
 

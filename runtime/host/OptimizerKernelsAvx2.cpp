@@ -53,16 +53,70 @@ MT_AVX2 inline void adamw8(float *p, float *m, float *v, const float *g,
   _mm256_storeu_ps(m, mi);
   _mm256_storeu_ps(v, vi);
 }
+
+MT_AVX2 inline __m256 widen_bf16(const uint16_t *x) {
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(x));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+}
+
+// rounding_noise of index ^ key for the 8 lanes.
+MT_AVX2 inline __m256i noise8(__m256i index, __m256i key) {
+  __m256i x = _mm256_xor_si256(index, key);
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x846ca68bu)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  return _mm256_srli_epi32(x, 16);
+}
+
+// bf16_stochastic on 8 lanes.
+MT_AVX2 inline __m128i narrow_stochastic(__m256 f, __m256i noise) {
+  __m256i u = _mm256_castps_si256(f);
+  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, noise), 16);
+  __m256i quiet = _mm256_srli_epi32(
+      _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), 16);
+  __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+  __m256i bits = _mm256_castps_si256(_mm256_blendv_ps(
+      _mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet), nan));
+  // Every lane is below 2^16, so the unsigned saturating pack only narrows;
+  // it packs within 128-bit halves, which the permute puts back in order.
+  __m256i packed = _mm256_packus_epi32(bits, bits);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0xd8));
+}
+
+MT_AVX2 inline void adamw_bf16_8(uint16_t *p, float *m, float *v,
+                                 const uint16_t *g, __m256i noise,
+                                 const Coeffs8 &c) {
+  __m256 gi = _mm256_mul_ps(widen_bf16(g), c.grad_scale);
+  __m256 pi = _mm256_mul_ps(widen_bf16(p), c.decay);
+  __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m), c.beta1),
+                            _mm256_mul_ps(c.one_minus_beta1, gi));
+  __m256 vi =
+      _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v), c.beta2),
+                    _mm256_mul_ps(_mm256_mul_ps(c.one_minus_beta2, gi), gi));
+  __m256 denom =
+      _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), c.sqrt_bc2), c.eps);
+  pi = _mm256_add_ps(pi,
+                     _mm256_div_ps(_mm256_mul_ps(c.neg_step_size, mi), denom));
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(p),
+                   narrow_stochastic(pi, noise));
+  _mm256_storeu_ps(m, mi);
+  _mm256_storeu_ps(v, vi);
+}
+
+MT_AVX2 Coeffs8 broadcast(const AdamWCoeffs &c) {
+  return {_mm256_set1_ps(c.grad_scale),   _mm256_set1_ps(c.decay),
+          _mm256_set1_ps(c.beta1),        _mm256_set1_ps(c.one_minus_beta1),
+          _mm256_set1_ps(c.beta2),        _mm256_set1_ps(c.one_minus_beta2),
+          _mm256_set1_ps(c.sqrt_bc2),     _mm256_set1_ps(c.eps),
+          _mm256_set1_ps(c.neg_step_size)};
+}
 } // namespace
 
 MT_AVX2 void adamw_avx2(float *p, float *m, float *v, const float *g, int64_t n,
                         const AdamWCoeffs &c) {
-  const Coeffs8 c8 = {
-      _mm256_set1_ps(c.grad_scale),   _mm256_set1_ps(c.decay),
-      _mm256_set1_ps(c.beta1),        _mm256_set1_ps(c.one_minus_beta1),
-      _mm256_set1_ps(c.beta2),        _mm256_set1_ps(c.one_minus_beta2),
-      _mm256_set1_ps(c.sqrt_bc2),     _mm256_set1_ps(c.eps),
-      _mm256_set1_ps(c.neg_step_size)};
+  const Coeffs8 c8 = broadcast(c);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     prefetch_ahead(p + i, m + i, v + i, g + i);
@@ -72,6 +126,29 @@ MT_AVX2 void adamw_avx2(float *p, float *m, float *v, const float *g, int64_t n,
   for (; i + 8 <= n; i += 8)
     adamw8(p + i, m + i, v + i, g + i, c8);
   adamw_scalar(p + i, m + i, v + i, g + i, n - i, c);
+}
+
+MT_AVX2 void adamw_bf16_avx2(uint16_t *p, float *m, float *v,
+                             const uint16_t *g, int64_t n,
+                             const AdamWCoeffs &c, uint32_t noise_key,
+                             uint32_t index0) {
+  const Coeffs8 c8 = broadcast(c);
+  const __m256i key = _mm256_set1_epi32(int(noise_key));
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    if ((i & 15) == 0) { // one cache line of m and v per 16 elements
+      _mm_prefetch(reinterpret_cast<const char *>(m + i + kPrefetchFloats),
+                   _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char *>(v + i + kPrefetchFloats),
+                   _MM_HINT_T0);
+    }
+    __m256i index = _mm256_add_epi32(
+        _mm256_set1_epi32(int(index0 + static_cast<uint32_t>(i))), lane);
+    adamw_bf16_8(p + i, m + i, v + i, g + i, noise8(index, key), c8);
+  }
+  adamw_bf16_scalar(p + i, m + i, v + i, g + i, n - i, c, noise_key,
+                    index0 + static_cast<uint32_t>(i));
 }
 
 MT_AVX2 void sum_squares_avx2(const float *x, int64_t n, double *lanes) {
@@ -99,6 +176,26 @@ MT_AVX2 void sum_squares_avx2(const float *x, int64_t n, double *lanes) {
   sum_squares_scalar(x + i, n - i, lanes);
 }
 
+MT_AVX2 void sum_squares_bf16_avx2(const uint16_t *x, int64_t n,
+                                   double *lanes) {
+  __m256d acc[4];
+  for (int k = 0; k < 4; ++k)
+    acc[k] = _mm256_loadu_pd(lanes + 4 * k);
+  int64_t i = 0;
+  for (; i + kSumSquaresLanes <= n; i += kSumSquaresLanes) {
+    __m256 f[2] = {widen_bf16(x + i), widen_bf16(x + i + 8)};
+    for (int k = 0; k < 4; ++k) {
+      __m128 q = (k & 1) ? _mm256_extractf128_ps(f[k / 2], 1)
+                         : _mm256_castps256_ps128(f[k / 2]);
+      __m256d d = _mm256_cvtps_pd(q);
+      acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(d, d));
+    }
+  }
+  for (int k = 0; k < 4; ++k)
+    _mm256_storeu_pd(lanes + 4 * k, acc[k]);
+  sum_squares_bf16_scalar(x + i, n - i, lanes);
+}
+
 } // namespace mtrt::host::detail
 
 #else // no x86: never selected, present so the dispatch table links.
@@ -110,6 +207,14 @@ void adamw_avx2(float *p, float *m, float *v, const float *g, int64_t n,
 }
 void sum_squares_avx2(const float *x, int64_t n, double *lanes) {
   sum_squares_scalar(x, n, lanes);
+}
+void adamw_bf16_avx2(uint16_t *p, float *m, float *v, const uint16_t *g,
+                     int64_t n, const AdamWCoeffs &c, uint32_t noise_key,
+                     uint32_t index0) {
+  adamw_bf16_scalar(p, m, v, g, n, c, noise_key, index0);
+}
+void sum_squares_bf16_avx2(const uint16_t *x, int64_t n, double *lanes) {
+  sum_squares_bf16_scalar(x, n, lanes);
 }
 } // namespace mtrt::host::detail
 

@@ -76,7 +76,7 @@ TEST(GradNorm, SameBitsOnEveryPathThreadCountAndRun) {
 }
 
 TEST(GradNorm, EmptyIsZero) {
-  EXPECT_EQ(grad_sum_squares(nullptr, 0, nullptr), 0.0);
+  EXPECT_EQ(grad_sum_squares(static_cast<const GradSpan *>(nullptr), 0, nullptr), 0.0);
   GradSpan empty{nullptr, 0};
   EXPECT_EQ(global_grad_norm(&empty, 1, nullptr), 0.0);
 }
