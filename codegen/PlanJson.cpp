@@ -3,6 +3,7 @@
 
 #include "codegen/TrainerCodegen.h"
 #include "ir/MtOps.h"
+#include "passes/ModelInfo.h"
 #include "passes/RowChunk.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -11,10 +12,6 @@ using namespace mlir;
 namespace json = llvm::json;
 
 namespace mt {
-
-// Host bytes per trained parameter: fp32 master, Adam m and v, and the fp32
-// gradient accumulator.
-constexpr int64_t kHostBytesPerParam = 16;
 
 json::Object planJson(ModuleOp module, StringRef modelName,
                       const std::vector<std::string> &constantInitializers) {
@@ -120,11 +117,16 @@ json::Object planJson(ModuleOp module, StringRef modelName,
   for (BufferOp b : module.getOps<BufferOp>())
     if (b.getSpace() == "host")
       buffers += b.getElems() * (b.getDtype() == "storage" ? 2 : 4);
-  json::Object host{{"store_bytes", kHostBytesPerParam * trained},
-                    {"buffer_bytes", buffers}};
+  // The store: master weights, Adam m and v, the gradient accumulator.
+  FailureOr<HostState> state = hostStateOf(module);
+  const int64_t perParam = succeeded(state) ? state->bytesPerParam() : 16;
+  json::Object host{{"store_bytes", perParam * trained},
+                    {"buffer_bytes", buffers},
+                    {"master_weights",
+                     succeeded(state) && state->bf16Master ? "bf16" : "fp32"}};
   if (trained > 0)
     host["bytes_per_param"] =
-        double(kHostBytesPerParam * trained + buffers) / double(trained);
+        double(perParam * trained + buffers) / double(trained);
   plan["host_memory"] = std::move(host);
   return plan;
 }

@@ -3,6 +3,7 @@
 
 #include "codegen/TemplateCodegen.h"
 #include "ir/MtOps.h"
+#include "passes/ModelInfo.h"
 
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringMap.h"
@@ -68,6 +69,10 @@ public:
                                "mt.schedule (run the full pipeline)"),
              failure();
     step_ = schedules[0];
+    FailureOr<HostState> host = hostStateOf(module_);
+    if (failed(host))
+      return failure();
+    bf16Master_ = host->bf16Master;
     for (ApplyOp a : models[0].getBlock().getOps<ApplyOp>())
       applies_.push_back(a);
     index();
@@ -344,7 +349,9 @@ private:
         << llvm::formatv("    {0}, kTemplates,\n", numTemplates_)
         << llvm::formatv("    {0}, kLaunches,\n", numLaunches_)
         << llvm::formatv("    {0}, kEvents,\n", eventIndex_.size())
-        << llvm::formatv("    {0}, kCommands,\n", numCommands_) << "};\n\n"
+        << llvm::formatv("    {0}, kCommands,\n", numCommands_)
+        << "    mtrt::MasterFormat::" << (bf16Master_ ? "Bf16" : "F32")
+        << "};\n\n"
         << "} // namespace\n\n";
   }
 
@@ -356,6 +363,7 @@ private:
       templateIndex_, owner_;
   llvm::DenseMap<Operation *, int> launchIndex_;
   int numTemplates_ = 0, numLaunches_ = 0, numCommands_ = 0;
+  bool bf16Master_ = false;
   std::string out_;
   llvm::raw_string_ostream os_{out_};
 };

@@ -30,6 +30,20 @@ int64_t elementsOf(Type type) {
   return cast<RankedTensorType>(type).getNumElements();
 }
 
+FailureOr<HostState> hostStateOf(ModuleOp module) {
+  HostState state;
+  auto attr = module->getAttr(kMasterWeightsAttr);
+  if (!attr)
+    return state;
+  auto name = dyn_cast<StringAttr>(attr);
+  if (!name || (name.getValue() != "fp32" && name.getValue() != "bf16"))
+    return module.emitError() << kMasterWeightsAttr << " must be \"fp32\" or "
+                              << "\"bf16\", not " << attr;
+  if (name.getValue() == "bf16")
+    state = {true, 2, 2};
+  return state;
+}
+
 ParamOp primaryOf(ParamOp p, SymbolTable &symbols) {
   if (auto tie = p.getTieAttr())
     return symbols.lookup<ParamOp>(tie.getValue());

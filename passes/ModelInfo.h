@@ -28,6 +28,22 @@ int64_t elementsOf(mlir::Type type);
 /// The param that holds `p`'s storage: its tie, or itself.
 ParamOp primaryOf(ParamOp p, mlir::SymbolTable &symbols);
 
+/// The module attribute that says how the host keeps trained params' master
+/// weights and gradient accumulators: "fp32" (the default) or "bf16".
+constexpr llvm::StringLiteral kMasterWeightsAttr = "mt.master_weights";
+
+/// Host bytes per trained param, by kMasterWeightsAttr.
+struct HostState {
+  bool bf16Master = false;
+  int64_t masterBytes = 4, gradBytes = 4;
+  /// Master weights, accumulator and the fp32 Adam moments.
+  int64_t bytesPerParam() const { return masterBytes + gradBytes + 8; }
+};
+
+/// The module's HostState; emits an error and fails on a value other than
+/// "fp32" or "bf16".
+mlir::FailureOr<HostState> hostStateOf(mlir::ModuleOp module);
+
 /// Creates `mt.buffer` declarations before `before`.
 BufferOp declareBuffer(mlir::OpBuilder &b, mlir::Location loc,
                        llvm::StringRef name, llvm::StringRef space,

@@ -15,6 +15,8 @@
 //   pack         6 B per packed element (read f32 master, write bf16)
 //   accumulate   12 B per element (read landed, read and write accumulator)
 //   adamw        28 B per owned trained param; grad_norm 4 B per trained param
+// With bf16 master weights and accumulators (mt.master_weights = "bf16"):
+// pack 4 B, accumulate 8 B, adamw 22 B, grad_norm 2 B.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
@@ -199,7 +201,11 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
     }
     ScheduleOp step = schedules[0];
     SymbolTable symbols(module);
-    FailureOr<std::vector<Command>> commands = costCommands(step, symbols, m);
+    FailureOr<HostState> host = hostStateOf(module);
+    if (failed(host))
+      return signalPassFailure();
+    FailureOr<std::vector<Command>> commands =
+        costCommands(step, symbols, m, *host);
     if (failed(commands))
       return signalPassFailure();
     replay(module, step, *commands, symbols);
@@ -207,7 +213,12 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
 
   // Each command of the body with its duration (waits and records: 0).
   FailureOr<std::vector<Command>>
-  costCommands(ScheduleOp step, SymbolTable &symbols, const Machine &m) {
+  costCommands(ScheduleOp step, SymbolTable &symbols, const Machine &m,
+               const HostState &host) {
+    // Host traffic per element (the header's table).
+    const double packBytes = host.masterBytes + 2;
+    const double accumulateBytes = 4 + 2 * host.gradBytes;
+    const double adamwBytes = 2 * host.masterBytes + host.gradBytes + 16;
     llvm::StringMap<double> templates;
     llvm::StringMap<UnitOp> unitIn; // the unit whose data a buffer holds
     auto unitElems = [&](StringRef buffer) -> std::optional<double> {
@@ -260,7 +271,7 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         double elems = p.getRange() ? (*p.getRange())[1]
                        : u && u.getElems() ? double(*u.getElems())
                                            : 0.0;
-        c.seconds = 6.0 * elems / m.host;
+        c.seconds = packBytes * elems / m.host;
         c.label = ("pack @" + p.getUnit()).str();
       } else if (auto h = dyn_cast<H2DOp>(op)) {
         std::optional<double> elems = unitElems(h.getFrom());
@@ -289,15 +300,16 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         double elems = a.getRange() ? (*a.getRange())[1]
                        : u && u.getElems() ? double(*u.getElems())
                                            : 0.0;
-        c.seconds = 12.0 * elems / m.host;
+        c.seconds = accumulateBytes * elems / m.host;
         c.unit = a.getUnit();
         c.label = ("accumulate @" + a.getUnit()).str();
       } else if (auto a = dyn_cast<AdamWOp>(op)) {
-        c.seconds = 28.0 * ownedTrained(unitOf(a.getUnit()), symbols) / m.host;
+        c.seconds =
+            adamwBytes * ownedTrained(unitOf(a.getUnit()), symbols) / m.host;
         c.unit = a.getUnit();
         c.label = ("adamw @" + a.getUnit()).str();
       } else if (isa<GradNormOp>(op)) {
-        c.seconds = 4.0 * trained / m.host;
+        c.seconds = double(host.gradBytes) * trained / m.host;
         c.label = "grad_norm";
       } else if (auto lb = dyn_cast<LoadBatchOp>(op)) {
         c.seconds = bufferBytes(lb.getInto()) / m.host;

@@ -3,6 +3,7 @@
 #include "runtime/exec/HostStore.h"
 
 #include "runtime/exec/Error.h"
+#include "runtime/host/Bf16.h"
 #include "runtime/host/GradNorm.h"
 #include "runtime/host/ThreadPool.h"
 #include "runtime/kernels/Kernels.h"
@@ -32,15 +33,27 @@ template <class Fn> void parallel(host::ThreadPool *pool, int64_t n,
     fn(int64_t(0), n);
 }
 
-// Round to nearest even, NaN kept NaN: the same rounding as
-// cpu::round_to_bf16, returning the 16 bits.
-uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return uint16_t((u | 0x00400000u) >> 16);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
+// Zeroes n accumulator entries (0.0f and bf16 +0 are all-zero bits).
+template <class T> void zero(T *x, int64_t n, host::ThreadPool *pool) {
+  parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
+    std::memset(x + lo, 0, size_t(hi - lo) * sizeof(T));
+  });
+}
+
+// Adds a landed gradient into an accumulator entry of either precision.
+inline void add_into(float &acc, float g) { acc += g; }
+inline void add_into(uint16_t &acc, float g) {
+  acc = bf16_nearest(bf16_widen(acc) + g);
+}
+
+// The stochastic-rounding key of an optimizer step: a mix (splitmix64's
+// finalizer) of the seed and the step, so each step draws fresh noise and a
+// resumed run draws the same.
+uint32_t rounding_key(uint64_t seed, int64_t step) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * uint64_t(step + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return uint32_t((z ^ (z >> 31)) >> 32);
 }
 
 } // namespace
@@ -103,16 +116,21 @@ HostStore::HostStore(const Program &p, StorageFormat format,
            "' is trainable but no unit owns it (plan ", p.plan_hash, ")");
     }
   }
-  master_.assign(size_t(trainable_elems_), 0.0f);
+  if (bf16_master()) {
+    master16_.assign(size_t(trainable_elems_), 0);
+    grad16_.assign(size_t(trainable_elems_), 0);
+  } else {
+    master_.assign(size_t(trainable_elems_), 0.0f);
+    grad_.assign(size_t(trainable_elems_), 0.0f);
+  }
   m_.assign(size_t(trainable_elems_), 0.0f);
   v_.assign(size_t(trainable_elems_), 0.0f);
-  grad_.assign(size_t(trainable_elems_), 0.0f);
   constants_.assign(size_t(constant_elems), 0.0f);
 }
 
 float *HostStore::values(int q) {
   if (slot_[q] >= 0)
-    return master_.data() + slot_[q];
+    return bf16_master() ? nullptr : master_.data() + slot_[q];
   if (constant_[q] >= 0)
     return constants_.data() + constant_[q];
   return nullptr;
@@ -120,6 +138,15 @@ float *HostStore::values(int q) {
 
 const float *HostStore::values(int q) const {
   return const_cast<HostStore *>(this)->values(q);
+}
+
+uint16_t *HostStore::values_bf16(int q) {
+  return bf16_master() && slot_[q] >= 0 ? master16_.data() + slot_[q]
+                                        : nullptr;
+}
+
+const uint16_t *HostStore::values_bf16(int q) const {
+  return const_cast<HostStore *>(this)->values_bf16(q);
 }
 
 namespace {
@@ -185,17 +212,40 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
         overlap(unit.offsets[i], part_elems(p_, unit, i), begin, end);
     if (part.lo >= part.hi)
       continue;
-    const float *src = values(d.tie >= 0 ? d.tie : unit.params[i]);
+    const int primary = d.tie >= 0 ? d.tie : unit.params[i];
     const int64_t at = unit.offsets[i] - begin; // param index 0 in staging
     const Layout layout = layout_of(p_, unit, i);
     const bool strided = layout.kind != Layout::Contiguous;
-    auto element = [&](int64_t k) { return src[layout.at(k)]; };
     const int64_t n = part.hi - part.lo;
+    if (const uint16_t *src16 = values_bf16(primary)) {
+      // bf16 masters go as they are, or widened (exactly) for f32 staging.
+      auto bits = [&](int64_t k) { return src16[layout.at(k)]; };
+      parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
+        lo += part.lo;
+        hi += part.lo;
+        if (format_ != StorageFormat::Bf16) {
+          float *dst = static_cast<float *>(staging) + at;
+          for (int64_t k = lo; k < hi; ++k)
+            dst[k] = bf16_widen(bits(k));
+          return;
+        }
+        uint16_t *dst = static_cast<uint16_t *>(staging) + at;
+        if (strided)
+          for (int64_t k = lo; k < hi; ++k)
+            dst[k] = bits(k);
+        else
+          std::memcpy(dst + lo, src16 + layout.base + lo,
+                      size_t(hi - lo) * sizeof(uint16_t));
+      });
+      continue;
+    }
+    const float *src = values(primary);
+    auto element = [&](int64_t k) { return src[layout.at(k)]; };
     if (format_ == StorageFormat::Bf16) {
       uint16_t *dst = static_cast<uint16_t *>(staging) + at;
       parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
         for (int64_t k = part.lo + lo; k < part.lo + hi; ++k)
-          dst[k] = bf16_bits(element(k));
+          dst[k] = bf16_nearest(element(k));
       });
       continue;
     }
@@ -218,8 +268,18 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
 
 void HostStore::accumulate(int u, const float *grads, host::ThreadPool *pool,
                            int64_t begin, int64_t count) {
+  const int64_t end = count < 0 ? p_.units[u].elems : begin + count;
+  if (bf16_master())
+    accumulate_into(grad16_.data(), u, grads, pool, begin, end);
+  else
+    accumulate_into(grad_.data(), u, grads, pool, begin, end);
+}
+
+template <class Acc>
+void HostStore::accumulate_into(Acc *accumulators, int u, const float *grads,
+                                host::ThreadPool *pool, int64_t begin,
+                                int64_t end) {
   const UnitDesc &unit = p_.units[u];
-  const int64_t end = count < 0 ? unit.elems : begin + count;
   for (int i = 0; i < unit.num_params; ++i) {
     const ParamDesc &d = p_.params[unit.params[i]];
     const int primary = d.tie >= 0 ? d.tie : unit.params[i];
@@ -229,14 +289,14 @@ void HostStore::accumulate(int u, const float *grads, host::ThreadPool *pool,
         overlap(unit.offsets[i], part_elems(p_, unit, i), begin, end);
     if (part.lo >= part.hi)
       continue;
-    float *acc = grad(primary);
+    Acc *acc = accumulators + slot_[primary];
     const float *g = grads + (unit.offsets[i] - begin); // param index 0
     const Layout layout = layout_of(p_, unit, i);
     if (layout.kind == Layout::Columns) {
       // Each element of the part adds into its own accumulator entry.
       parallel(pool, part.hi - part.lo, kGrain, [&](int64_t lo, int64_t hi) {
         for (int64_t k = part.lo + lo; k < part.lo + hi; ++k)
-          acc[layout.at(k)] += g[k];
+          add_into(acc[layout.at(k)], g[k]);
       });
     } else if (layout.kind == Layout::Transposed) {
       // g is (rows, cols); the accumulator (cols, rows). Threads own
@@ -249,26 +309,36 @@ void HostStore::accumulate(int u, const float *grads, host::ThreadPool *pool,
                    for (int64_t r = r0; r < r1; ++r) {
                      int64_t k = r * cols + c;
                      if (k >= part.lo && k < part.hi)
-                       acc[c * rows + r] += g[k];
+                       add_into(acc[c * rows + r], g[k]);
                    }
                });
     } else {
-      float *a = acc + layout.base;
+      Acc *a = acc + layout.base;
       parallel(pool, part.hi - part.lo, kGrain, [&](int64_t lo, int64_t hi) {
         for (int64_t k = part.lo + lo; k < part.lo + hi; ++k)
-          a[k] += g[k];
+          add_into(a[k], g[k]);
       });
     }
   }
 }
 
 double HostStore::compute_grad_norm(host::ThreadPool *pool) {
-  std::vector<host::GradSpan> spans;
-  for (int u = 0; u < p_.num_units; ++u)
-    for (const Run &r : runs_[u])
-      spans.push_back({grad_.data() + r.begin, r.n});
-  grad_norm_ = std::sqrt(host::grad_sum_squares(
-      spans.data(), spans.size(), pool_for(pool, trainable_elems_)));
+  pool = pool_for(pool, trainable_elems_);
+  double sum = 0.0;
+  if (bf16_master()) {
+    std::vector<host::GradSpanBf16> spans;
+    for (int u = 0; u < p_.num_units; ++u)
+      for (const Run &r : runs_[u])
+        spans.push_back({grad16_.data() + r.begin, r.n});
+    sum = host::grad_sum_squares(spans.data(), spans.size(), pool);
+  } else {
+    std::vector<host::GradSpan> spans;
+    for (int u = 0; u < p_.num_units; ++u)
+      for (const Run &r : runs_[u])
+        spans.push_back({grad_.data() + r.begin, r.n});
+    sum = host::grad_sum_squares(spans.data(), spans.size(), pool);
+  }
+  grad_norm_ = std::sqrt(sum);
   return grad_norm_;
 }
 
@@ -286,6 +356,7 @@ void HostStore::schedule_update(int64_t step_count, double lr) {
   hyper_.weight_decay = config_.weight_decay;
   hyper_.step = step_count;
   grad_scale_ = static_cast<float>(clip_scale(grad_norm_));
+  rounding_key_ = rounding_key(config_.rounding_seed, step_count);
   for (int u = 0; u < p_.num_units; ++u)
     pending_[u] = !runs_[u].empty();
 }
@@ -303,13 +374,20 @@ void HostStore::adamw(int u, host::ThreadPool *pool) {
     host::AdamWHyper h = hyper_;
     if (!r.decay)
       h.weight_decay = 0.0;
-    host::adamw_update(master_.data() + r.begin, m_.data() + r.begin,
-                       v_.data() + r.begin, grad_.data() + r.begin, r.n, h,
-                       grad_scale_, pool_for(inner, r.n));
-    float *g = grad_.data() + r.begin;
-    parallel(inner, r.n, kGrain, [&](int64_t lo, int64_t hi) {
-      std::memset(g + lo, 0, size_t(hi - lo) * sizeof(float));
-    });
+    if (bf16_master()) {
+      // Noise by the element's place in the store: the same for any split.
+      host::adamw_update_bf16(master16_.data() + r.begin, m_.data() + r.begin,
+                              v_.data() + r.begin, grad16_.data() + r.begin,
+                              r.n, h, grad_scale_, rounding_key_,
+                              static_cast<uint32_t>(r.begin),
+                              pool_for(inner, r.n));
+      zero(grad16_.data() + r.begin, r.n, inner);
+    } else {
+      host::adamw_update(master_.data() + r.begin, m_.data() + r.begin,
+                         v_.data() + r.begin, grad_.data() + r.begin, r.n, h,
+                         grad_scale_, pool_for(inner, r.n));
+      zero(grad_.data() + r.begin, r.n, inner);
+    }
   };
   // Many short runs (a weight's columns, one run per row) are spread over
   // the pool whole; long ones are split inside.
@@ -335,12 +413,16 @@ void HostStore::flush(host::ThreadPool *pool) {
     adamw(u, pool);
 }
 
-void HostStore::zero_grads() { std::fill(grad_.begin(), grad_.end(), 0.0f); }
+void HostStore::zero_grads() {
+  std::fill(grad_.begin(), grad_.end(), 0.0f);
+  std::fill(grad16_.begin(), grad16_.end(), uint16_t(0));
+}
 
 int64_t HostStore::bytes() const {
   return int64_t(sizeof(float)) *
-         int64_t(master_.size() + m_.size() + v_.size() + grad_.size() +
-                 constants_.size());
+             int64_t(master_.size() + m_.size() + v_.size() + grad_.size() +
+                     constants_.size()) +
+         int64_t(sizeof(uint16_t)) * int64_t(master16_.size() + grad16_.size());
 }
 
 } // namespace mtrt

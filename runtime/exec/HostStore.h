@@ -1,9 +1,11 @@
 //===- HostStore.h - model state in host RAM ---------------------*- C++ -*-===//
 //
-// Per trainable param (untied, not frozen: a "primary"): the fp32 master
-// weights, Adam's m and v and an fp32 gradient accumulator, each laid out
+// Per trainable param (untied, not frozen: a "primary"): the master weights,
+// Adam's m and v (fp32) and a gradient accumulator, each laid out
 // contiguously per owner unit, so a unit's optimizer step is a few long
-// sweeps. Frozen params (tables) keep their constant data here; tied params
+// sweeps. The program's MasterFormat decides the master weights' and the
+// accumulator's precision: fp32 (16 B/param) or bf16 (12 B/param; AdamW
+// rounds the new weights stochastically, the accumulator rounds to nearest). Frozen params (tables) keep their constant data here; tied params
 // have nothing of their own and read and write their primary.
 //
 // The optimizer step is deferred: after step t, schedule_update() makes the
@@ -36,6 +38,7 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.1; // only on params of rank >= 2
   double clip_grad = 1.0;    // max global grad norm; 0 disables clipping
+  uint64_t rounding_seed = 0; // bf16 masters: stochastic rounding's stream
 };
 
 class HostStore {
@@ -47,16 +50,27 @@ public:
   const OptimizerConfig &config() const { return config_; }
   /// Has master weights, moments and an accumulator: untied, not frozen.
   bool trainable(int param) const { return slot_[param] >= 0; }
-  /// A trainable param's master weights or a frozen param's constant data;
-  /// null for a tied param.
+  bool bf16_master() const { return p_.master == MasterFormat::Bf16; }
+  /// A trainable param's fp32 master weights or a frozen param's constant
+  /// data; null for a tied param and for bf16 masters (values_bf16).
   float *values(int param);
   const float *values(int param) const;
+  /// A trainable param's bf16 master weights (bits); null unless
+  /// bf16_master().
+  uint16_t *values_bf16(int param);
+  const uint16_t *values_bf16(int param) const;
   float *adam_m(int param) { return m_.data() + slot_[param]; }
   float *adam_v(int param) { return v_.data() + slot_[param]; }
   const float *adam_m(int param) const { return m_.data() + slot_[param]; }
   const float *adam_v(int param) const { return v_.data() + slot_[param]; }
+  /// The gradient accumulator: fp32 (grad) or bf16 bits (grad_bf16), as
+  /// the master weights.
   float *grad(int param) { return grad_.data() + slot_[param]; }
   const float *grad(int param) const { return grad_.data() + slot_[param]; }
+  uint16_t *grad_bf16(int param) { return grad16_.data() + slot_[param]; }
+  const uint16_t *grad_bf16(int param) const {
+    return grad16_.data() + slot_[param];
+  }
 
   // ---- the host tasks of a step ----------------------------------------
   /// Writes elements [begin, begin + count) of the unit's packed region
@@ -100,6 +114,10 @@ private:
     bool decay;
   };
 
+  template <class Acc>
+  void accumulate_into(Acc *acc, int u, const float *grads,
+                       host::ThreadPool *pool, int64_t begin, int64_t end);
+
   const Program &p_;
   StorageFormat format_;
   OptimizerConfig config_;
@@ -108,11 +126,13 @@ private:
   std::vector<std::vector<Run>> runs_; // per unit
   int64_t trainable_elems_ = 0;
   std::vector<float> master_, m_, v_, grad_, constants_;
+  std::vector<uint16_t> master16_, grad16_; // bf16 masters instead
 
   double grad_norm_ = 0.0;
   std::vector<char> pending_; // per unit
   host::AdamWHyper hyper_;
   float grad_scale_ = 1.0f;
+  uint32_t rounding_key_ = 0;
 };
 
 } // namespace mtrt

@@ -181,6 +181,11 @@ struct EventDesc {
   int buffer;
 };
 
+/// How the host store keeps trained params' master weights and gradient
+/// accumulators (compile --master-weights): fp32 (16 B/param with the fp32
+/// Adam moments) or bf16 (12 B/param; AdamW rounds stochastically).
+enum class MasterFormat : uint8_t { F32, Bf16 };
+
 struct Program {
   const char *model_name;
   const char *plan_hash; // identifies the plan; checkpoints must match it
@@ -199,6 +204,7 @@ struct Program {
   const EventDesc *events;
   int num_commands; // one training step, in issue order
   const Command *commands;
+  MasterFormat master = MasterFormat::F32;
 };
 
 inline int64_t part_elems(const Program &p, const UnitDesc &u, int i) {

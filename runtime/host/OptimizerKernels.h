@@ -10,6 +10,8 @@
 #ifndef MEGATRAIN_RUNTIME_HOST_OPTIMIZERKERNELS_H
 #define MEGATRAIN_RUNTIME_HOST_OPTIMIZERKERNELS_H
 
+#include "runtime/host/Bf16.h"
+
 #include <cstdint>
 #include <cstring>
 
@@ -53,13 +55,6 @@ void adamw_bf16_avx2(uint16_t *p, float *m, float *v, const uint16_t *g,
 void adamw_bf16_avx512(uint16_t *p, float *m, float *v, const uint16_t *g,
                        int64_t n, const AdamWCoeffs &c, uint32_t noise_key,
                        uint32_t index0);
-
-inline float bf16_to_float(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 // 16 uniform bits for element `index` under `key`: the top half of a
 // full-avalanche 32-bit mix (Wellons' lowbias32) of index ^ key.

@@ -28,8 +28,8 @@ void adamw_bf16_scalar(uint16_t *p, float *m, float *v, const uint16_t *g,
                        int64_t n, const AdamWCoeffs &c, uint32_t noise_key,
                        uint32_t index0) {
   for (int64_t i = 0; i < n; ++i) {
-    float gi = bf16_to_float(g[i]) * c.grad_scale;
-    float pi = bf16_to_float(p[i]) * c.decay;
+    float gi = bf16_widen(g[i]) * c.grad_scale;
+    float pi = bf16_widen(p[i]) * c.decay;
     float mi = m[i] * c.beta1 + c.one_minus_beta1 * gi;
     float vi = v[i] * c.beta2 + (c.one_minus_beta2 * gi) * gi;
     float denom = std::sqrt(vi) / c.sqrt_bc2 + c.eps;
@@ -50,7 +50,7 @@ void sum_squares_scalar(const float *x, int64_t n, double *lanes) {
 
 void sum_squares_bf16_scalar(const uint16_t *x, int64_t n, double *lanes) {
   for (int64_t i = 0; i < n; ++i) {
-    double xi = bf16_to_float(x[i]);
+    double xi = bf16_widen(x[i]);
     lanes[i % kSumSquaresLanes] += xi * xi;
   }
 }

@@ -2,6 +2,8 @@
 
 #include "runtime/kernels/Kernels.h"
 
+#include "runtime/host/Bf16.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -9,27 +11,7 @@
 namespace mtrt::cpu {
 namespace {
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-float to_bf16(float f) {
-  uint32_t u = bits_of(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: quiet it so truncation keeps
-    return float_of((u | 0x00400000u) & 0xffff0000u); // a mantissa bit
-  // Adding 0x7fff plus the kept lsb rounds half to even; the carry may roll
-  // into the exponent, which is the right answer (up to infinity).
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return float_of(u & 0xffff0000u);
-}
+float to_bf16(float f) { return bf16_widen(bf16_nearest(f)); }
 
 // Elements per partial sum: fixed, so the summation order does not depend on
 // the thread count.

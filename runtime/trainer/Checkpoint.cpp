@@ -114,7 +114,11 @@ std::string save_checkpoint(const std::string &dir, const HostStore &store,
     if (!store.trainable(q))
       continue;
     const std::string n = p.params[q].name;
-    writer.add("master/" + n, shape_of(p.params[q]), store.values(q));
+    if (store.bf16_master())
+      writer.add_bf16("master/" + n, shape_of(p.params[q]),
+                      store.values_bf16(q));
+    else
+      writer.add("master/" + n, shape_of(p.params[q]), store.values(q));
     writer.add("adam_m/" + n, shape_of(p.params[q]), store.adam_m(q));
     writer.add("adam_v/" + n, shape_of(p.params[q]), store.adam_v(q));
   }
@@ -265,10 +269,15 @@ CheckpointManifest load_checkpoint(const std::string &dir, HostStore &store) {
     if (q < 0 || !store.trainable(q))
       fail("checkpoint has tensor '", t.name,
            "', which is no trainable param of this plan (", state_path, ")");
-    float *dst = which == 0   ? store.values(q)
-                 : which == 1 ? store.adam_m(q)
-                              : store.adam_v(q);
-    reader.read_f32(t.name, shape_of(p.params[q]), dst, &sum);
+    if (which == 0 && store.bf16_master())
+      reader.read_bf16(t.name, shape_of(p.params[q]), store.values_bf16(q),
+                       &sum);
+    else
+      reader.read_f32(t.name, shape_of(p.params[q]),
+                      which == 0   ? store.values(q)
+                      : which == 1 ? store.adam_m(q)
+                                   : store.adam_v(q),
+                      &sum);
     seen[size_t(q) * 3 + size_t(which)] = 1;
   }
   for (int q = 0; q < p.num_params; ++q)

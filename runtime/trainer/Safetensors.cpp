@@ -3,6 +3,7 @@
 #include "runtime/trainer/Safetensors.h"
 
 #include "runtime/exec/Error.h"
+#include "runtime/host/Bf16.h"
 #include "runtime/trainer/AtomicFile.h"
 #include "runtime/trainer/Json.h"
 
@@ -168,24 +169,75 @@ const TensorInfo *SafetensorsReader::find(const std::string &name) const {
 void SafetensorsReader::read_f32(const std::string &name,
                                  const std::vector<int64_t> &shape, float *dst,
                                  Checksum *checksum) const {
+  const TensorInfo &t = expect(name, shape, "F32");
+  if (!read_at(fd_, dst, t.end - t.begin, data_start_ + t.begin))
+    fail_read(name);
+  if (checksum)
+    checksum->update(dst, size_t(t.end - t.begin));
+}
+
+void SafetensorsReader::read_bf16(const std::string &name,
+                                  const std::vector<int64_t> &shape,
+                                  uint16_t *dst, Checksum *checksum) const {
+  const TensorInfo *found = find(name);
+  if (!found || found->dtype != "F32") {
+    const TensorInfo &t = expect(name, shape, "BF16");
+    if (!read_at(fd_, dst, t.end - t.begin, data_start_ + t.begin))
+      fail_read(name);
+    if (checksum)
+      checksum->update(dst, size_t(t.end - t.begin));
+    return;
+  }
+  const TensorInfo &t = expect(name, shape, "F32");
+  // In blocks, so an F32 tensor never needs its own full-size buffer.
+  std::vector<float> block(size_t(1) << 20);
+  for (int64_t at = 0, n = t.numel(); at < n;) {
+    const int64_t count = std::min<int64_t>(n - at, int64_t(block.size()));
+    if (!read_at(fd_, block.data(), count * 4, data_start_ + t.begin + at * 4))
+      fail_read(name);
+    if (checksum)
+      checksum->update(block.data(), size_t(count) * 4);
+    for (int64_t k = 0; k < count; ++k)
+      dst[at + k] = bf16_nearest(block[size_t(k)]);
+    at += count;
+  }
+}
+
+const TensorInfo &SafetensorsReader::expect(const std::string &name,
+                                            const std::vector<int64_t> &shape,
+                                            const char *dtype) const {
   const TensorInfo *t = find(name);
   if (!t)
     fail("tensor '", name, "' is missing (", path_, ")");
-  if (t->dtype != "F32")
-    fail("tensor '", name, "' is ", t->dtype, ", expected F32 (", path_, ")");
+  if (t->dtype != dtype)
+    fail("tensor '", name, "' is ", t->dtype, ", expected ", dtype, " (",
+         path_, ")");
   if (t->shape != shape)
     fail("tensor '", name, "' has shape ", shape_string(t->shape),
          ", expected ", shape_string(shape), " (", path_, ")");
-  if (!read_at(fd_, dst, t->end - t->begin, data_start_ + t->begin))
-    fail("cannot read tensor '", name, "' (", path_, ": ",
-         std::strerror(errno ? errno : EIO), ")");
-  if (checksum)
-    checksum->update(dst, size_t(t->end - t->begin));
+  return *t;
+}
+
+void SafetensorsReader::fail_read(const std::string &name) const {
+  fail("cannot read tensor '", name, "' (", path_, ": ",
+       std::strerror(errno ? errno : EIO), ")");
 }
 
 void SafetensorsWriter::add(const std::string &name,
                             std::vector<int64_t> shape, const float *data) {
-  entries_.push_back({name, std::move(shape), data});
+  entries_.push_back({name, std::move(shape), data, Kind::F32});
+}
+
+void SafetensorsWriter::add_bf16(const std::string &name,
+                                 std::vector<int64_t> shape,
+                                 const uint16_t *data) {
+  entries_.push_back({name, std::move(shape), data, Kind::Bf16});
+}
+
+void SafetensorsWriter::add_widened(const std::string &name,
+                                    std::vector<int64_t> shape,
+                                    const uint16_t *data) {
+  entries_.push_back({name, std::move(shape), data, Kind::Bf16AsF32});
 }
 
 void SafetensorsWriter::set_metadata(const std::string &key,
@@ -210,9 +262,10 @@ uint64_t SafetensorsWriter::write(const std::string &path) const {
     int64_t n = 1;
     for (int64_t d : e.shape)
       n *= d;
-    int64_t end = offset + n * 4;
+    const bool bf16 = e.kind == Kind::Bf16;
+    int64_t end = offset + n * (bf16 ? 2 : 4);
     header += (header.size() > 1 ? "," : "") + json_quote(e.name) +
-              ":{\"dtype\":\"F32\",\"shape\":[";
+              ":{\"dtype\":\"" + (bf16 ? "BF16" : "F32") + "\",\"shape\":[";
     for (size_t i = 0; i < e.shape.size(); ++i)
       header += (i ? "," : "") + std::to_string(e.shape[i]);
     header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
@@ -235,8 +288,22 @@ uint64_t SafetensorsWriter::write(const std::string &path) const {
     int64_t count = 1;
     for (int64_t d : e.shape)
       count *= d;
-    file.write(e.data, size_t(count) * 4);
-    sum.update(e.data, size_t(count) * 4);
+    if (e.kind != Kind::Bf16AsF32) {
+      const size_t bytes = size_t(count) * (e.kind == Kind::Bf16 ? 2 : 4);
+      file.write(e.data, bytes);
+      sum.update(e.data, bytes);
+      continue;
+    }
+    const uint16_t *bits = static_cast<const uint16_t *>(e.data);
+    std::vector<uint32_t> block(size_t(1) << 20);
+    for (int64_t at = 0; at < count;) {
+      const int64_t n = std::min<int64_t>(count - at, int64_t(block.size()));
+      for (int64_t k = 0; k < n; ++k)
+        block[size_t(k)] = uint32_t(bits[at + k]) << 16;
+      file.write(block.data(), size_t(n) * 4);
+      sum.update(block.data(), size_t(n) * 4);
+      at += n;
+    }
   }
   file.commit();
   return sum.digest();

@@ -8,6 +8,7 @@
 #include "runtime/exec/HostStore.h"
 #include "runtime/exec/ProgramCheck.h"
 #include "runtime/exec/Trace.h"
+#include "runtime/host/Bf16.h"
 #include "runtime/host/ThreadPool.h"
 #include "runtime/trainer/AtomicFile.h"
 #include "runtime/trainer/Checkpoint.h"
@@ -37,7 +38,7 @@ std::vector<int64_t> shape_of(const ParamDesc &d) {
 /// The flags whose values change the math: recorded in checkpoints and
 /// compared on resume.
 std::map<std::string, std::string> math_flags(const TrainerOptions &o,
-                                              bool bf16) {
+                                              bool bf16, const Program &p) {
   std::map<std::string, std::string> flags = {
       {"lr", json_number(o.lr)},
       {"warmup", std::to_string(o.warmup)},
@@ -54,6 +55,8 @@ std::map<std::string, std::string> math_flags(const TrainerOptions &o,
   };
   if (o.lr_schedule == "cosine") // the cosine's length is the run's length
     flags["steps"] = std::to_string(o.steps);
+  if (p.master == MasterFormat::Bf16) // it seeds the stochastic rounding
+    flags["seed"] = std::to_string(o.seed);
   return flags;
 }
 
@@ -68,16 +71,27 @@ void write_weights(const HostStore &store, const std::string &path) {
   copies.reserve(size_t(p.num_params));
   for (int q = 0; q < p.num_params; ++q) {
     const ParamDesc &d = p.params[q];
+    const int primary = d.tie >= 0 ? d.tie : q;
+    const uint16_t *bf16 = store.values_bf16(primary);
     if (d.tie < 0) {
-      w.add(d.name, shape_of(d), store.values(q));
+      if (bf16)
+        w.add_widened(d.name, shape_of(d), bf16);
+      else
+        w.add(d.name, shape_of(d), store.values(q));
       continue;
     }
-    const float *src = store.values(d.tie);
-    std::vector<float> &copy = copies.emplace_back(src, src + d.numel);
+    const float *f32 = store.values(primary);
+    auto element = [&](int64_t k) {
+      return bf16 ? bf16_widen(bf16[k]) : f32[k];
+    };
+    std::vector<float> &copy = copies.emplace_back(size_t(d.numel));
     if (d.tie_transposed) // this param is (rows, cols); its primary (cols, rows)
       for (int64_t r = 0; r < d.shape[0]; ++r)
         for (int64_t c = 0; c < d.shape[1]; ++c)
-          copy[r * d.shape[1] + c] = src[c * d.shape[0] + r];
+          copy[r * d.shape[1] + c] = element(c * d.shape[0] + r);
+    else
+      for (int64_t k = 0; k < d.numel; ++k)
+        copy[k] = element(k);
     w.add(d.name, shape_of(d), copy.data());
   }
   w.set_metadata("plan_hash", p.plan_hash);
@@ -90,7 +104,10 @@ void write_grads(const HostStore &store, const std::string &path) {
   const Program &p = store.program();
   SafetensorsWriter w;
   for (int q = 0; q < p.num_params; ++q)
-    if (store.trainable(q))
+    if (store.trainable(q) && store.bf16_master())
+      w.add_widened(p.params[q].name, shape_of(p.params[q]),
+                    store.grad_bf16(q));
+    else if (store.trainable(q))
       w.add(p.params[q].name, shape_of(p.params[q]), store.grad(q));
   w.set_metadata("plan_hash", p.plan_hash);
   w.write(path);
@@ -140,6 +157,7 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
   oc.eps = opts_.eps;
   oc.weight_decay = opts_.weight_decay;
   oc.clip_grad = opts_.clip_grad;
+  oc.rounding_seed = opts_.seed;
   HostStore store(p_, backend->storage_format(), oc);
 
   int threads = int(opts_.threads);
@@ -152,7 +170,7 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
                                   ? exe_dir_ + "/weights.safetensors"
                                   : opts_.weights;
   int64_t start = 0;
-  const auto flags = math_flags(opts_, bf16);
+  const auto flags = math_flags(opts_, bf16, p_);
   if (!opts_.resume.empty()) {
     init_frozen(store, weights);
     CheckpointManifest m = load_checkpoint(opts_.resume, store);
@@ -187,11 +205,12 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
           : 0.0;
   std::fprintf(out,
                "megatrain: %s (plan %s), backend %s %s, %lld trainable "
-               "params, host %.1f MiB (%.2f B/param), device %.1f MiB, "
-               "%lld tokens/step\n",
+               "params (%s master weights), host %.1f MiB (%.2f B/param), "
+               "device %.1f MiB, %lld tokens/step\n",
                p_.model_name, p_.plan_hash, backend->name(),
                bf16 ? "bf16" : "fp32",
                static_cast<long long>(store.trainable_params()),
+               store.bf16_master() ? "bf16" : "fp32",
                double(host_bytes) / 1048576.0, host_bytes_per_param_,
                double(exec.device_bytes()) / 1048576.0,
                static_cast<long long>(tokens_per_step));

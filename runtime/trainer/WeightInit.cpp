@@ -4,6 +4,7 @@
 
 #include "runtime/exec/Error.h"
 #include "runtime/exec/HostStore.h"
+#include "runtime/host/Bf16.h"
 #include "runtime/host/ThreadPool.h"
 #include "runtime/trainer/AtomicFile.h"
 #include "runtime/trainer/Safetensors.h"
@@ -84,6 +85,7 @@ struct NormalBlocks {
 void fill_normal_blocks(HostStore &store, const NormalBlocks &blocks,
                         uint64_t seed, host::ThreadPool *pool) {
   auto fill = [&](int64_t lo, int64_t hi) {
+    std::vector<float> block; // bf16 masters: a block drawn in float first
     // The param holding global block lo; later ones follow in order.
     size_t i = size_t(std::upper_bound(blocks.first.begin(),
                                        blocks.first.end(), lo) -
@@ -96,8 +98,15 @@ void fill_normal_blocks(HostStore &store, const NormalBlocks &blocks,
       const int64_t begin = b * kBlock;
       const int64_t n =
           std::min(kBlock, store.program().params[q].numel - begin);
-      fill_normal(store.values(q) + begin, n, 0.02,
-                  block_seed(param_seed(seed, q), b));
+      const uint64_t s = block_seed(param_seed(seed, q), b);
+      if (uint16_t *bf16 = store.values_bf16(q)) {
+        block.resize(size_t(kBlock));
+        fill_normal(block.data(), n, 0.02, s);
+        for (int64_t k = 0; k < n; ++k)
+          bf16[begin + k] = bf16_nearest(block[k]);
+      } else {
+        fill_normal(store.values(q) + begin, n, 0.02, s);
+      }
     }
   };
   if (pool)
@@ -111,7 +120,10 @@ void load_param(const SafetensorsReader &file, HostStore &store, int q) {
   if (!file.find(d.name))
     fail("the weights have no tensor '", d.name, "' (", file.path(),
          "); --init random starts from random weights instead");
-  file.read_f32(d.name, shape_of(d), store.values(q));
+  if (uint16_t *bf16 = store.values_bf16(q))
+    file.read_bf16(d.name, shape_of(d), bf16);
+  else
+    file.read_f32(d.name, shape_of(d), store.values(q));
 }
 
 } // namespace
@@ -159,8 +171,11 @@ void init_random(HostStore &store, uint64_t seed, const std::string &path,
     if (how == ParamInit::Normal) {
       normal.add(q, d.numel);
     } else {
-      float *x = store.values(q);
-      std::fill(x, x + d.numel, how == ParamInit::Ones ? 1.0f : 0.0f);
+      const float value = how == ParamInit::Ones ? 1.0f : 0.0f;
+      if (uint16_t *bf16 = store.values_bf16(q))
+        std::fill(bf16, bf16 + d.numel, bf16_nearest(value));
+      else
+        std::fill(store.values(q), store.values(q) + d.numel, value);
     }
   }
   fill_normal_blocks(store, normal, seed, pool);

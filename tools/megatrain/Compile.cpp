@@ -12,6 +12,7 @@
 #include "frontend/Importer.h"
 #include "ir/MtDialect.h"
 #include "ir/MtOps.h"
+#include "passes/ModelInfo.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -61,6 +62,10 @@ plan:
                          tokens of a micro-batch at a time, T dividing
                          batch x seq-len (default: chunks only when its
                          activations would pass 2^27 elements)
+  --master-weights P     host precision of master weights and gradient
+                         accumulators: fp32 (default, 16 B/param of state)
+                         or bf16 (12 B/param; AdamW rounds the new weights
+                         stochastically)
 prediction (mt-simulate; see docs/schedule.md):
   --preset NAME          machine to predict the step on: h200-pcie5 (default),
                          gh200, a100-pcie4 or rtx3090-pcie4
@@ -129,7 +134,7 @@ int runCompile(const std::vector<std::string> &args) {
               {"--batch", "--seq-len", "--bind", "--emit", "--micro-batches",
                "--slots", "--gpu-mem-limit", "--min-unit-bytes", "--staging-elems",
                "--host-checkpoints", "--loss-chunk-tokens", "--mlp-chunk-tokens",
-               "--vocab-pieces",
+               "--vocab-pieces", "--master-weights",
                "--dump-ir-after", "--preset", "--sim-trace", "-o"},
               {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
@@ -190,6 +195,10 @@ int runCompile(const std::vector<std::string> &args) {
       flags.positiveInt("--mlp-chunk-tokens").value_or(0);
   pipeline.vocabPieces = flags.positiveInt("--vocab-pieces").value_or(0);
   pipeline.preset = flags.get("--preset").value_or(pipeline.preset);
+  const std::string master = flags.get("--master-weights").value_or("fp32");
+  if (master != "fp32" && master != "bf16")
+    throw UsageError("--master-weights: '" + master +
+                     "' is not one of fp32, bf16");
   pipeline.tracePath = flags.get("--sim-trace").value_or("");
 
   mlir::MLIRContext ctx;
@@ -198,6 +207,8 @@ int runCompile(const std::vector<std::string> &args) {
   onnx_import::ImportedModel model =
       onnx_import::importOnnx(ctx, modelPath, options);
   mlir::ModuleOp module = *model.module;
+  if (master == "bf16") // fp32 stays implicit: the plan hash is unchanged
+    module->setAttr(kMasterWeightsAttr, mlir::StringAttr::get(&ctx, master));
   if (emit == "ir" || emit == "graph") {
     if (dumpAfter.empty()) {
       module.print(llvm::outs());

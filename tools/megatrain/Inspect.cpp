@@ -120,12 +120,13 @@ int runInspect(const std::vector<std::string> &args) {
                           static_cast<int64_t>(number(t, "chunk_tokens")));
     }
   if (const json::Object *host = plan->getObject("host_memory"))
-    os << llvm::formatv("host memory: {0} store + {1} buffers (staging, "
-                        "offloaded checkpoints) = {2:F2} bytes per trained "
-                        "param\n",
+    os << llvm::formatv("host memory: {0} store ({3} master weights) + {1} "
+                        "buffers (staging, offloaded checkpoints) = {2:F2} "
+                        "bytes per trained param\n",
                         size(number(*host, "store_bytes")),
                         size(number(*host, "buffer_bytes")),
-                        number(*host, "bytes_per_param"));
+                        number(*host, "bytes_per_param"),
+                        host->getString("master_weights").value_or("fp32"));
 
   const json::Object *pred = plan->getObject("prediction");
   if (!pred) {

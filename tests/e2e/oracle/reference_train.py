@@ -41,6 +41,10 @@ AdamW, torch.optim.AdamW's arithmetic, step count k = t + 1:
     m = B1*m + (1-B1)*g;  v = B2*v + (1-B2)*g*g
     p -= lr_t / (1 - B1^k) * m / (sqrt(v) / sqrt(1 - B2^k) + E)
 
+--bf16-weights: the parameters start from the initializers rounded to
+bfloat16 (to nearest even), as a trainer keeping bf16 master weights loads
+them; training then proceeds in float64 as above.
+
 Defaults: N 1, A 1, lr 3e-4, W 0, cosine, R 0.1, WD 0.1, B1 0.9, B2 0.95,
 E 1e-8, C 1.0 (0 disables clipping; grad_norm is logged either way).
 
@@ -267,6 +271,8 @@ def parse_args(argv):
     p.add_argument("--dump-grads")
     p.add_argument("--log-jsonl")
     p.add_argument("--no-tie-detect", action="store_true")
+    p.add_argument("--bf16-weights", action="store_true",
+                   help="start from the initializers rounded to bfloat16")
     p.add_argument("--freeze", action="append", default=[],
                    help="an initializer to keep constant (a buffer such as a "
                         "RoPE inv_freq; repeatable or comma-separated)")
@@ -285,6 +291,10 @@ def main(argv=None):
                 raise OracleError(f"--freeze {name}: no float initializer of that name")
             model.constants[name] = model.params.pop(name).detach()
         check_vocab(tokens, vocab_size(model), args.data)
+        if args.bf16_weights:
+            with torch.no_grad():
+                for p in model.params.values():
+                    p.copy_(p.to(torch.float32).to(torch.bfloat16).to(p.dtype))
 
         def report(r):
             print(f"step {r['step']}: loss {r['loss']:.10f} lr {r['lr']:.6e} grad_norm {r['grad_norm']:.6e}")

@@ -2,6 +2,7 @@
 // RUN: megatrain-opt %s -split-input-file --mt-derive-backward --mt-partition --mt-pack-weights --mt-schedule="micro-batches=2" --mt-insert-transfers --mt-insert-events --mt-plan-memory --mt-verify-schedule --mt-simulate="h2d-gbps=1.024 host-gbps=3.072 copy-latency-us=0 trace=%t.json" | FileCheck %s --check-prefix=CLOSED
 // RUN: FileCheck %s --check-prefix=TRACE < %t.json
 // RUN: not megatrain-opt %s -split-input-file --mt-simulate="preset=tpu-v9" 2>&1 | FileCheck %s --check-prefix=PRESET
+// RUN: sed 's/master_weights = "bf16"/master_weights = "fp8"/' %s | not megatrain-opt -split-input-file --mt-simulate 2>&1 | FileCheck %s --check-prefix=MASTER
 
 // The whole pipeline, then the default machine (h200-pcie5): the prediction
 // sits on mt.schedule with every key inspect and plan.json read.
@@ -44,6 +45,33 @@ module {
 
 // -----
 
+// The closed form below with bf16 master weights: packing reads 2 B and
+// writes 2 B per element (0.667 ms), the copy is unchanged (1 ms): a
+// 1.667 ms step, host busy 40%, h2d 60%. Another value is an error.
+// CLOSED-LABEL: mt.unit @u1 kind "layer" applies [0] params [@w]
+// CLOSED: host_busy_fraction = {{(0\.39999[0-9]*|4\.0+e-01)}} : f64
+// CLOSED-SAME: step_s = {{(0\.0016666[0-9]*|1\.6666[0-9]*e-03)}} : f64
+// MASTER: error: mt.master_weights must be "fp32" or "bf16", not "fp8"
+module attributes {mt.master_weights = "bf16"} {
+  mt.param @w : tensor<512000xf32>
+  mt.unit @u1 kind "layer" applies [0] params [@w]
+  mt.buffer @tokens "device" "tokens" {dtype = "i32", elems = 2048 : i64}
+  mt.buffer @stage "host" "staging" {dtype = "storage", elems = 512000 : i64}
+  mt.buffer @slot "device" "weights" {dtype = "storage", elems = 512000 : i64}
+  mt.event @stage.ready "param_ready"
+  mt.event @stage.free "buffer_free"
+  mt.schedule @step attributes {micro_batches = 1 : i64} {
+    mt.wait @stage.free on "host"
+    mt.pack @u1 into @stage on "host"
+    mt.record @stage.ready on "host"
+    mt.wait @stage.ready on "h2d"
+    mt.h2d @stage into @slot on "h2d"
+    mt.record @stage.free on "h2d"
+  }
+}
+
+// -----
+
 // A closed form: packing 512000 elements moves 6 B each over 3.072 GB/s
 // (1 ms) and the copy 2 B each over 1.024 GB/s (1 ms). The free event makes
 // the next step's pack wait for this step's copy, so the two never overlap:
@@ -76,3 +104,4 @@ module {
     mt.record @stage.free on "h2d"
   }
 }
+

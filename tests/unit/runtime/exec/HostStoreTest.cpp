@@ -4,6 +4,7 @@
 #include "ToyRun.h"
 
 #include "runtime/exec/HostStore.h"
+#include "runtime/host/Bf16.h"
 #include "runtime/host/ThreadPool.h"
 #include "runtime/kernels/Kernels.h"
 
@@ -76,6 +77,74 @@ TEST(HostStoreTest, AccumulateAddsTransposedTieIntoItsPrimary) {
       ASSERT_EQ(acc[v * D + d], g0[v * D + d] + g3[d * V + v] + g3[d * V + v]);
   for (int64_t v = 0; v < V; ++v)
     EXPECT_EQ(store.grad(kHeadB)[v], 2 * g3[96 + v]);
+}
+
+// bf16 masters hold what an fp32 store holds once its values are bf16 ones:
+// packing gives the same staging (f32 and bf16), accumulating exact sums
+// gives the same gradients and norm, and AdamW gives the same moments and
+// the fp32 update rounded to a bf16 neighbour. The store is 12 B/param.
+TEST(HostStoreTest, Bf16MastersAgreeWithAnFp32StoreOnBf16Values) {
+  ToyProgram toy(2);
+  Program p16 = toy.program();
+  p16.master = MasterFormat::Bf16;
+  OptimizerConfig c;
+  c.clip_grad = 0; // so that both scale the gradients alike
+  HostStore f32(toy.program(), StorageFormat::F32, c);
+  HostStore b16(p16, StorageFormat::F32, c);
+  load_toy_weights(f32, 3);
+  load_toy_weights(b16, 3);
+  const int trainable[] = {kEmbed, kW0, kB0, kW1, kB1, kHeadB, kGain};
+  for (int q : trainable) {
+    ASSERT_EQ(b16.values(q), nullptr);
+    cpu::round_to_bf16(f32.values(q), toy.program().params[q].numel);
+  }
+  host::ThreadPool pool(2);
+  for (int u = 0; u < toy.program().num_units; ++u) {
+    std::vector<float> a(128, -1.0f), b(128, -1.0f);
+    f32.pack(u, a.data(), &pool);
+    b16.pack(u, b.data(), &pool);
+    EXPECT_EQ(a, b) << "unit " << u;
+    HostStore f32_bf16(toy.program(), StorageFormat::Bf16, c);
+    HostStore b16_bf16(p16, StorageFormat::Bf16, c);
+    std::vector<uint16_t> x(128, 1), y(128, 1);
+    load_toy_weights(f32_bf16, 3);
+    load_toy_weights(b16_bf16, 3);
+    f32_bf16.pack(u, x.data(), nullptr);
+    b16_bf16.pack(u, y.data(), nullptr);
+    EXPECT_EQ(x, y) << "unit " << u << ", bf16 staging";
+    // Small integers: every partial sum is exact in bf16.
+    std::vector<float> g(128);
+    for (int i = 0; i < 128; ++i)
+      g[i] = float((i * 7 + u) % 16);
+    f32.accumulate(u, g.data(), &pool);
+    b16.accumulate(u, g.data(), &pool);
+  }
+  for (int q : trainable)
+    for (int64_t i = 0; i < toy.program().params[q].numel; ++i)
+      ASSERT_EQ(bf16_widen(b16.grad_bf16(q)[i]), f32.grad(q)[i]) << q << "," << i;
+  EXPECT_EQ(b16.compute_grad_norm(&pool), f32.compute_grad_norm(&pool));
+
+  f32.schedule_update(1, 1e-2);
+  b16.schedule_update(1, 1e-2);
+  f32.flush(&pool);
+  b16.flush(&pool);
+  int64_t rounded_up = 0, trained = 0;
+  for (int q : trainable)
+    for (int64_t i = 0; i < toy.program().params[q].numel; ++i, ++trained) {
+      ASSERT_EQ(b16.adam_m(q)[i], f32.adam_m(q)[i]);
+      ASSERT_EQ(b16.adam_v(q)[i], f32.adam_v(q)[i]);
+      ASSERT_EQ(b16.grad_bf16(q)[i], 0) << "accumulators are zeroed";
+      uint32_t bits;
+      std::memcpy(&bits, &f32.values(q)[i], 4);
+      const uint16_t got = b16.values_bf16(q)[i];
+      ASSERT_TRUE(got == bits >> 16 || got == (bits >> 16) + 1) << q << "," << i;
+      rounded_up += got != bits >> 16;
+    }
+  EXPECT_GT(rounded_up, 0);
+  EXPECT_LT(rounded_up, trained);
+  const int64_t constants = toy.program().params[kScale].numel;
+  EXPECT_EQ(b16.bytes(), 12 * b16.trainable_params() + 4 * constants);
+  EXPECT_EQ(f32.bytes(), 16 * f32.trainable_params() + 4 * constants);
 }
 
 // torch.optim.AdamW's update in float, in AdamW.h's order, for one param.

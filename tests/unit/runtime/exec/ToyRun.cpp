@@ -4,6 +4,7 @@
 
 #include "runtime/exec/BackendRegistry.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/host/Bf16.h"
 #include "runtime/host/ThreadPool.h"
 
 #include <cmath>
@@ -39,11 +40,12 @@ void load_toy_weights(HostStore &store, uint64_t seed) {
   ToyWeights w = toy_initial_weights(seed);
   const Program &p = store.program();
   for (int q = 0; q < p.num_params; ++q) {
-    float *dst = store.values(q);
-    if (!dst)
-      continue;
-    for (size_t i = 0; i < w[q].size(); ++i)
-      dst[i] = float(w[q][i]);
+    if (uint16_t *bf16 = store.values_bf16(q))
+      for (size_t i = 0; i < w[q].size(); ++i)
+        bf16[i] = bf16_nearest(float(w[q][i]));
+    else if (float *dst = store.values(q))
+      for (size_t i = 0; i < w[q].size(); ++i)
+        dst[i] = float(w[q][i]);
   }
 }
 

@@ -1,6 +1,7 @@
 //===- AdamWBf16Test.cpp - bf16-master AdamW: rounding, bits, unbiasedness ===//
 
 #include "runtime/host/AdamW.h"
+#include "runtime/host/Bf16.h"
 #include "runtime/host/GradNorm.h"
 #include "runtime/host/ThreadPool.h"
 
@@ -16,12 +17,7 @@ using namespace mtrt::host;
 
 namespace {
 
-float widen(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+float widen(uint16_t b) { return mtrt::bf16_widen(b); }
 
 uint32_t bits_of(float f) {
   uint32_t u;
@@ -29,11 +25,7 @@ uint32_t bits_of(float f) {
   return u;
 }
 
-// Round to nearest even: how a test makes bf16 inputs.
-uint16_t to_bf16(float f) {
-  uint32_t u = bits_of(f);
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+uint16_t to_bf16(float f) { return mtrt::bf16_nearest(f); }
 
 // bf16 weights and gradients, fp32 moments, as after some steps.
 struct State {
