@@ -4,8 +4,9 @@
 // than the last-level cache: two bandwidth ceilings (a STREAM-like triad, and
 // the optimizer's own read-4/write-3 pattern without arithmetic), the AdamW
 // update counted at 28 B/param (reads p, m, v, g; writes p, m, v), and the
-// global grad norm at 4 B/param. Prints params/s, to set beside
-// bench/adamw_vs_torch.py's figure.
+// global grad norm at 4 B/param; then the same two with bf16 master weights
+// and gradients (22 B/param and 2 B/param). Prints params/s, to set beside
+// bench/adamw_vs_torch.py's figure, and the bf16 / fp32 speedup.
 //
 //   adamw_bench [--params 256M] [--threads N] [--iters 5] [--path avx512]
 //
@@ -60,17 +61,17 @@ int64_t parse_count(const char *flag, const std::string &text) {
 }
 
 struct FreeDeleter {
-  void operator()(float *p) const { std::free(p); }
+  void operator()(void *p) const { std::free(p); }
 };
-using HostBuffer = std::unique_ptr<float[], FreeDeleter>;
+template <class T> using HostBuffer = std::unique_ptr<T[], FreeDeleter>;
 
-HostBuffer allocate(int64_t n) {
+template <class T = float> HostBuffer<T> allocate(int64_t n) {
   // Page-aligned, as the host store's unit regions are.
-  size_t bytes = (size_t(n) * sizeof(float) + 4095) / 4096 * 4096;
-  auto *p = static_cast<float *>(std::aligned_alloc(4096, bytes));
+  size_t bytes = (size_t(n) * sizeof(T) + 4095) / 4096 * 4096;
+  auto *p = static_cast<T *>(std::aligned_alloc(4096, bytes));
   if (!p)
     usage_error("cannot allocate " + std::to_string(bytes >> 20) + " MiB");
-  return HostBuffer(p);
+  return HostBuffer<T>(p);
 }
 
 // Large enough per part that thread wake-up costs nothing.
@@ -199,7 +200,10 @@ int main(int argc, char **argv) {
   }
 
   ThreadPool pool(threads);
-  HostBuffer p = allocate(n), m = allocate(n), v = allocate(n), g = allocate(n);
+  HostBuffer<float> p = allocate(n), m = allocate(n), v = allocate(n),
+                    g = allocate(n);
+  // bf16 masters and gradients; the moments are m and v above.
+  HostBuffer<uint16_t> p16 = allocate<uint16_t>(n), g16 = allocate<uint16_t>(n);
   std::printf("%d threads, path %s, %lld params, %.2f GiB of p/m/v/g\n",
               threads, simd_path_name(path), (long long)n,
               4.0 * 4 * n / double(1 << 30));
@@ -211,15 +215,25 @@ int main(int argc, char **argv) {
   // (the write-allocate read of a is not counted), with a = p, b = m, c = g.
   // in_place: 28 B/elem, see in_place_avx512.
   // (b) AdamW, one step per round. (c) The global grad norm over g.
+  float *pp = p.get(), *mp = m.get(), *vp = v.get();
+  const float *gp = g.get();
   fill(pool, p.get(), n, 0.0f, 0.05f);
   fill(pool, m.get(), n, 0.0f, 0.0f);
   fill(pool, v.get(), n, 0.0f, 0.0f);
   fill(pool, g.get(), n, 0.0f, 1e-2f);
+  uint16_t *p16p = p16.get(), *g16p = g16.get();
+  pool.parallel_for(n, kGrain, [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) { // the fp32 values' top halves
+      uint32_t pb, gb;
+      std::memcpy(&pb, pp + i, 4);
+      std::memcpy(&gb, gp + i, 4);
+      p16p[i] = uint16_t(pb >> 16), g16p[i] = uint16_t(gb >> 16);
+    }
+  });
   volatile float zero_source = 0.0f;
   const float zero = zero_source;
-  float *pp = p.get(), *mp = m.get(), *vp = v.get();
-  const float *gp = g.get();
   GradSpan span{gp, n};
+  GradSpanBf16 span16{g16p, n};
   AdamWHyper hyper;
   double sink = 0;
   auto in_place_kernel = in_place_plain;
@@ -229,7 +243,7 @@ int main(int argc, char **argv) {
   else if (cpu_features().avx2)
     in_place_kernel = in_place_avx2;
 #endif
-  std::vector<double> triad_s, in_place_s, adamw_s, norm_s;
+  std::vector<double> triad_s, in_place_s, adamw_s, norm_s, adamw16_s, norm16_s;
   // Round 0 warms up (page faults, frequency) and is not counted.
   for (int round = 0; round <= iters; ++round) {
     double t_triad = seconds([&] {
@@ -248,15 +262,24 @@ int main(int argc, char **argv) {
         [&] { adamw_update(pp, mp, vp, gp, n, hyper, 1.0f, &pool, path); });
     double t_norm =
         seconds([&] { sink += grad_sum_squares(&span, 1, &pool, path); });
+    double t_adamw16 = seconds([&] {
+      adamw_update_bf16(p16p, mp, vp, g16p, n, hyper, 1.0f,
+                        uint32_t(round), 0, &pool, path);
+    });
+    double t_norm16 =
+        seconds([&] { sink += grad_sum_squares(&span16, 1, &pool, path); });
     if (round == 0)
       continue;
+    adamw16_s.push_back(t_adamw16);
+    norm16_s.push_back(t_norm16);
     triad_s.push_back(t_triad);
     in_place_s.push_back(t_in_place);
     adamw_s.push_back(t_adamw);
     norm_s.push_back(t_norm);
   }
   Timing triad = summarize(triad_s), in_place = summarize(in_place_s),
-         adamw = summarize(adamw_s), norm = summarize(norm_s);
+         adamw = summarize(adamw_s), norm = summarize(norm_s),
+         adamw16 = summarize(adamw16_s), norm16 = summarize(norm16_s);
 
   report("triad", 12, n, triad);
   report("in_place", 28, n, in_place);
@@ -268,5 +291,11 @@ int main(int argc, char **argv) {
               100.0 * adamw_gbs / (28.0 * n / in_place.best));
   std::printf("adamw params/s: %.4g best, %.4g median\n", n / adamw.best,
               n / adamw.median);
+  report("adamw_bf16", 22, n, adamw16);
+  report("norm_bf16", 2, n, norm16);
+  std::printf("adamw_bf16 params/s: %.4g best, %.4g median; bf16 / fp32: "
+              "%.2fx best, %.2fx median\n",
+              n / adamw16.best, n / adamw16.median, adamw.best / adamw16.best,
+              adamw.median / adamw16.median);
   return std::isfinite(sink) ? 0 : 1;
 }
