@@ -16,8 +16,9 @@
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
 #      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
 #      llama-1b, FSDP2 llama-1b, the 7B-class llama-7b-24g (planned with
-#      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b, and llama-1b-32k
-#      (one 32K-token sequence: the MLP and the loss in chunks of tokens)
+#      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b, llama-1b-32k
+#      (one 32K-token sequence: the MLP and the loss in chunks of tokens),
+#      and llama-9b-bf16 (the largest the host holds: bf16 master weights)
 # Results: $OUT/summary.md (the tables), $OUT/results.json, and the logs and
 # Chrome traces in $OUT/logs.tar.gz and $OUT/traces.tar.gz.
 set -uo pipefail
@@ -250,6 +251,7 @@ if [ -d "$WORK/plans" ]; then
   stage "bench llama-3b" 80 200 "bench llama-3b"
   stage "fsdp2 llama-3b" 120 220 "fsdp llama-3b"
   stage "bench llama-1b-32k" 40 120 "bench llama-1b-32k"
+  stage "bench llama-9b-bf16" 200 330 "bench llama-9b-bf16"
 fi
 
 # ---- report ------------------------------------------------------------------

@@ -12,6 +12,9 @@
 #   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
 #   bench/device/plans/llama-1b-32k            long context: 1 x 32768 tokens, the
 #                                              MLP and the loss in chunks of tokens
+#   bench/device/plans/llama-9b-bf16           the largest that the GPU machine's
+#                                              128 GiB of host RAM holds: 9.2B
+#                                              with bf16 master weights (102 GiB)
 #   bench/device/plans/tokens.u32              byte-level tokens
 #   bench/device/third_party/googletest        GoogleTest 1.12 sources
 #
@@ -68,6 +71,11 @@ compile_structure llama-3b
 structure llama-7b --preset llama-7b
 compile_structure llama-7b --gpu-mem-limit 24GiB
 mv "$OUT/llama-7b" "$OUT/llama-7b-24g"
+# 9.2B (Llama 2 7B's layer, 44 of them) with bf16 master weights: 12 B/param
+# of host state, where fp32 masters (16 B/param) stop near 7.5B on 128 GiB.
+structure llama-9b --preset llama-7b --layers 44
+compile_structure llama-9b --master-weights bf16
+mv "$OUT/llama-9b" "$OUT/llama-9b-bf16"
 # Long context on the ~1.1B shape: one 32K-token sequence per micro-batch.
 "$MT" compile "$TMP/llama-1b.onnx" --batch 1 --seq-len 32768 -o "$OUT/llama-1b-32k" --no-build
 
