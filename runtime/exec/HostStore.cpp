@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace mtrt {
 
@@ -200,6 +201,24 @@ Overlap overlap(int64_t offset, int64_t numel, int64_t begin, int64_t end) {
           std::min<int64_t>(numel, end - offset)};
 }
 
+struct Copy {
+  template <class T> T operator()(T x) const { return x; }
+};
+
+// dst[k] = convert(src[layout.at(k)]) for k in [lo, hi): a memcpy when
+// nothing converts and the layout is contiguous.
+template <class Dst, class Src, class Convert = Copy>
+void gather(Dst *dst, const Src *src, const Layout &layout, int64_t lo,
+            int64_t hi, Convert convert = {}) {
+  if constexpr (std::is_same_v<Convert, Copy>)
+    if (layout.kind == Layout::Contiguous) {
+      std::memcpy(dst + lo, src + layout.base + lo, size_t(hi - lo) * sizeof(Dst));
+      return;
+    }
+  for (int64_t k = lo; k < hi; ++k)
+    dst[k] = convert(src[layout.at(k)]);
+}
+
 } // namespace
 
 void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
@@ -215,53 +234,27 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
     const int primary = d.tie >= 0 ? d.tie : unit.params[i];
     const int64_t at = unit.offsets[i] - begin; // param index 0 in staging
     const Layout layout = layout_of(p_, unit, i);
-    const bool strided = layout.kind != Layout::Contiguous;
     const int64_t n = part.hi - part.lo;
-    if (const uint16_t *src16 = values_bf16(primary)) {
-      // bf16 masters go as they are, or widened (exactly) for f32 staging.
-      auto bits = [&](int64_t k) { return src16[layout.at(k)]; };
-      parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
-        lo += part.lo;
-        hi += part.lo;
-        if (format_ != StorageFormat::Bf16) {
-          float *dst = static_cast<float *>(staging) + at;
-          for (int64_t k = lo; k < hi; ++k)
-            dst[k] = bf16_widen(bits(k));
-          return;
-        }
-        uint16_t *dst = static_cast<uint16_t *>(staging) + at;
-        if (strided)
-          for (int64_t k = lo; k < hi; ++k)
-            dst[k] = bits(k);
-        else
-          std::memcpy(dst + lo, src16 + layout.base + lo,
-                      size_t(hi - lo) * sizeof(uint16_t));
-      });
-      continue;
-    }
-    const float *src = values(primary);
-    auto element = [&](int64_t k) { return src[layout.at(k)]; };
-    if (format_ == StorageFormat::Bf16) {
-      uint16_t *dst = static_cast<uint16_t *>(staging) + at;
-      parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
-        for (int64_t k = part.lo + lo; k < part.lo + hi; ++k)
-          dst[k] = bf16_nearest(element(k));
-      });
-      continue;
-    }
-    float *dst = static_cast<float *>(staging) + at;
+    // bf16 masters (src16) or fp32 masters and constants (src32).
+    const uint16_t *src16 = values_bf16(primary);
+    const float *src32 = values(primary);
+    uint16_t *dst16 = static_cast<uint16_t *>(staging) + at;
+    float *dst32 = static_cast<float *>(staging) + at;
+    const bool bf16_staging = format_ == StorageFormat::Bf16;
     const bool round = format_ == StorageFormat::F32RoundedBf16;
     parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
       lo += part.lo;
       hi += part.lo;
-      if (strided)
-        for (int64_t k = lo; k < hi; ++k)
-          dst[k] = element(k);
+      if (src16 && bf16_staging)
+        gather(dst16, src16, layout, lo, hi);
+      else if (src16) // widened exactly: no rounding needed
+        gather(dst32, src16, layout, lo, hi, bf16_widen);
+      else if (bf16_staging)
+        gather(dst16, src32, layout, lo, hi, bf16_nearest);
       else
-        std::memcpy(dst + lo, src + layout.base + lo,
-                    size_t(hi - lo) * sizeof(float));
-      if (round)
-        cpu::round_to_bf16(dst + lo, hi - lo);
+        gather(dst32, src32, layout, lo, hi);
+      if (round && !src16)
+        cpu::round_to_bf16(dst32 + lo, hi - lo);
     });
   }
 }

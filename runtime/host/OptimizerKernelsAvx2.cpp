@@ -36,22 +36,32 @@ struct Coeffs8 {
       sqrt_bc2, eps, neg_step_size;
 };
 
-MT_AVX2 inline void adamw8(float *p, float *m, float *v, const float *g,
-                           const Coeffs8 &c) {
-  __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g), c.grad_scale);
-  __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p), c.decay);
-  __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m), c.beta1),
+// The update of 8 lanes from loaded values: new p, m and v.
+struct Update8 {
+  __m256 p, m, v;
+};
+MT_AVX2 inline Update8 update8(__m256 p, __m256 m, __m256 v, __m256 g,
+                               const Coeffs8 &c) {
+  __m256 gi = _mm256_mul_ps(g, c.grad_scale);
+  __m256 pi = _mm256_mul_ps(p, c.decay);
+  __m256 mi = _mm256_add_ps(_mm256_mul_ps(m, c.beta1),
                             _mm256_mul_ps(c.one_minus_beta1, gi));
-  __m256 vi =
-      _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v), c.beta2),
-                    _mm256_mul_ps(_mm256_mul_ps(c.one_minus_beta2, gi), gi));
+  __m256 vi = _mm256_add_ps(_mm256_mul_ps(v, c.beta2),
+                            _mm256_mul_ps(_mm256_mul_ps(c.one_minus_beta2, gi), gi));
   __m256 denom =
       _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), c.sqrt_bc2), c.eps);
   pi = _mm256_add_ps(pi,
                      _mm256_div_ps(_mm256_mul_ps(c.neg_step_size, mi), denom));
-  _mm256_storeu_ps(p, pi);
-  _mm256_storeu_ps(m, mi);
-  _mm256_storeu_ps(v, vi);
+  return {pi, mi, vi};
+}
+
+MT_AVX2 inline void adamw8(float *p, float *m, float *v, const float *g,
+                           const Coeffs8 &c) {
+  Update8 u = update8(_mm256_loadu_ps(p), _mm256_loadu_ps(m),
+                      _mm256_loadu_ps(v), _mm256_loadu_ps(g), c);
+  _mm256_storeu_ps(p, u.p);
+  _mm256_storeu_ps(m, u.m);
+  _mm256_storeu_ps(v, u.v);
 }
 
 MT_AVX2 inline __m256 widen_bf16(const uint16_t *x) {
@@ -88,21 +98,12 @@ MT_AVX2 inline __m128i narrow_stochastic(__m256 f, __m256i noise) {
 MT_AVX2 inline void adamw_bf16_8(uint16_t *p, float *m, float *v,
                                  const uint16_t *g, __m256i noise,
                                  const Coeffs8 &c) {
-  __m256 gi = _mm256_mul_ps(widen_bf16(g), c.grad_scale);
-  __m256 pi = _mm256_mul_ps(widen_bf16(p), c.decay);
-  __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m), c.beta1),
-                            _mm256_mul_ps(c.one_minus_beta1, gi));
-  __m256 vi =
-      _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v), c.beta2),
-                    _mm256_mul_ps(_mm256_mul_ps(c.one_minus_beta2, gi), gi));
-  __m256 denom =
-      _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), c.sqrt_bc2), c.eps);
-  pi = _mm256_add_ps(pi,
-                     _mm256_div_ps(_mm256_mul_ps(c.neg_step_size, mi), denom));
+  Update8 u = update8(widen_bf16(p), _mm256_loadu_ps(m), _mm256_loadu_ps(v),
+                      widen_bf16(g), c);
   _mm_storeu_si128(reinterpret_cast<__m128i *>(p),
-                   narrow_stochastic(pi, noise));
-  _mm256_storeu_ps(m, mi);
-  _mm256_storeu_ps(v, vi);
+                   narrow_stochastic(u.p, noise));
+  _mm256_storeu_ps(m, u.m);
+  _mm256_storeu_ps(v, u.v);
 }
 
 MT_AVX2 Coeffs8 broadcast(const AdamWCoeffs &c) {

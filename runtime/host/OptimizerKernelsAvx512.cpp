@@ -37,24 +37,34 @@ struct Coeffs16 {
       sqrt_bc2, eps, neg_step_size;
 };
 
-// Masked-off lanes load zeros, compute harmless values and are not stored,
-// which is how the tail stays on the vector path.
-MT_AVX512 inline void adamw16(float *p, float *m, float *v, const float *g,
-                              __mmask16 k, const Coeffs16 &c) {
-  __m512 gi = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, g), c.grad_scale);
-  __m512 pi = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p), c.decay);
-  __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, m), c.beta1),
+// The update of 16 lanes from loaded values: new p, m and v.
+struct Update16 {
+  __m512 p, m, v;
+};
+MT_AVX512 inline Update16 update16(__m512 p, __m512 m, __m512 v, __m512 g,
+                                   const Coeffs16 &c) {
+  __m512 gi = _mm512_mul_ps(g, c.grad_scale);
+  __m512 pi = _mm512_mul_ps(p, c.decay);
+  __m512 mi = _mm512_add_ps(_mm512_mul_ps(m, c.beta1),
                             _mm512_mul_ps(c.one_minus_beta1, gi));
-  __m512 vi =
-      _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, v), c.beta2),
-                    _mm512_mul_ps(_mm512_mul_ps(c.one_minus_beta2, gi), gi));
+  __m512 vi = _mm512_add_ps(_mm512_mul_ps(v, c.beta2),
+                            _mm512_mul_ps(_mm512_mul_ps(c.one_minus_beta2, gi), gi));
   __m512 denom =
       _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), c.sqrt_bc2), c.eps);
   pi = _mm512_add_ps(pi,
                      _mm512_div_ps(_mm512_mul_ps(c.neg_step_size, mi), denom));
-  _mm512_mask_storeu_ps(p, k, pi);
-  _mm512_mask_storeu_ps(m, k, mi);
-  _mm512_mask_storeu_ps(v, k, vi);
+  return {pi, mi, vi};
+}
+
+// Masked-off lanes load zeros, compute harmless values and are not stored,
+// which is how the tail stays on the vector path.
+MT_AVX512 inline void adamw16(float *p, float *m, float *v, const float *g,
+                              __mmask16 k, const Coeffs16 &c) {
+  Update16 u = update16(_mm512_maskz_loadu_ps(k, p), _mm512_maskz_loadu_ps(k, m),
+                        _mm512_maskz_loadu_ps(k, v), _mm512_maskz_loadu_ps(k, g), c);
+  _mm512_mask_storeu_ps(p, k, u.p);
+  _mm512_mask_storeu_ps(m, k, u.m);
+  _mm512_mask_storeu_ps(v, k, u.v);
 }
 
 MT_AVX512 inline __m512 widen_bf16(const uint16_t *x) {
@@ -86,21 +96,12 @@ MT_AVX512 inline __m256i narrow_stochastic(__m512 f, __m512i noise) {
 MT_AVX512 inline void adamw_bf16_16(uint16_t *p, float *m, float *v,
                                     const uint16_t *g, __m512i noise,
                                     const Coeffs16 &c) {
-  __m512 gi = _mm512_mul_ps(widen_bf16(g), c.grad_scale);
-  __m512 pi = _mm512_mul_ps(widen_bf16(p), c.decay);
-  __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m), c.beta1),
-                            _mm512_mul_ps(c.one_minus_beta1, gi));
-  __m512 vi =
-      _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v), c.beta2),
-                    _mm512_mul_ps(_mm512_mul_ps(c.one_minus_beta2, gi), gi));
-  __m512 denom =
-      _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), c.sqrt_bc2), c.eps);
-  pi = _mm512_add_ps(pi,
-                     _mm512_div_ps(_mm512_mul_ps(c.neg_step_size, mi), denom));
+  Update16 u = update16(widen_bf16(p), _mm512_loadu_ps(m), _mm512_loadu_ps(v),
+                        widen_bf16(g), c);
   _mm256_storeu_si256(reinterpret_cast<__m256i *>(p),
-                      narrow_stochastic(pi, noise));
-  _mm512_storeu_ps(m, mi);
-  _mm512_storeu_ps(v, vi);
+                      narrow_stochastic(u.p, noise));
+  _mm512_storeu_ps(m, u.m);
+  _mm512_storeu_ps(v, u.v);
 }
 
 MT_AVX512 Coeffs16 broadcast(const AdamWCoeffs &c) {
