@@ -190,4 +190,19 @@ bool broadcastShapes(const Shape &a, const Shape &b, Shape &out) {
   return true;
 }
 
+void unravel(int64_t flat, const Shape &shape, std::vector<int64_t> &coord) {
+  coord.resize(shape.size());
+  for (size_t k = shape.size(); k-- > 0;) {
+    coord[k] = flat % shape[k];
+    flat /= shape[k];
+  }
+}
+
+int64_t ravel(const std::vector<int64_t> &coord, const Shape &shape) {
+  int64_t flat = 0;
+  for (size_t k = 0; k < shape.size(); ++k)
+    flat = flat * shape[k] + coord[k];
+  return flat;
+}
+
 } // namespace mt::onnx_import

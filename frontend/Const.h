@@ -54,6 +54,10 @@ std::vector<int64_t> toInts(const Const &c);
 /// Saturating conversion of a folded value to int64.
 int64_t toInt(double v);
 
+/// Row-major coordinates of a flat index, and back.
+void unravel(int64_t flat, const Shape &shape, std::vector<int64_t> &coord);
+int64_t ravel(const std::vector<int64_t> &coord, const Shape &shape);
+
 /// Maps flat indices of a broadcast result to flat indices of one operand
 /// (NumPy rules, right-aligned).
 class BroadcastIndex {

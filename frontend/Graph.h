@@ -19,6 +19,7 @@
 #include <vector>
 
 namespace onnx {
+class GraphProto;
 class TensorProto;
 } // namespace onnx
 
@@ -28,13 +29,14 @@ struct Node;
 
 /// An attribute value, normalized across opsets by the handlers.
 struct Attr {
-  enum Kind { Int, Float, String, Ints, Floats, Tensor, Other } kind = Other;
+  enum Kind { Int, Float, String, Ints, Floats, Tensor, Graph, Other } kind = Other;
   int64_t i = 0;
   double f = 0;
   std::string s;
   std::vector<int64_t> ints;
   std::vector<double> floats;
   ConstPtr tensor; // a Tensor attribute's value, decoded when the graph is built
+  const onnx::GraphProto *graph = nullptr; // a Graph attribute (a Loop's body)
 };
 
 struct Value {
@@ -48,6 +50,9 @@ struct Value {
   /// Set when the value is known at compile time (folded or an initializer
   /// with data).
   ConstPtr constant;
+  /// A folded ONNX sequence (dtype: its tensors'); sequences and loops are
+  /// evaluated at import and never reach the model (ControlFlow.h).
+  std::shared_ptr<const std::vector<ConstPtr>> sequence;
   bool isGraphInput = false;
   /// Computed from the fed input at run time (an activation).
   bool fromInput = false;

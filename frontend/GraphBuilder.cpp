@@ -9,11 +9,13 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/GraphBuilder.h"
 
+#include "frontend/ControlFlow.h"
 #include "frontend/Error.h"
 #include "frontend/OnnxFile.h"
 #include "frontend/OpHandler.h"
 
 #include <deque>
+#include <functional>
 #include <set>
 
 namespace mt::onnx_import {
@@ -37,6 +39,10 @@ Attr convertAttr(const onnx::AttributeProto &a, OnnxFile &file) {
   case AP::TENSOR:
     r.kind = Attr::Tensor;
     r.tensor = initializerConst(file.initializer(a.t()));
+    break;
+  case AP::GRAPH:
+    r.kind = Attr::Graph;
+    r.graph = &a.g();
     break;
   default: r.kind = Attr::Other; break;
   }
@@ -229,7 +235,10 @@ private:
     std::vector<std::vector<int>> users(nodes.size());
     for (int i = 0; i < nodes.size(); ++i) {
       std::set<int> deps;
-      for (const auto &in : nodes[i].input()) {
+      std::set<std::string> reads(nodes[i].input().begin(),
+                                  nodes[i].input().end());
+      outerReads(nodes[i], reads); // a Loop's body reads the graph's values
+      for (const auto &in : reads) {
         if (in.empty() || g_->byName.count(in))
           continue;
         auto it = producer.find(in);
@@ -264,44 +273,121 @@ private:
     return order;
   }
 
+  // The names a node's subgraphs read from enclosing scopes: used, but
+  // neither produced nor taken as inputs inside them.
+  static void outerReads(const onnx::NodeProto &node,
+                         std::set<std::string> &reads) {
+    for (const auto &a : node.attribute()) {
+      if (a.type() != onnx::AttributeProto::GRAPH)
+        continue;
+      std::set<std::string> inner, used;
+      for (const auto &i : a.g().input())
+        inner.insert(i.name());
+      for (const auto &t : a.g().initializer())
+        inner.insert(t.name());
+      for (const auto &n : a.g().node()) {
+        for (const auto &in : n.input())
+          used.insert(in);
+        outerReads(n, used);
+        inner.insert(n.output().begin(), n.output().end());
+      }
+      for (const auto &o : a.g().output())
+        used.insert(o.name());
+      for (const auto &u : used)
+        if (!u.empty() && !inner.count(u))
+          reads.insert(u);
+    }
+  }
+
+  Node *addNode(Graph &graph, const onnx::NodeProto &np, int64_t index,
+                const std::function<Value *(const std::string &)> &lookup) {
+    std::vector<Value *> ins;
+    for (const auto &in : np.input())
+      ins.push_back(in.empty() ? nullptr : lookup(in));
+    std::string name = np.name().empty()
+                           ? fmt::format("{}_{}", np.op_type(), index)
+                           : np.name();
+    Node *n = graph.newNode(np.op_type(), name, ins, nullptr);
+    n->domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    n->opset = file_.opset(n->domain);
+    if (n->opset == 0 && !n->domain.empty())
+      n->opset = 1; // contrib domains are often used without an import
+    for (const auto &a : np.attribute())
+      n->attrs[a.name()] = convertAttr(a, file_);
+    for (const auto &o : np.output()) {
+      Value *v = graph.newValue(o, DType::Undefined, {});
+      v->producer = n;
+      n->outputs.push_back(v);
+    }
+    return n;
+  }
+
+  // A name as a subgraph node sees it: the innermost scope that has it,
+  // then the main graph.
+  Value *lookup(const std::string &name, const std::string &reader) {
+    for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope)
+      if (auto it = (*scope)->find(name); it != (*scope)->end())
+        return it->second;
+    auto it = g_->byName.find(name);
+    if (it == g_->byName.end())
+      fail("{} in a loop body reads '{}', which nothing before it defines",
+           reader, name);
+    return it->second;
+  }
+
+  // ControlFlow.h's SubgraphRunner.
+  std::vector<Value *> runSubgraph(Graph &scratch, const onnx::GraphProto &body,
+                                   const std::vector<Value *> &inputs) {
+    if (body.input_size() != int(inputs.size()))
+      fail("a loop body takes {} inputs, the loop gives it {}",
+           body.input_size(), inputs.size());
+    if (body.initializer_size() > 0)
+      fail("a loop body has initializers ('{}'); not supported",
+           body.initializer(0).name());
+    std::map<std::string, Value *> local;
+    for (int i = 0; i < body.input_size(); ++i)
+      local[body.input(i).name()] = inputs[size_t(i)];
+    scopes_.push_back(&local);
+    int64_t index = 0;
+    for (const auto &np : body.node()) { // ONNX keeps subgraphs sorted
+      Node *n = addNode(scratch, np, index++, [&](const std::string &name) {
+        return lookup(name, fmt::format("node '{}' ({})", np.name(),
+                                        np.op_type()));
+      });
+      for (Value *v : n->outputs)
+        if (!v->name.empty())
+          local[v->name] = v;
+      infer(*n);
+    }
+    std::vector<Value *> outs; // an output may pass an outer value through
+    for (const auto &o : body.output())
+      outs.push_back(lookup(o.name(), "an output"));
+    scopes_.pop_back();
+    return outs;
+  }
+
   void addNodes() {
     int64_t index = 0;
     for (const onnx::NodeProto *np : topologicalOrder()) {
-      std::vector<Value *> ins;
-      for (const auto &in : np->input())
-        ins.push_back(in.empty() ? nullptr : g_->byName.at(in));
-      std::string name = np->name().empty()
-                             ? fmt::format("{}_{}", np->op_type(), index)
-                             : np->name();
-      ++index;
-      Node *n = g_->newNode(np->op_type(), name, ins, nullptr);
-      n->domain = np->domain() == "ai.onnx" ? "" : np->domain();
-      n->opset = file_.opset(n->domain);
-      if (n->opset == 0 && !n->domain.empty())
-        n->opset = 1; // contrib domains are often used without an import
-      for (const auto &a : np->attribute())
-        n->attrs[a.name()] = convertAttr(a, file_);
-      for (const auto &o : np->output()) {
-        Value *v = g_->newValue(o, DType::Undefined, {});
-        v->producer = n;
-        n->outputs.push_back(v);
-        if (!o.empty())
-          g_->byName[o] = v;
-      }
+      Node *n = addNode(*g_, *np, index++, [&](const std::string &name) {
+        return g_->byName.at(name);
+      });
+      for (Value *v : n->outputs)
+        if (!v->name.empty())
+          g_->byName[v->name] = v;
       infer(*n);
     }
   }
 
   void infer(Node &n) {
+    if (isControlFlow(n)) {
+      foldControlFlow(n, [this](Graph &scratch, const onnx::GraphProto &body,
+                                const std::vector<Value *> &inputs) {
+        return runSubgraph(scratch, body, inputs);
+      });
+      return;
+    }
     const OpHandler *h = findHandler(n);
-    // torch exports repeat_interleave with a size known only at run time
-    // (dynamic_axes) as a Loop over sequences, which is not evaluated here.
-    if (!h && (n.op == "Loop" || n.op.rfind("Sequence", 0) == 0 ||
-               n.op == "SplitToSequence" || n.op == "ConcatFromSequence"))
-      fail("{}: unsupported op (ONNX loops and sequences are not supported; "
-           "torch writes them for repeat_interleave under dynamic_axes: "
-           "export with fixed shapes instead)",
-           n.describe());
     if (!h)
       fail("{}: unsupported op", n.describe());
     OpContext ctx(n);
@@ -353,6 +439,8 @@ private:
   const Bindings &bindings_;
   std::unique_ptr<Graph> g_;
   std::map<std::string, int64_t> symbols_;
+  // The scopes of the loop bodies being run, innermost last.
+  std::vector<const std::map<std::string, Value *> *> scopes_;
 };
 
 } // namespace

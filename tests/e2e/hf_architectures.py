@@ -1,8 +1,8 @@
 """Tiny random-init HuggingFace decoders of families the importer was not
 written against, exported the way users export them (torch.onnx.export of
-the model's own code, opset 17, dynamic batch and sequence; with fixed
-shapes, batch 2 x 16 tokens, for the families in STATIC, whose dynamic
-exports need ONNX loops), for the end-to-end tests:
+the model's own code, opset 17, dynamic batch and sequence, under which
+GPT-J's and CodeGen's repeat_interleave becomes an ONNX Loop; the exports in
+STATIC have fixed shapes, batch 2 x 16 tokens), for the end-to-end tests:
 
     python -m tests.e2e.hf_architectures NAME OUT.onnx
 """
@@ -73,6 +73,10 @@ ARCHITECTURES = {
     # (GatherElements).
     "gptj": (T.GPTJConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
                                 n_positions=128, use_cache=False), T.GPTJForCausalLM),
+    # GPT-J exported with fixed shapes: no Loop, the tables' gathers folded.
+    "gptj-fixed-shapes": (T.GPTJConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                                             rotary_dim=8, n_positions=128, use_cache=False),
+                          T.GPTJForCausalLM),
     # GPT-J's rotary with a fused QKV split per model-parallel shard.
     "codegen": (T.CodeGenConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
                                       rotary_dim=8, n_positions=128, n_ctx=128, use_cache=False),
@@ -83,9 +87,8 @@ ARCHITECTURES = {
 }
 
 
-# Exported with fixed shapes: under dynamic_axes torch writes their
-# repeat_interleave as an ONNX Loop, which the importer refuses.
-STATIC = {"gptj", "codegen"}
+# Exported with fixed shapes, as some users do.
+STATIC = {"gptj-fixed-shapes"}
 STATIC_BATCH, STATIC_SEQ = 2, 16
 
 

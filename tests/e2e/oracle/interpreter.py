@@ -37,8 +37,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import ops_math, ops_nn, ops_tensor  # noqa: F401  (they fill the op table)
-from .registry import F, OPS, Node, OracleError, tensor_from_array, torch_dtype
+import torch
+
+from . import ops_math, ops_nn, ops_sequence, ops_tensor  # noqa: F401  (they fill the op table)
+from .registry import F, OPS, Node, OracleError, scalar, tensor_from_array, torch_dtype
 
 
 class Tie(NamedTuple):
@@ -93,6 +95,23 @@ def _domain(domain):
     return "" if domain == "ai.onnx" else domain
 
 
+def _reads(proto):
+    """The names a node reads: its inputs and what its subgraphs (a Loop's
+    body) read from the enclosing graph."""
+    names = [n for n in proto.input if n]
+    for a in proto.attribute:
+        if a.type != onnx.AttributeProto.GRAPH:
+            continue
+        inner = {i.name for i in a.g.input} | {t.name for t in a.g.initializer}
+        used = []
+        for n in a.g.node:
+            used += _reads(n)
+            inner.update(n.output)
+        used += [o.name for o in a.g.output]
+        names += [u for u in used if u not in inner]
+    return names
+
+
 class OnnxModel:
     """An ONNX model ready to run: its parameters, constants, ties and nodes."""
 
@@ -128,6 +147,11 @@ class OnnxModel:
         domain = _domain(proto.domain)
         opset = opsets.get(domain)
         node = Node(proto, opset)
+        if (domain, proto.op_type) == ("", "Loop") and opset and opset >= 13:
+            node.body = node.attrs["body"]
+            node.body_nodes = [OnnxModel._bind(p, opsets) for p in node.body.node]
+            node.handler = None  # run by _loop, which needs the enclosing values
+            return node
         entry = OPS.get((domain, proto.op_type))
         if opset is None or entry is None or opset < entry[0]:
             where = f"node '{node.name}', domain '{domain or 'ai.onnx'}', opset {opset}"
@@ -140,7 +164,7 @@ class OnnxModel:
         """For each node, the values no later node reads (freed to bound memory)."""
         last_use = {}
         for i, node in enumerate(self.nodes):
-            for name in node.proto.input:
+            for name in _reads(node.proto):
                 last_use[name] = i
         plan = [[] for _ in self.nodes]
         for name, i in last_use.items():
@@ -161,23 +185,56 @@ class OnnxModel:
         values = {**self.constants, **self.params, **feeds}
         for name in self.ties:
             values[name] = self.tied_value(name)
-        for node, release in zip(self.nodes, self._release):
-            unknown = [n for n in node.proto.input if n and n not in values]
+        self._execute(self.nodes, values, self._release)
+        return {name: values[name] for name in self.output_names}
+
+    def _execute(self, nodes, values, releases=None):
+        """Runs nodes in order over `values` (name -> tensor), adding their outputs."""
+        for i, node in enumerate(nodes):
+            unknown = [n for n in _reads(node.proto) if n not in values]
             if unknown:
                 raise OracleError(f"value '{unknown[0]}' is read before it is produced "
                                   f"(node '{node.name}', op {node.op_type})")
             args = [values[n] if n else None for n in node.proto.input]
             try:
-                result = node.handler(node, *args)
+                if node.handler is None:
+                    result = self._loop(node, args, values)
+                else:
+                    result = node.handler(node, *args)
             except Exception as e:
                 raise OracleError(f"{e} (node '{node.name}', op {node.op_type}, opset {node.opset})") from e
             results = result if isinstance(result, list) else [result]
             for name, value in zip(node.proto.output, results):
                 if name:
                     values[name] = value
-            for name in release:
+            for name in releases[i] if releases else ():
                 values.pop(name, None)
-        return {name: values[name] for name in self.output_names}
+
+    def _loop(self, node, args, values):
+        """ONNX Loop: the body runs while the trip count and condition allow,
+        threading the loop-carried values; scan outputs are stacked."""
+        trips, cond, carried = args[0], args[1], list(args[2:])
+        body = node.body
+        num_scans = len(body.output) - 1 - len(carried)
+        scans = [[] for _ in range(num_scans)]
+        keep_going = cond is None or bool(scalar(cond))
+        i = 0
+        while (trips is None or i < int(scalar(trips))) and keep_going:
+            scope = dict(values)
+            scope[body.input[0].name] = torch.tensor(i, dtype=torch.int64)
+            scope[body.input[1].name] = torch.tensor(True)
+            for vi, value in zip(body.input[2:], carried):
+                scope[vi.name] = value
+            self._execute(node.body_nodes, scope)
+            outs = [scope[o.name] for o in body.output]
+            keep_going = bool(scalar(outs[0]))
+            carried = outs[1:1 + len(carried)]
+            for k in range(num_scans):
+                scans[k].append(outs[1 + len(carried) + k])
+            i += 1
+        if any(not s for s in scans):
+            raise OracleError("a Loop with scan outputs ran no iteration")
+        return carried + [torch.stack(s) for s in scans]
 
     def logits_name(self):
         return "logits" if "logits" in self.output_names else self.output_names[0]

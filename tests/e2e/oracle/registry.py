@@ -73,6 +73,14 @@ def tensor_from_array(array, elem_type):
     return torch.from_numpy(np.asarray(array, dtype=np.bool_).copy())
 
 
+class OnnxSequence:
+    """An ONNX sequence value: its tensors (not a list, so that a handler's
+    list of outputs stays distinguishable from one sequence output)."""
+
+    def __init__(self, items):
+        self.items = items
+
+
 class Node:
     """One NodeProto as a handler sees it."""
 

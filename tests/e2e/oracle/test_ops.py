@@ -319,3 +319,54 @@ class Ties(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ControlFlow(unittest.TestCase):
+    """Loop and the sequence ops, on graphs built here; expected values by hand."""
+
+    @staticmethod
+    def run_graph(nodes, inputs, outputs):
+        graph = helper.make_graph(
+            nodes, "g",
+            [helper.make_tensor_value_info(n, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[v.dtype], None)
+             for n, v in inputs.items()],
+            [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs])
+        model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+        feeds = {n: tensor_from_array(v, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[v.dtype])
+                 for n, v in inputs.items()}
+        result = model.run(**feeds)
+        return [result[n].detach().numpy() for n in outputs]
+
+    def test_split_erase_concat(self):
+        x = np.arange(10, dtype=np.float64).reshape(2, 5)
+        nodes = [helper.make_node("SplitToSequence", ["x", "sizes"], ["s"], axis=1),
+                 helper.make_node("SequenceErase", ["s", "zero"], ["t"]),
+                 helper.make_node("SequenceLength", ["t"], ["n"]),
+                 helper.make_node("SequenceConstruct", ["x", "x"], ["u"]),
+                 helper.make_node("ConcatFromSequence", ["t"], ["y"], axis=-1),
+                 helper.make_node("ConcatFromSequence", ["u"], ["z"], axis=0, new_axis=1)]
+        y, n, z = self.run_graph(nodes, {"x": x, "sizes": i64([2, 3]), "zero": i64(0)},
+                                 ["y", "n", "z"])
+        np.testing.assert_array_equal(y, x[:, 2:])
+        self.assertEqual(int(n), 1)
+        self.assertEqual(z.shape, (2, 2, 5))
+
+    def test_loop_threads_carried_values_and_stacks_scans(self):
+        # Doubles c, scans 10 * i, and stops after iteration 2 of at most 4.
+        body = helper.make_graph(
+            [helper.make_node("Add", ["c", "c"], ["c_out"]),
+             helper.make_node("Less", ["i", "two"], ["cond_out"]),
+             helper.make_node("Mul", ["i", "ten"], ["scan"])],
+            "body",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("c", TensorProto.DOUBLE, None)],
+            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("c_out", TensorProto.DOUBLE, None),
+             helper.make_tensor_value_info("scan", TensorProto.INT64, [])])
+        nodes = [helper.make_node("Loop", ["m", "go", "c0"], ["c", "scans"], body=body)]
+        c, scans = self.run_graph(
+            nodes, {"m": i64(4), "go": np.array(True), "c0": np.array([1.0, -3.0]),
+                    "two": i64(2), "ten": i64(10)}, ["c", "scans"])
+        np.testing.assert_array_equal(c, [8.0, -24.0])
+        np.testing.assert_array_equal(scans, [0, 10, 20])

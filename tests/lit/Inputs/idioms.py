@@ -418,6 +418,57 @@ def _(g):
     return ref
 
 
+def _repeat_interleave_loop(g, table, name):
+    """torch's repeat_interleave(table, 2, dim=-1) under dynamic_axes: the
+    columns split into a sequence, a Loop that expands each to two columns
+    and inserts it into a sequence, and ConcatFromSequence."""
+    from onnx import helper  # noqa: PLC0415
+    cols = g.op("SplitToSequence", table, axis=1, keepdims=0)
+    count = g.op("SequenceLength", cols)
+    body = helper.make_graph(
+        [helper.make_node("SequenceAt", [cols, "i"], [f"{name}.col"]),
+         helper.make_node("Constant", [], [f"{name}.axes"],
+                          value=numpy_helper.from_array(np.array([1], np.int64))),
+         helper.make_node("Unsqueeze", [f"{name}.col", f"{name}.axes"], [f"{name}.col1"]),
+         helper.make_node("Constant", [], [f"{name}.pair"],
+                          value=numpy_helper.from_array(np.array([1, 2], np.int64))),
+         helper.make_node("Expand", [f"{name}.col1", f"{name}.pair"], [f"{name}.col2"]),
+         helper.make_node("SequenceInsert", ["acc", f"{name}.col2"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
+        f"{name}.body",
+        [helper.make_tensor_value_info("i", INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("acc", FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("acc_out", FLOAT, None)])
+    true = g.const(True, np.bool_)
+    pieces = g.op("Loop", count, true, g.op("SequenceEmpty", dtype=FLOAT), body=body)
+    return g.op("ConcatFromSequence", pieces, axis=1)
+
+
+@idiom("rope-interleaved-loop",
+       "rope-interleaved with tables [64,4] Slice to [S,4] and repeated as torch's dynamic "
+       "export does: SplitToSequence(axis 1), Loop(SequenceLength) of SequenceAt, Unsqueeze, "
+       "Expand [1,2], SequenceInsert; ConcatFromSequence(axis 1) -> [S,8]")
+def _(g):
+    x = x_input(g)
+    q, Wq = _q_heads(g, x)
+    freqs = np.outer(np.arange(MAX_POS), 1.0 / 10000.0 ** (np.arange(0, D, 2) / D))
+    seq = g.dim(x, 1)
+    cos, sin = (_repeat_interleave_loop(
+        g, g.slice(g.tensor(f"rope.{n}_half", f(freqs).astype(np.float32)), [0], seq, [0]), n)
+        for n, f in (("cos", np.cos), ("sin", np.sin)))
+    x1 = g.op("Slice", q, g.ints(0), g.ints(D), g.ints(3), g.ints(2))
+    x2 = g.op("Slice", q, g.ints(1), g.ints(D), g.ints(3), g.ints(2))
+    pairs = g.op("Concat", g.unsqueeze(g.op("Neg", x2), 4), g.unsqueeze(x1, 4), axis=-1)
+    rot = g.op("Reshape", pairs, g.op("Shape", q))
+    y = g.op("Add", g.op("Mul", q, cos), g.op("Mul", rot, sin))
+    g.output(y, "y", FLOAT, ["batch", H, "seq", D])
+    # onnx_eval has no Loop: the numbers are checked end to end, on GPT-J
+    # and CodeGen exported with dynamic axes (tests/e2e/hf_architectures.py).
+    return None
+
+
 @idiom("rope-table-gather",
        "cos/sin initializers [64,8] Gather(table, Unsqueeze(Range(0,S,1),0)) -> [1,S,8], "
        "Unsqueeze(1) -> [1,1,S,8]; rotate-half")
@@ -789,11 +840,30 @@ def _(g):
 
 
 @idiom("bad-sequence-op", "Add(x, ConcatFromSequence(SequenceInsert(SequenceEmpty(), x), axis=0)): "
-       "ONNX sequences, as torch writes repeat_interleave under dynamic_axes")
+       "an ONNX sequence of an activation")
 def _(g):
     x = x_input(g)
     seq = g.op("SequenceInsert", g.op("SequenceEmpty", dtype=TensorProto.FLOAT), x)
     y_output(g, g.op("Add", x, g.op("ConcatFromSequence", seq, axis=0)), HIDDEN)
+    return None
+
+
+@idiom("bad-loop-activation", "Loop(2, true, x) whose body doubles the carried value: "
+       "a loop over an activation")
+def _(g):
+    from onnx import helper  # noqa: PLC0415
+    x = x_input(g)
+    body = helper.make_graph(
+        [helper.make_node("Add", ["h", "h"], ["h_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "double",
+        [helper.make_tensor_value_info("i", INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h", FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", FLOAT, None)])
+    y = g.op("Loop", g.const(2), g.const(True, np.bool_), x, body=body)
+    y_output(g, y, HIDDEN)
     return None
 
 
