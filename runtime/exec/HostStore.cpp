@@ -418,4 +418,15 @@ int64_t HostStore::bytes() const {
          int64_t(sizeof(uint16_t)) * int64_t(master16_.size() + grad16_.size());
 }
 
+int64_t HostStore::bytes_for(const Program &p) {
+  int64_t trainable = 0, constant = 0;
+  for (int q = 0; q < p.num_params; ++q) {
+    const ParamDesc &d = p.params[q];
+    if (d.tie < 0)
+      (d.frozen ? constant : trainable) += d.numel;
+  }
+  const int64_t per_param = p.master == MasterFormat::Bf16 ? 12 : 16;
+  return per_param * trainable + int64_t(sizeof(float)) * constant;
+}
+
 } // namespace mtrt

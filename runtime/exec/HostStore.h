@@ -106,6 +106,8 @@ public:
   int64_t trainable_params() const { return trainable_elems_; }
   /// Everything this store allocates.
   int64_t bytes() const;
+  /// What a store of `p` allocates, before it is built.
+  static int64_t bytes_for(const Program &p);
 
 private:
   /// A stretch of one unit's state updated with one AdamW call.

@@ -13,6 +13,7 @@
 #include "runtime/trainer/AtomicFile.h"
 #include "runtime/trainer/Checkpoint.h"
 #include "runtime/trainer/DataLoader.h"
+#include "runtime/trainer/HostMemory.h"
 #include "runtime/trainer/Json.h"
 #include "runtime/trainer/LrSchedule.h"
 #include "runtime/trainer/MetricsLog.h"
@@ -158,6 +159,9 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
   oc.weight_decay = opts_.weight_decay;
   oc.clip_grad = opts_.clip_grad;
   oc.rounding_seed = opts_.seed;
+  check_host_store_fits(HostStore::bytes_for(p_),
+                        p_.master == MasterFormat::Bf16, host_memory_info(),
+                        err);
   HostStore store(p_, backend->storage_format(), oc);
 
   int threads = int(opts_.threads);

@@ -62,8 +62,8 @@ int trainer_main(int argc, char **argv, const Program *p) {
   } catch (const Error &e) {
     print_error(e.what());
   } catch (const std::bad_alloc &) {
-    print_error("out of host memory (the host store needs about 16 bytes "
-                "per parameter)");
+    print_error("out of host memory (the host store needs 16 bytes per "
+                "trained parameter, 12 with --master-weights bf16)");
   } catch (const std::exception &e) {
     print_error(e.what());
   }

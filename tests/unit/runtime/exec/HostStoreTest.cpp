@@ -145,6 +145,8 @@ TEST(HostStoreTest, Bf16MastersAgreeWithAnFp32StoreOnBf16Values) {
   const int64_t constants = toy.program().params[kScale].numel;
   EXPECT_EQ(b16.bytes(), 12 * b16.trainable_params() + 4 * constants);
   EXPECT_EQ(f32.bytes(), 16 * f32.trainable_params() + 4 * constants);
+  EXPECT_EQ(HostStore::bytes_for(p16), b16.bytes());
+  EXPECT_EQ(HostStore::bytes_for(toy.program()), f32.bytes());
 }
 
 // torch.optim.AdamW's update in float, in AdamW.h's order, for one param.
