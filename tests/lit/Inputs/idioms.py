@@ -393,24 +393,33 @@ def _(g):
     return _rope_idiom(g, tables)
 
 
-@idiom("rope-interleaved",
-       "GPT-J's rotate_every_two: x1=Slice(q,0::2), x2=Slice(q,1::2) on the last dim, "
-       "Reshape(Concat(Unsqueeze(Neg(x2),4), Unsqueeze(x1,4), axis=-1), q's shape); tables "
-       "[64,8] with each frequency twice in a row, Slice to [S,8]; Add(Mul(q,cos),Mul(rot,sin))")
-def _(g):
+def _interleaved_rope(g, tables):
+    """y = q·cos + rotate_every_two(q)·sin on q = heads(x·Wq), the [S, 8]
+    tables from tables(g, seq, freqs [64, 4]); returns Wq and freqs."""
     x = x_input(g)
     q, Wq = _q_heads(g, x)
     freqs = np.outer(np.arange(MAX_POS), 1.0 / 10000.0 ** (np.arange(0, D, 2) / D))
-    cos_t, sin_t = (np.repeat(f(freqs), 2, axis=-1) for f in (np.cos, np.sin))
-    seq = g.dim(x, 1)
-    cos, sin = (g.slice(g.tensor(f"rope.{n}_cached", t.astype(np.float32)), [0], seq, [0])
-                for n, t in (("cos", cos_t), ("sin", sin_t)))
+    cos, sin = tables(g, g.dim(x, 1), freqs)
     x1 = g.op("Slice", q, g.ints(0), g.ints(D), g.ints(3), g.ints(2))
     x2 = g.op("Slice", q, g.ints(1), g.ints(D), g.ints(3), g.ints(2))
     pairs = g.op("Concat", g.unsqueeze(g.op("Neg", x2), 4), g.unsqueeze(x1, 4), axis=-1)
     rot = g.op("Reshape", pairs, g.op("Shape", q))
     y = g.op("Add", g.op("Mul", q, cos), g.op("Mul", rot, sin))
     g.output(y, "y", FLOAT, ["batch", H, "seq", D])
+    return Wq, freqs
+
+
+@idiom("rope-interleaved",
+       "GPT-J's rotate_every_two: x1=Slice(q,0::2), x2=Slice(q,1::2) on the last dim, "
+       "Reshape(Concat(Unsqueeze(Neg(x2),4), Unsqueeze(x1,4), axis=-1), q's shape); tables "
+       "[64,8] with each frequency twice in a row, Slice to [S,8]; Add(Mul(q,cos),Mul(rot,sin))")
+def _(g):
+    def tables(g, seq, freqs):
+        return (g.slice(g.tensor(f"rope.{n}_cached", np.repeat(f(freqs), 2, axis=-1)
+                                 .astype(np.float32)), [0], seq, [0])
+                for n, f in (("cos", np.cos), ("sin", np.sin)))
+    Wq, freqs = _interleaved_rope(g, tables)
+    cos_t, sin_t = (np.repeat(f(freqs), 2, axis=-1) for f in (np.cos, np.sin))
 
     def ref(f):
         n = f["x"].shape[1]
@@ -451,19 +460,11 @@ def _repeat_interleave_loop(g, table, name):
        "export does: SplitToSequence(axis 1), Loop(SequenceLength) of SequenceAt, Unsqueeze, "
        "Expand [1,2], SequenceInsert; ConcatFromSequence(axis 1) -> [S,8]")
 def _(g):
-    x = x_input(g)
-    q, Wq = _q_heads(g, x)
-    freqs = np.outer(np.arange(MAX_POS), 1.0 / 10000.0 ** (np.arange(0, D, 2) / D))
-    seq = g.dim(x, 1)
-    cos, sin = (_repeat_interleave_loop(
-        g, g.slice(g.tensor(f"rope.{n}_half", f(freqs).astype(np.float32)), [0], seq, [0]), n)
-        for n, f in (("cos", np.cos), ("sin", np.sin)))
-    x1 = g.op("Slice", q, g.ints(0), g.ints(D), g.ints(3), g.ints(2))
-    x2 = g.op("Slice", q, g.ints(1), g.ints(D), g.ints(3), g.ints(2))
-    pairs = g.op("Concat", g.unsqueeze(g.op("Neg", x2), 4), g.unsqueeze(x1, 4), axis=-1)
-    rot = g.op("Reshape", pairs, g.op("Shape", q))
-    y = g.op("Add", g.op("Mul", q, cos), g.op("Mul", rot, sin))
-    g.output(y, "y", FLOAT, ["batch", H, "seq", D])
+    def tables(g, seq, freqs):
+        return (_repeat_interleave_loop(
+            g, g.slice(g.tensor(f"rope.{n}_half", f(freqs).astype(np.float32)), [0], seq, [0]), n)
+            for n, f in (("cos", np.cos), ("sin", np.sin)))
+    _interleaved_rope(g, tables)
     # onnx_eval has no Loop: the numbers are checked end to end, on GPT-J
     # and CodeGen exported with dynamic axes (tests/e2e/hf_architectures.py).
     return None
