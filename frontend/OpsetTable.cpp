@@ -26,7 +26,7 @@ std::vector<int64_t> OpContext::intsIn(size_t i, const char *what) const {
 }
 
 int64_t OpContext::axis(int64_t a, int64_t rank) const {
-  if (a < -rank || a >= std::max<int64_t>(rank, 1))
+  if (a < -rank || a >= rank) // a scalar has no axis at all
     error("axis {} is out of range for rank {}", a, rank);
   return a < 0 ? a + rank : a;
 }

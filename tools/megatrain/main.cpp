@@ -67,5 +67,9 @@ int main(int argc, char **argv) {
   } catch (const std::bad_alloc &) {
     std::fprintf(stderr, "error: out of host memory\n");
     return 1;
+  } catch (const std::exception &e) {
+    // A bug, not bad input; still one line and no core dump.
+    std::fprintf(stderr, "error: internal: %s\n", e.what());
+    return 1;
   }
 }

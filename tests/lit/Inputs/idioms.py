@@ -868,6 +868,14 @@ def _(g):
     return None
 
 
+@idiom("bad-gather-scalar", "Add(x, Gather(Constant 2.0, Constant 0)): a Gather from a scalar, "
+       "which has no axis")
+def _(g):
+    x = x_input(g)
+    y_output(g, g.op("Add", x, g.op("Gather", g.const(2.0), g.const(0))), HIDDEN)
+    return None
+
+
 @idiom("bad-cycle", "a=Add(x,t), t=Mul(a,w), y=Identity(a): a cycle through nodes /Add and /Mul")
 def _(g):
     x = x_input(g)
