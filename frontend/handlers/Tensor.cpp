@@ -424,6 +424,62 @@ std::vector<ConstPtr> foldGatherElements(OpContext &ctx) {
   })};
 }
 
+// GatherND: the last dim of the indices (k entries) picks a slice of data
+// after its first batch_dims dims, which indices and data share. Folds only
+// (the dynamo exporter builds masks from positions with it).
+void inferGatherND(OpContext &ctx) {
+  const Shape &data = ctx.shape(0), &idx = ctx.shape(1);
+  const int64_t b = ctx.node.getInt("batch_dims", 0);
+  if (!isInteger(ctx.in(1).dtype))
+    ctx.error("indices must be integers");
+  if (idx.empty() || b < 0 || b >= int64_t(idx.size()) ||
+      b >= int64_t(data.size()))
+    ctx.error("batch_dims {} does not fit indices {} and data {}", b,
+              shapeStr(idx), shapeStr(data));
+  const int64_t k = idx.back();
+  if (k < 1 || b + k > int64_t(data.size()))
+    ctx.error("index tuples of {} entries do not fit data {} after {} batch "
+              "dims",
+              k, shapeStr(data), b);
+  for (int64_t d = 0; d < b; ++d)
+    if (idx[size_t(d)] != data[size_t(d)])
+      ctx.error("indices {} and data {} differ in batch dim {}", shapeStr(idx),
+                shapeStr(data), d);
+  Shape out(idx.begin(), idx.end() - 1);
+  out.insert(out.end(), data.begin() + b + k, data.end());
+  ctx.setOutput(0, ctx.in(0).dtype, out);
+}
+
+std::vector<ConstPtr> foldGatherND(OpContext &ctx) {
+  ConstPtr data = ctx.in(0).constant, idx = ctx.in(1).constant;
+  const int64_t b = ctx.node.getInt("batch_dims", 0);
+  const int64_t k = idx->shape.back();
+  const int64_t tuples = idx->numel / k;
+  for (int64_t t = 0; t < std::min<int64_t>(tuples, 1 << 20); ++t)
+    for (int64_t e = 0; e < k; ++e) {
+      int64_t j = toInt(idx->at(t * k + e)), d = data->shape[size_t(b + e)];
+      if (j < -d || j >= d)
+        ctx.error("index {} is out of range for dim {} of size {}", j, b + e,
+                  d);
+    }
+  Shape out = ctx.node.out()->shape;
+  const size_t lead = idx->shape.size() - 1; // output dims from the indices
+  return {lazyConst(data->dtype, out, [=](int64_t i) {
+    std::vector<int64_t> oc, dc;
+    unravel(i, out, oc);
+    std::vector<int64_t> tuple(oc.begin(), oc.begin() + lead);
+    tuple.push_back(0);
+    const int64_t at = ravel(tuple, idx->shape);
+    dc.assign(oc.begin(), oc.begin() + b);
+    for (int64_t e = 0; e < k; ++e) {
+      int64_t j = toInt(idx->at(at + e)), d = data->shape[size_t(b + e)];
+      dc.push_back(j < 0 ? j + d : j);
+    }
+    dc.insert(dc.end(), oc.begin() + lead, oc.end());
+    return data->at(ravel(dc, data->shape));
+  })};
+}
+
 void inferExpand(OpContext &ctx) {
   std::vector<int64_t> target = ctx.intsIn(1, "the target shape");
   Shape out;
@@ -561,6 +617,7 @@ void addTensorHandlers(std::vector<OpHandler> &t) {
   t.push_back({"", "Gather", 13, inferGather, foldGather});
   t.push_back({"", "GatherElements", 13, inferGatherElements,
                foldGatherElements});
+  t.push_back({"", "GatherND", 13, inferGatherND, foldGatherND});
   t.push_back({"", "Expand", 13, inferExpand, foldExpand});
   t.push_back({"", "ConstantOfShape", 9, inferConstantOfShape, nullptr});
   t.push_back({"", "Range", 11, inferRange, nullptr});

@@ -134,6 +134,23 @@ def _gather_elements(node, x, indices):
     return torch.gather(x, axis, torch.where(indices < 0, indices + n, indices))
 
 
+@op("GatherND", 12)
+def _gather_nd(node, x, indices):
+    """Per the spec: out[b..., i...] = x[b..., *indices[b..., i..., :]], the
+    first batch_dims dims shared; one advanced-indexing gather per batch."""
+    b = node.attr("batch_dims", 0)
+    k = indices.shape[-1]
+    batch = x.shape[:b]
+    xs = x.reshape((-1,) + tuple(x.shape[b:]))
+    ids = indices.reshape((xs.shape[0], -1, k))
+    sizes = torch.tensor(xs.shape[1:1 + k])
+    if ids.numel() and ((ids < -sizes).any() or (ids >= sizes).any()):
+        raise OracleError("GatherND index out of range")
+    ids = torch.where(ids < 0, ids + sizes, ids)
+    picked = torch.stack([xs[n][tuple(ids[n].unbind(-1))] for n in range(xs.shape[0])])
+    return picked.reshape(tuple(batch) + tuple(indices.shape[b:-1]) + tuple(x.shape[b + k:]))
+
+
 @op("Shape")
 def _shape(node, x):
     rank = x.dim()

@@ -370,3 +370,18 @@ class ControlFlow(unittest.TestCase):
                     "two": i64(2), "ten": i64(10)}, ["c", "scans"])
         np.testing.assert_array_equal(c, [8.0, -24.0])
         np.testing.assert_array_equal(scans, [0, 10, 20])
+
+
+class GatherND(unittest.TestCase):
+    """Values picked by hand from x = arange(24).reshape(2, 3, 4)."""
+
+    def test_tuples_batch_dims_and_negative_indices(self):
+        x = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+        rows = run_node("GatherND", [x, i64([[0, 1], [1, 2]])])[0]
+        np.testing.assert_array_equal(rows, [[4, 5, 6, 7], [20, 21, 22, 23]])
+        batched = run_node("GatherND", [x, i64([[1], [2]])], batch_dims=1)[0]
+        np.testing.assert_array_equal(batched, [[4, 5, 6, 7], [20, 21, 22, 23]])
+        points = run_node("GatherND", [x, i64([[[0, 1, 3]], [[1, 2, -1]]])])[0]
+        np.testing.assert_array_equal(points, [[7], [23]])
+        with self.assertRaises(OracleError):
+            run_node("GatherND", [x, i64([[2, 0]])])

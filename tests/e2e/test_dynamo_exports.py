@@ -1,0 +1,49 @@
+"""Exports made by current PyTorch's default exporter (torch 2.15, dynamo,
+opset 20; tests/e2e/dynamo_exports.py, run in the .venv-export that
+tools/install-deps.sh makes) compile and train with first-step loss and
+gradients matching PyTorch float64 autograd, as the exports of the older
+exporter do (test_unseen_architectures.py: loss 1e-4, gradients 1e-3
+relative per tensor)."""
+import os
+import unittest
+
+from tests.e2e.harness import ROOT, Workdir, gradient_errors, read_jsonl, run
+
+EXPORT_PYTHON = os.path.join(ROOT, ".venv-export", "bin", "python")
+EXPORTER = os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py")
+
+
+class DynamoExports(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(EXPORT_PYTHON):
+            raise AssertionError(f"{EXPORT_PYTHON} is missing: run tools/install-deps.sh")
+        cls.w = Workdir()
+        cls.data = cls.w.corpus()
+        cls.names = run([EXPORT_PYTHON, EXPORTER, "--list"]).stdout.split()
+
+    def test_families(self):
+        w = self.w
+        self.assertGreaterEqual(len(self.names), 9)
+        for name in self.names:
+            with self.subTest(family=name):
+                onnx = w(name + ".onnx")
+                run([EXPORT_PYTHON, EXPORTER, name, onnx], cwd=ROOT)
+                plan_dir, plan = w.compile(onnx, name, "--batch", "2", "--seq-len", "16",
+                                           "--micro-batches", "2")
+                w.train(plan_dir, "--data", self.data, "--steps", "1",
+                        "--dump-grads", w(name + ".ours.st"), "--log-jsonl", w(name + ".ours.jsonl"))
+                w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",
+                         "--steps", "1", "--dump-grads", w(name + ".ref.st"),
+                         "--log-jsonl", w(name + ".ref.jsonl"))
+                ours = read_jsonl(w(name + ".ours.jsonl"))[0]["loss"]
+                ref = read_jsonl(w(name + ".ref.jsonl"))[0]["loss"]
+                self.assertLess(abs(ours - ref) / abs(ref), 1e-4)
+                errors, unmatched = gradient_errors(w(name + ".ours.st"), w(name + ".ref.st"))
+                self.assertEqual(unmatched, [])
+                for tensor, err in errors.items():
+                    self.assertLess(err, 1e-3, f"{name}: {tensor}")
+
+
+if __name__ == "__main__":
+    unittest.main()
