@@ -6,5 +6,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash tools/install-deps.sh
+bash tools/install-export-venv.sh
 bash tools/build.sh
 ctest --test-dir build --output-on-failure -j 2 "$@"

@@ -6,6 +6,7 @@
 # built (tools/build.sh): bash bench/device/make_plans.sh
 #
 #   bench/device/plans/tiny-llama, tiny-gpt2   parity (real weights)
+#   bench/device/plans/tiny-llama-bf16master   parity with bf16 master weights
 #   bench/device/plans/tiny-bloom, tiny-window parity of ALiBi and of a sliding
 #                                              window (32 of 128 keys)
 #   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
@@ -37,6 +38,8 @@ for m in tiny-llama tiny-gpt2; do
   "$PY" samples/export.py --model $m -o "$TMP/$m.onnx" > /dev/null
   "$MT" compile "$TMP/$m.onnx" --batch 4 --seq-len 128 -o "$OUT/$m" --no-build
 done
+"$MT" compile "$TMP/tiny-llama.onnx" --batch 4 --seq-len 128 --master-weights bf16 \
+  -o "$OUT/tiny-llama-bf16master" --no-build
 "$PY" -m tests.e2e.hf_architectures bloom "$TMP/tiny-bloom.onnx" > /dev/null 2>&1
 "$PY" samples/structure_model.py --preset tiny --sliding-window 32 --with-data \
   -o "$TMP/tiny-window.onnx"

@@ -1,7 +1,7 @@
 """Tiny random-init HuggingFace decoders exported the way users of current
 PyTorch export them: torch.onnx.export's default (dynamo) exporter of torch
 2.15, opset 20, dynamic batch and sequence, with transformers 5. Run with the
-export venv that tools/install-deps.sh makes (.venv-export):
+export venv that tools/install-export-venv.sh makes (.venv-export):
 
     .venv-export/bin/python tests/e2e/dynamo_exports.py NAME OUT.onnx
     .venv-export/bin/python tests/e2e/dynamo_exports.py --list

@@ -1,6 +1,6 @@
 """Exports made by current PyTorch's default exporter (torch 2.15, dynamo,
 opset 20; tests/e2e/dynamo_exports.py, run in the .venv-export that
-tools/install-deps.sh makes) compile and train with first-step loss and
+tools/install-export-venv.sh makes) compile and train with first-step loss and
 gradients matching PyTorch float64 autograd, as the exports of the older
 exporter do (test_unseen_architectures.py: loss 1e-4, gradients 1e-3
 relative per tensor)."""
@@ -17,7 +17,7 @@ class DynamoExports(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not os.path.exists(EXPORT_PYTHON):
-            raise AssertionError(f"{EXPORT_PYTHON} is missing: run tools/install-deps.sh")
+            raise AssertionError(f"{EXPORT_PYTHON} is missing: run tools/install-export-venv.sh")
         cls.w = Workdir()
         cls.data = cls.w.corpus()
         cls.names = run([EXPORT_PYTHON, EXPORTER, "--list"]).stdout.split()
