@@ -201,6 +201,11 @@ void loop(OpContext &ctx, const SubgraphRunner &run) {
                 outs[0]->name);
     cond = outs[0]->constant->at(0) != 0;
     std::copy(outs.begin() + 1, outs.begin() + 1 + numCarried, carried.begin());
+    for (Value *v : carried)
+      if (!v->constant && !v->sequence)
+        ctx.error("its body's loop-carried output '{}' is not known at "
+                  "compile time (it reads an activation)",
+                  v->name);
     for (size_t k = 0; k < numScans; ++k) {
       Value *s = outs[1 + numCarried + k];
       if (!s->constant)

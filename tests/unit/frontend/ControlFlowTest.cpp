@@ -171,6 +171,27 @@ TEST_F(ControlFlowTest, LoopThreadsCarriedValuesAndStacksScans) {
   EXPECT_EQ(values(*loop->out(1)->constant), (std::vector<double>{0, 10, 20}));
 }
 
+// A body that adds an activation into its carried value.
+TEST_F(ControlFlowTest, ALoopBodyReadingAnActivationIsRefused) {
+  SubgraphRunner body = [&](Graph &scratch, const onnx::GraphProto &,
+                            const std::vector<Value *> &) {
+    Value *cond = scratch.newValue("cond_out", DType::Bool, {});
+    cond->constant = scalarConst(DType::Bool, 1);
+    Value *sum = scratch.newValue("sum", DType::F32, {2});
+    sum->fromInput = true;
+    return std::vector<Value *>{cond, sum};
+  };
+  onnx::GraphProto unused;
+  Attr graph;
+  graph.kind = Attr::Graph;
+  graph.graph = &unused;
+  EXPECT_NE(errorOf([&] {
+              fold("Loop", {constant({}, {2}, DType::I64), nullptr, constant({2}, {0, 0})},
+                   {{"body", graph}}, 1, body);
+            }).find("its body's loop-carried output 'sum' is not known at compile time"),
+            std::string::npos);
+}
+
 TEST_F(ControlFlowTest, InputsMustBeKnownAtCompileTime) {
   Node *s = fold("SequenceEmpty", {});
   EXPECT_EQ(errorOf([&] { fold("SequenceInsert", {s->out(), activation({2})}); }),
