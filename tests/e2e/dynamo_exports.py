@@ -10,6 +10,7 @@ import sys
 
 import torch
 import transformers as T
+from export_common import build  # run by path, from the export venv
 
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
@@ -35,30 +36,13 @@ ARCHITECTURES = {
 }
 
 
-class LogitsOnly(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids):
-        return self.model(input_ids=ids, use_cache=False).logits
-
-
 def export(name, path, seed=0):
-    torch.manual_seed(seed)
-    config_class, kwargs, model_class = ARCHITECTURES[name]
-    config = config_class(**kwargs)
-    config._attn_implementation = "eager"
-    model = model_class(config).eval()
-    # Distinct values in every param, as trained weights have.
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.02 * torch.randn_like(p))
+    model = build(ARCHITECTURES, name, seed)
     ids = torch.randint(0, 256, (2, 16))
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=128)
-    torch.onnx.export(LogitsOnly(model), (ids,), path, input_names=["input_ids"],
-                      output_names=["logits"], dynamic_shapes={"ids": {0: batch, 1: seq}},
-                      dynamo=True, external_data=False)
+    torch.onnx.export(model, (ids,), path, input_names=["input_ids"], output_names=["logits"],
+                      dynamic_shapes={"ids": {0: batch, 1: seq}}, dynamo=True,
+                      external_data=False)
 
 
 if __name__ == "__main__":

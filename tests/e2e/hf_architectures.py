@@ -11,6 +11,8 @@ import sys
 import torch
 import transformers as T
 
+from tests.e2e.export_common import build
+
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
               num_attention_heads=4, max_position_embeddings=128, use_cache=False)
 
@@ -92,30 +94,11 @@ STATIC = {"gptj-fixed-shapes"}
 STATIC_BATCH, STATIC_SEQ = 2, 16
 
 
-class LogitsOnly(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids):
-        return self.model(input_ids=ids, use_cache=False).logits
-
-
 def export(name, path, seed=0):
-    torch.manual_seed(seed)
-    config_class, kwargs, model_class = ARCHITECTURES[name]
-    config = config_class(**kwargs)
-    config._attn_implementation = "eager"
-    model = model_class(config).eval()
-    # Norm weights start at 1: give every param its own values, or torch's
-    # exporter merges equal initializers into one.
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.02 * torch.randn_like(p))
     ids = torch.randint(0, 256, (STATIC_BATCH, STATIC_SEQ))
     dynamic = None if name in STATIC else {"input_ids": {0: "batch", 1: "seq"},
                                            "logits": {0: "batch", 1: "seq"}}
-    torch.onnx.export(LogitsOnly(model), (ids,), path, input_names=["input_ids"],
+    torch.onnx.export(build(ARCHITECTURES, name, seed), (ids,), path, input_names=["input_ids"],
                       output_names=["logits"], opset_version=17, do_constant_folding=False,
                       dynamic_axes=dynamic)
 
