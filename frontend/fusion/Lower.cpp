@@ -1,8 +1,9 @@
 //===- Lower.cpp - the remaining layout and arithmetic ops ----------------===//
 //
 // After the idioms, what is left on the activation path must map one to one
-// onto a primitive: residual and bias Adds, scalings, elementwise products,
-// reshapes, transposes and slices (a fused QKV projection split three ways).
+// onto a primitive: residual and bias Adds, scalings, elementwise products
+// and squares, reshapes, transposes and slices (a fused QKV projection split
+// three ways).
 // Anything else is left for fuseIdioms to report.
 //
 //===----------------------------------------------------------------------===//
@@ -63,6 +64,36 @@ void lowerSlices(Graph &g, Node *n, Value *x, const std::vector<int64_t> &start,
   g.replaceAllUses(result, sliceOf(g, n, x, start, size));
 }
 
+// Picking one index, or a run of consecutive ones, along an axis of an
+// activation is a slice (Falcon's fused QKV views, say). Leaves n alone
+// otherwise.
+void lowerGather(Graph &g, Node *n, Value *x, int64_t axis, const Const &idx) {
+  const int64_t count = idx.numel, d = x->dim(axis);
+  if (count < 1)
+    return;
+  auto index = [&](int64_t i) {
+    int64_t j = toInt(idx.at(i));
+    return j < 0 ? j + d : j;
+  };
+  const int64_t first = index(0);
+  for (int64_t i = 1; i < count; ++i)
+    if (index(i) != first + i)
+      return;
+  if (first < 0 || first + count > d)
+    return;
+  std::vector<int64_t> start(x->rank(), 0);
+  Shape size = x->shape;
+  start[axis] = first;
+  size[axis] = count;
+  Value *sliced = sliceOf(g, n, x, start, size);
+  if (sliced->shape != n->out()->shape) { // a scalar index drops the axis
+    Node *r = g.newNode("mt.reshape", n->name, {sliced}, sliced->producer);
+    sliced = g.addOutput(r, DType::F32, n->out()->shape);
+    sliced->fromInput = true;
+  }
+  g.replaceAllUses(n->out(), sliced);
+}
+
 void lower(Graph &g, Node *n) {
   const std::string &op = n->op;
   Value *x = n->in(0);
@@ -74,6 +105,9 @@ void lower(Graph &g, Node *n) {
       lowerScale(g, n, scalar->second, *constScalar(scalar->first));
     else
       lowerBinary(g, n, "mt.mul");
+  } else if (op == "Pow" && isActivation(x) && isScalar(n->in(1), 2.0)) {
+    // A square (the dynamo exporter's squared ReLU) is a product.
+    replaceWithPrimitive(g, n, "mt.mul", {x, x}, n->out()->shape);
   } else if (op == "Div" && isActivation(x) && constScalar(n->in(1))) {
     lowerScale(g, n, x, 1.0 / *constScalar(n->in(1)));
   } else if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
@@ -92,30 +126,16 @@ void lower(Graph &g, Node *n) {
              n->describe());
     lowerSlices(g, n, x, n->getInts("starts"), n->getInts("sizes"), n->out());
   } else if (op == "Gather" && n->in(1)->constant) {
-    // Picking one index, or a run of consecutive ones, along an axis of an
-    // activation is a slice (Falcon's fused QKV views, say).
     const Const &idx = *n->in(1)->constant;
-    int64_t axis = n->getInt("axis", 0), d = x->dim(axis);
-    if (idx.numel < 1 || idx.shape.size() > 1)
-      return;
-    int64_t first = toInt(idx.at(0));
-    first += first < 0 ? d : 0;
-    for (int64_t i = 1; i < idx.numel; ++i)
-      if (toInt(idx.at(i)) + (idx.at(i) < 0 ? d : 0) != first + i)
-        return;
-    if (first < 0 || first + idx.numel > d)
-      return;
-    std::vector<int64_t> start(x->rank(), 0);
-    Shape size = x->shape;
-    start[axis] = first;
-    size[axis] = idx.numel;
-    Value *sliced = sliceOf(g, n, x, start, size);
-    if (sliced->shape != n->out()->shape) { // a scalar index drops the axis
-      Node *r = g.newNode("mt.reshape", n->name, {sliced}, sliced->producer);
-      sliced = g.addOutput(r, DType::F32, n->out()->shape);
-      sliced->fromInput = true;
-    }
-    g.replaceAllUses(n->out(), sliced);
+    if (idx.shape.size() <= 1)
+      lowerGather(g, n, x, n->getInt("axis", 0), idx);
+  } else if (op == "GatherND" && n->in(1)->constant &&
+             n->getInt("batch_dims", 0) == 0) {
+    // Tuples of one index pick along axis 0: a Gather (the dynamo
+    // exporter's view of Falcon's fused QKV).
+    const Const &idx = *n->in(1)->constant;
+    if (idx.shape.back() == 1 && idx.shape.size() <= 2)
+      lowerGather(g, n, x, 0, idx);
   } else if (op == "Split") {
     int64_t axis = n->getInt("axis", 0), offset = 0;
     std::vector<int64_t> split = n->getInts("split");

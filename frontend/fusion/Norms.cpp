@@ -46,11 +46,18 @@ struct Normalize {
   double eps = 0;
 };
 
-// ms + eps, with eps a non-negative scalar.
+// ms + eps, with eps a non-negative scalar; or ms alone, eps 0 (Helium's
+// 1e-8 leaves no Add in a dynamo export). The callers check that ms is a
+// mean square.
 bool matchAddEps(Value *s, Normalize &out) {
   auto ops = commuted(producer(s, "Add"),
                       [](Value *c) { return constScalar(c).has_value(); });
-  if (!ops || *constScalar(ops->first) < 0)
+  if (!ops) {
+    out.eps = 0;
+    out.meanSquare = s;
+    return true;
+  }
+  if (*constScalar(ops->first) < 0)
     return false;
   out.eps = *constScalar(ops->first);
   out.meanSquare = ops->second;

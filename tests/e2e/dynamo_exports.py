@@ -16,21 +16,62 @@ COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
               use_cache=False)
 
+NEOX = {k: v for k, v in COMMON.items() if k != "num_key_value_heads"}
+
 ARCHITECTURES = {
     "llama": (T.LlamaConfig, COMMON, T.LlamaForCausalLM),
     "qwen2": (T.Qwen2Config, COMMON, T.Qwen2ForCausalLM),
+    # Qwen 3: q/k RMSNorm per head.
+    "qwen3": (T.Qwen3Config, dict(COMMON, head_dim=16), T.Qwen3ForCausalLM),
     "mistral": (T.MistralConfig, COMMON, T.MistralForCausalLM),
+    "phi": (T.PhiConfig, COMMON, T.PhiForCausalLM),
     "phi3": (T.Phi3Config, dict(COMMON, pad_token_id=0), T.Phi3ForCausalLM),
     # Command R: interleaved rotary, parallel attention and MLP, LayerNorm
-    # without bias, logit scale (torch 1.13's exporter fails on it).
+    # without bias, logit scale (torch 1.13's exporter fails on it); Command
+    # R7B (cohere2) with sliding-window layers.
     "cohere": (T.CohereConfig, COMMON, T.CohereForCausalLM),
+    "cohere2": (T.Cohere2Config, dict(COMMON, sliding_window=8), T.Cohere2ForCausalLM),
+    "gemma": (T.GemmaConfig, dict(COMMON, head_dim=16), T.GemmaForCausalLM),
     # Gemma 3: q/k RMSNorm, sandwich norms, sliding-window layers.
     "gemma3": (T.Gemma3TextConfig, dict(COMMON, head_dim=16, sliding_window=8),
                T.Gemma3ForCausalLM),
-    # OLMo 2: norms after attention and MLP, q/k RMSNorm.
+    # OLMo: LayerNorm without weights; OLMo 2: norms after attention and MLP.
+    "olmo": (T.OlmoConfig, COMMON, T.OlmoForCausalLM),
     "olmo2": (T.Olmo2Config, COMMON, T.Olmo2ForCausalLM),
     # Granite: multipliers on embeddings, residuals, attention and logits.
     "granite": (T.GraniteConfig, COMMON, T.GraniteForCausalLM),
+    "starcoder2": (T.Starcoder2Config, COMMON, T.Starcoder2ForCausalLM),
+    "stablelm": (T.StableLmConfig, COMMON, T.StableLmForCausalLM),
+    "gpt_neox": (T.GPTNeoXConfig, NEOX, T.GPTNeoXForCausalLM),
+    # Falcon: fused QKV picked apart with GatherND.
+    "falcon": (T.FalconConfig, dict(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, use_cache=False),
+               T.FalconForCausalLM),
+    "opt": (T.OPTConfig, dict(vocab_size=256, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
+                              num_attention_heads=4, max_position_embeddings=128,
+                              word_embed_proj_dim=64, use_cache=False), T.OPTForCausalLM),
+    "bloom": (T.BloomConfig, dict(vocab_size=256, hidden_size=64, n_layer=2, n_head=4,
+                                  use_cache=False), T.BloomForCausalLM),
+    "mpt": (T.MptConfig, dict(vocab_size=256, d_model=64, n_layers=2, n_heads=4, max_seq_len=128,
+                              use_cache=False), T.MptForCausalLM),
+    "gpt_bigcode": (T.GPTBigCodeConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                                             n_positions=128, use_cache=False),
+                    T.GPTBigCodeForCausalLM),
+    "gptj": (T.GPTJConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                                n_positions=128, use_cache=False), T.GPTJForCausalLM),
+    "codegen": (T.CodeGenConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                                      rotary_dim=8, n_positions=128, n_ctx=128, use_cache=False),
+                T.CodeGenForCausalLM),
+    # Helium: RMSNorm eps 1e-8, which leaves no Add in the export.
+    "helium": (T.HeliumConfig, dict(COMMON, head_dim=16), T.HeliumForCausalLM),
+    # Nemotron and Arcee: squared ReLU as Pow(x, 2).
+    "nemotron": (T.NemotronConfig, COMMON, T.NemotronForCausalLM),
+    "arcee": (T.ArceeConfig, COMMON, T.ArceeForCausalLM),
+    "exaone4": (T.Exaone4Config, COMMON, T.Exaone4ForCausalLM),
+    "ernie4_5": (T.Ernie4_5Config, dict(COMMON, head_dim=16), T.Ernie4_5ForCausalLM),
+    "seed_oss": (T.SeedOssConfig, dict(COMMON, head_dim=16), T.SeedOssForCausalLM),
+    "smollm3": (T.SmolLM3Config, dict(COMMON, pad_token_id=0), T.SmolLM3ForCausalLM),
+    "glm": (T.GlmConfig, dict(COMMON, head_dim=16, pad_token_id=0), T.GlmForCausalLM),
     "gpt2": (T.GPT2Config, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.GPT2LMHeadModel),
 }

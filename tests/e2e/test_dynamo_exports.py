@@ -24,7 +24,7 @@ class DynamoExports(unittest.TestCase):
 
     def test_families(self):
         w = self.w
-        self.assertGreaterEqual(len(self.names), 9)
+        self.assertGreaterEqual(len(self.names), 30)
         for name in self.names:
             with self.subTest(family=name):
                 onnx = w(name + ".onnx")

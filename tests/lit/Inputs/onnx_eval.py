@@ -29,6 +29,11 @@ def _axes(a, axes):
     return a.get("axes")
 
 
+def _gather_nd(x, i):
+    """batch_dims 0: each tuple along the last dim of i indexes x's leading dims."""
+    return x[tuple(np.moveaxis(i, -1, 0))]
+
+
 def _unsqueeze(a, x, axes=None):
     axes = _axes(a, axes)
     return np.expand_dims(x, tuple(ax % (x.ndim + len(axes)) for ax in axes))
@@ -170,6 +175,7 @@ OPS = {
     "Softmax": lambda a, x: _softmax(x, a.get("axis", -1)),
     "Shape": lambda a, x: np.array(x.shape[a.get("start", 0):a.get("end")], np.int64),
     "Gather": lambda a, x, i: np.take(x, i, axis=a.get("axis", 0)),
+    "GatherND": lambda a, x, i: _gather_nd(x, i),
     "Unsqueeze": _unsqueeze,
     "Squeeze": _squeeze,
     "Concat": lambda a, *xs: np.concatenate(xs, axis=a["axis"]),
