@@ -225,28 +225,28 @@ private:
                            ref(g.getX()), ref(g.getW()), M, K, N, inOut);
     } else if (auto n = dyn_cast<RmsNormOp>(op)) {
       int64_t D = shapeOf(n.getX()).back();
-      os_ << llvm::formatv("  k.rms_norm_forward({0}, {1}, {2}, {3}, {4}, {5});\n",
-                           ref(n.getY()), ref(n.getX()), opt(n.getWeight()),
-                           count(n.getX()) / D, D,
-                           lit(n.getEps().convertToDouble()));
+      os_ << llvm::formatv(
+          "  k.rms_norm_forward({0}, {1}, {2}, {3}, {4}, {5});\n",
+          ref(n.getY()), ref(n.getX()), opt(n.getWeight()), count(n.getX()) / D,
+          D, lit(n.getEps().convertToDouble()));
     } else if (auto g = dyn_cast<RmsNormGradOp>(op)) {
       int64_t D = shapeOf(g.getX()).back();
       auto dw = paramGrad(&op, g.getWeight() ? g.getGrads()[1] : Value());
       if (failed(dw))
         return failure();
-      os_ << llvm::formatv("  k.rms_norm_backward({0}, {1}, {2}, {3}, {4}, {5}, "
-                           "{6}, {7});\n",
-                           grad(g.getGrads()[0]), *dw, ref(g.getDy()),
-                           ref(g.getX()), opt(g.getWeight()),
-                           count(g.getX()) / D, D,
-                           lit(g.getEps().convertToDouble()));
+      os_ << llvm::formatv(
+          "  k.rms_norm_backward({0}, {1}, {2}, {3}, {4}, {5}, "
+          "{6}, {7});\n",
+          grad(g.getGrads()[0]), *dw, ref(g.getDy()), ref(g.getX()),
+          opt(g.getWeight()), count(g.getX()) / D, D,
+          lit(g.getEps().convertToDouble()));
     } else if (auto n = dyn_cast<LayerNormOp>(op)) {
       int64_t D = shapeOf(n.getX()).back();
-      os_ << llvm::formatv("  k.layer_norm_forward({0}, {1}, {2}, {3}, {4}, {5}, "
-                           "{6});\n",
-                           ref(n.getY()), ref(n.getX()), opt(n.getWeight()),
-                           opt(n.getBias()), count(n.getX()) / D, D,
-                           lit(n.getEps().convertToDouble()));
+      os_ << llvm::formatv(
+          "  k.layer_norm_forward({0}, {1}, {2}, {3}, {4}, {5}, "
+          "{6});\n",
+          ref(n.getY()), ref(n.getX()), opt(n.getWeight()), opt(n.getBias()),
+          count(n.getX()) / D, D, lit(n.getEps().convertToDouble()));
     } else if (auto g = dyn_cast<LayerNormGradOp>(op)) {
       int64_t D = shapeOf(g.getX()).back();
       unsigned next = 1;
@@ -257,8 +257,8 @@ private:
         return failure();
       os_ << llvm::formatv("  k.layer_norm_backward({0}, {1}, {2}, {3}, {4}, "
                            "{5}, {6}, {7}, {8});\n",
-                           grad(g.getGrads()[0]), *dwRef, *dbRef, ref(g.getDy()),
-                           ref(g.getX()), opt(g.getWeight()),
+                           grad(g.getGrads()[0]), *dwRef, *dbRef,
+                           ref(g.getDy()), ref(g.getX()), opt(g.getWeight()),
                            count(g.getX()) / D, D,
                            lit(g.getEps().convertToDouble()));
     } else if (auto r = dyn_cast<RopeOp>(op)) {
@@ -268,27 +268,29 @@ private:
           << (r.getRotation() == "interleaved" ? "true" : "false") << ");\n";
     } else if (auto r = dyn_cast<RopeGradOp>(op)) {
       std::string dx = grad(r.getDx());
-      os_ << "  k.rope_backward(" << dx << ", " << ref(r.getDy())
-          << ", " << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
+      os_ << "  k.rope_backward(" << dx << ", " << ref(r.getDy()) << ", "
+          << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
           << ropeDims(r.getDy(), r.getSeqAxis(), r.getRotaryDim()) << ", "
           << (r.getRotation() == "interleaved" ? "true" : "false") << ");\n";
     } else if (auto at = dyn_cast<AttentionOp>(op)) {
       std::string slopes = alibiSlopes(at.getAlibiSlopes());
-      os_ << "  k.attention_forward(" << ref(at.getY()) << ", " << ref(at.getQ())
-          << ", " << ref(at.getK()) << ", " << ref(at.getV()) << ", "
+      os_ << "  k.attention_forward(" << ref(at.getY()) << ", "
+          << ref(at.getQ()) << ", " << ref(at.getK()) << ", " << ref(at.getV())
+          << ", "
           << attentionDims(at.getQ(), at.getK(),
                            at.getScale().convertToDouble())
-          << ", " << at.getWindow().value_or(0) << ", " << slopes << ");\n";
+          << ", " << at.getWindow().value_or(0) << ", "
+          << softcap(at.getSoftcapAttr()) << ", " << slopes << ");\n";
     } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
       std::string slopes = alibiSlopes(g.getAlibiSlopes());
       std::string dq = grad(g.getDq()), dk = grad(g.getDk()),
                   dv = grad(g.getDv());
-      os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv
-          << ", " << ref(g.getDy())
-          << ", " << ref(g.getQ()) << ", " << ref(g.getK()) << ", "
-          << ref(g.getV()) << ", "
+      os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv << ", "
+          << ref(g.getDy()) << ", " << ref(g.getQ()) << ", " << ref(g.getK())
+          << ", " << ref(g.getV()) << ", "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
-          << ", " << g.getWindow().value_or(0) << ", " << slopes << ");\n";
+          << ", " << g.getWindow().value_or(0) << ", "
+          << softcap(g.getSoftcapAttr()) << ", " << slopes << ");\n";
     } else if (auto r = dyn_cast<ReluOp>(op)) {
       os_ << llvm::formatv("  k.relu_forward({0}, {1}, {2});\n", ref(r.getY()),
                            ref(r.getX()), count(r.getX()));
@@ -311,14 +313,23 @@ private:
       os_ << llvm::formatv("  k.gelu_backward({0}, {1}, {2}, {3}, {4});\n",
                            grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
                            count(s.getX()), s.getApproximate() == "tanh");
+    } else if (auto s = dyn_cast<SoftcapOp>(op)) {
+      os_ << llvm::formatv("  k.softcap_forward({0}, {1}, {2}, {3});\n",
+                           ref(s.getY()), ref(s.getX()), count(s.getX()),
+                           lit(s.getCap().convertToDouble()));
+    } else if (auto s = dyn_cast<SoftcapGradOp>(op)) {
+      os_ << llvm::formatv("  k.softcap_backward({0}, {1}, {2}, {3}, {4});\n",
+                           grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
+                           count(s.getX()), lit(s.getCap().convertToDouble()));
     } else if (auto s = dyn_cast<SwigluOp>(op)) {
       os_ << llvm::formatv("  k.swiglu_forward({0}, {1}, {2}, {3});\n",
                            ref(s.getY()), ref(s.getGate()), ref(s.getUp()),
                            count(s.getGate()));
     } else if (auto s = dyn_cast<SwigluGradOp>(op)) {
-      os_ << llvm::formatv("  k.swiglu_backward({0}, {1}, {2}, {3}, {4}, {5});\n",
-                           grad(s.getDgate()), grad(s.getDup()), ref(s.getDy()),
-                           ref(s.getGate()), ref(s.getUp()), count(s.getGate()));
+      os_ << llvm::formatv(
+          "  k.swiglu_backward({0}, {1}, {2}, {3}, {4}, {5});\n",
+          grad(s.getDgate()), grad(s.getDup()), ref(s.getDy()),
+          ref(s.getGate()), ref(s.getUp()), count(s.getGate()));
     } else if (auto s = dyn_cast<ScaleOp>(op)) {
       os_ << llvm::formatv("  k.scale_forward({0}, {1}, {2}, {3});\n",
                            ref(s.getY()), ref(s.getX()), count(s.getX()),
@@ -350,21 +361,22 @@ private:
       auto dt = paramGrad(&op, g.getDtable());
       if (failed(dt))
         return failure();
-      os_ << llvm::formatv("  k.embed_backward({0}, {1}, {2}, {3}, {4}, {5});\n",
-                           *dt, ref(g.getDy()), ids(g.getIds()),
-                           count(g.getIds()), t[0], t[1]);
+      os_ << llvm::formatv(
+          "  k.embed_backward({0}, {1}, {2}, {3}, {4}, {5});\n", *dt,
+          ref(g.getDy()), ids(g.getIds()), count(g.getIds()), t[0], t[1]);
     } else if (auto p = dyn_cast<PositionEmbedOp>(op)) {
       auto y = shapeOf(p.getY());
-      os_ << llvm::formatv("  k.position_embed_forward({0}, {1}, {2}, {3}, {4});\n",
-                           ref(p.getY()), ref(p.getTable()), y[0], y[1],
-                           p.getOffset());
+      os_ << llvm::formatv(
+          "  k.position_embed_forward({0}, {1}, {2}, {3}, {4});\n",
+          ref(p.getY()), ref(p.getTable()), y[0], y[1], p.getOffset());
     } else if (auto g = dyn_cast<PositionEmbedGradOp>(op)) {
       auto y = shapeOf(g.getDy());
       auto dt = paramGrad(&op, g.getDtable());
       if (failed(dt))
         return failure();
-      os_ << llvm::formatv("  k.position_embed_backward({0}, {1}, {2}, {3}, {4});\n",
-                           *dt, ref(g.getDy()), y[0], y[1], g.getOffset());
+      os_ << llvm::formatv(
+          "  k.position_embed_backward({0}, {1}, {2}, {3}, {4});\n", *dt,
+          ref(g.getDy()), y[0], y[1], g.getOffset());
     } else if (auto c = dyn_cast<CrossEntropyOp>(op)) {
       int64_t V = shapeOf(c.getLogits()).back();
       // The mean over all the launch's rows, summed chunk by chunk.
@@ -376,11 +388,11 @@ private:
                            inLoop_ ? "r0 > 0" : "false");
     } else if (auto c = dyn_cast<CrossEntropyGradOp>(op)) {
       int64_t V = shapeOf(c.getLogits()).back();
-      os_ << llvm::formatv("  k.cross_entropy_backward({0}, {1}, {2}, {3}, {4}, "
-                           "{5});\n",
-                           grad(c.getDlogits()), ref(c.getLogits()),
-                           ids(c.getTargets()), count(c.getLogits()) / V, V,
-                           ref(c.getDloss()));
+      os_ << llvm::formatv(
+          "  k.cross_entropy_backward({0}, {1}, {2}, {3}, {4}, "
+          "{5});\n",
+          grad(c.getDlogits()), ref(c.getLogits()), ids(c.getTargets()),
+          count(c.getLogits()) / V, V, ref(c.getDloss()));
     } else if (auto c = dyn_cast<CrossEntropyStatsOp>(op)) {
       // In place: a later piece's stats_in is the same launch buffer.
       int64_t V = shapeOf(c.getLogits()).back();
@@ -436,16 +448,16 @@ private:
       auto x = shapeOf(t.getX());
       os_ << "  { static const int64_t shape[] = " << ints(x)
           << ", perm[] = " << ints(t.getPerm()) << ";\n"
-          << "    k.transpose_forward(" << ref(t.getY()) << ", " << ref(t.getX())
-          << ", shape, perm, " << x.size() << "); }\n";
+          << "    k.transpose_forward(" << ref(t.getY()) << ", "
+          << ref(t.getX()) << ", shape, perm, " << x.size() << "); }\n";
     } else if (auto s = dyn_cast<SliceOp>(op)) {
       os_ << "  k.slice_forward(" << ref(s.getY()) << ", " << ref(s.getX())
           << ", " << sliceDims(s.getX(), s.getY(), s.getAxis(), s.getStart())
           << ");\n";
     } else if (auto s = dyn_cast<SliceGradOp>(op)) {
       std::string dx = grad(s.getDx());
-      os_ << "  k.slice_backward(" << dx << ", " << ref(s.getDy())
-          << ", " << sliceDims(s.getDx(), s.getDy(), s.getAxis(), s.getStart())
+      os_ << "  k.slice_backward(" << dx << ", " << ref(s.getDy()) << ", "
+          << sliceDims(s.getDx(), s.getDy(), s.getAxis(), s.getStart())
           << ");\n";
     } else if (auto y = dyn_cast<YieldOp>(op)) {
       return emitYield(y);
@@ -472,8 +484,7 @@ private:
       std::string to = llvm::formatv("a.outputs[{0}]", out++).str();
       if (isRow(v))
         to = "k.at(" + to + rowOffset(v) + ")";
-      os_ << llvm::formatv("  k.copy({0}, {1}, {2});\n", to, ref(v),
-                           count(v));
+      os_ << llvm::formatv("  k.copy({0}, {1}, {2});\n", to, ref(v), count(v));
     }
     for (int64_t i = 0; i < numGrads; ++i)
       accumulateGrad(y.getOperand(numActs + i), (*trained)[i]);
@@ -482,8 +493,7 @@ private:
 
   void accumulateGrad(Value v, int64_t param) {
     const Placement &p = where(v);
-    if (p.kind == Placement::ParamGrad ||
-        (chunk_ && chunk_->loopSums.count(v)))
+    if (p.kind == Placement::ParamGrad || (chunk_ && chunk_->loopSums.count(v)))
       return; // added by its kernel, or chunk by chunk in the loop
     if (p.kind == Placement::SumNode) {
       Operation *add = v.getDefiningOp();
@@ -523,6 +533,10 @@ private:
       os_ << (i ? ", " : "") << lit(m);
     os_ << "};\n";
     return name;
+  }
+  // The attention's soft cap as a float literal; 0 (none) without one.
+  static std::string softcap(FloatAttr cap) {
+    return lit(cap ? cap.getValueAsDouble() : 0.0);
   }
   static std::string attentionDims(Value q, Value k, double scale) {
     auto qs = shapeOf(q);

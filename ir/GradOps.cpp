@@ -44,10 +44,10 @@ LogicalResult LinearGradOp::verify() {
   auto w = cast<RankedTensorType>(getW().getType());
   int64_t n = getWLayout() == "in_out" ? w.getDimSize(1) : w.getDimSize(0);
   if (dy.getShape().back() != n)
-    return emitOpError("dy has ") << dy.getShape().back()
-                                  << " features, the weight produces " << n;
-  if (Value db = getDb(); db && cast<RankedTensorType>(db.getType())
-                                        .getNumElements() != n)
+    return emitOpError("dy has ")
+           << dy.getShape().back() << " features, the weight produces " << n;
+  if (Value db = getDb();
+      db && cast<RankedTensorType>(db.getType()).getNumElements() != n)
     return emitOpError("db must have ") << n << " elements";
   return success();
 }
@@ -97,10 +97,13 @@ LogicalResult AttentionGradOp::verify() {
   if (auto slopes = getAlibiSlopes();
       slopes && int64_t(slopes->size()) !=
                     cast<RankedTensorType>(getQ().getType()).getDimSize(1))
-    return emitOpError("has ") << slopes->size()
-                               << " alibi_slopes, not one per query head";
+    return emitOpError("has ")
+           << slopes->size() << " alibi_slopes, not one per query head";
   if (auto w = getWindow(); w && *w <= 0)
     return emitOpError("window must be positive, not ") << *w;
+  if (auto c = getSoftcapAttr(); c && !(c.getValueAsDouble() > 0))
+    return emitOpError("softcap must be positive, not ")
+           << c.getValueAsDouble();
   return checkResults(*this, getResults(), {getQ(), getK(), getV()});
 }
 
@@ -117,6 +120,13 @@ LogicalResult SiluGradOp::verify() {
 LogicalResult GeluGradOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")
     return emitOpError("approximate must be none or tanh");
+  return failure(failed(sameType(*this, getDy(), getX(), "dy")) ||
+                 failed(sameType(*this, getDx(), getX(), "dx")));
+}
+
+LogicalResult SoftcapGradOp::verify() {
+  if (!(getCap().convertToDouble() > 0))
+    return emitOpError("cap must be positive");
   return failure(failed(sameType(*this, getDy(), getX(), "dy")) ||
                  failed(sameType(*this, getDx(), getX(), "dx")));
 }

@@ -87,7 +87,8 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$q, Mt_GradTensor:$k,
                        Mt_GradTensor:$v, F64Attr:$scale,
                        OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
-                       OptionalAttr<I64Attr>:$window);
+                       OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Mt_GradTensor:$dq, Mt_GradTensor:$dk, Mt_GradTensor:$dv);
 }
 
@@ -122,6 +123,17 @@ def Mt_GeluGradOp : Mt_GradOp<"gelu_grad"> {
   }];
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs Mt_GradTensor:$dx);
+}
+
+def Mt_SoftcapGradOp : Mt_GradOp<"softcap_grad"> {
+  let summary = "dx of mt.softcap: dy · (1 − tanh²(x / cap))";
+  let description = [{
+    ```mlir
+    %dx = mt.softcap_grad %dy, %x {cap = 30.0 : f64} : (tensor<2x16x256xf32>, tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+    ```
+  }];
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x, F64Attr:$cap);
   let results = (outs Mt_GradTensor:$dx);
 }
 

@@ -6,9 +6,9 @@
 //===----------------------------------------------------------------------===//
 #include "ir/MtOps.h"
 
+#include "mlir/Dialect/Traits.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
-#include "mlir/Dialect/Traits.h"
 
 using namespace mlir;
 using namespace mt;
@@ -85,14 +85,13 @@ LogicalResult LinearOp::verify() {
     return emitOpError("needs x of rank >= 1 and a 2-d weight");
   int64_t k = isInOut() ? w[0] : w[1], n = isInOut() ? w[1] : w[0];
   if (x.back() != k)
-    return emitOpError("x has ") << x.back() << " features, weight "
-                                 << str(w) << " (" << getWLayout()
-                                 << ") expects " << k;
+    return emitOpError("x has ") << x.back() << " features, weight " << str(w)
+                                 << " (" << getWLayout() << ") expects " << k;
   // A bias is [N], or [1, N] as Gemm's C often is.
   if (Value b = getBias(); b && shapeOf(b) != ArrayRef<int64_t>{n} &&
                            shapeOf(b) != ArrayRef<int64_t>{1, n})
-    return emitOpError("bias has shape ") << str(shapeOf(b)) << ", expected ["
-                                          << n << "]";
+    return emitOpError("bias has shape ")
+           << str(shapeOf(b)) << ", expected [" << n << "]";
   SmallVector<int64_t> y(x.begin(), x.end());
   y.back() = n;
   return expectShape(*this, getY(), y, "result");
@@ -157,10 +156,13 @@ LogicalResult AttentionOp::verify() {
     return emitOpError("query heads (")
            << q[1] << ") must be a multiple of KV heads (" << k[1] << ")";
   if (auto slopes = getAlibiSlopes(); slopes && int64_t(slopes->size()) != q[1])
-    return emitOpError("has ") << slopes->size() << " alibi_slopes for "
-                               << q[1] << " query heads";
+    return emitOpError("has ")
+           << slopes->size() << " alibi_slopes for " << q[1] << " query heads";
   if (auto w = getWindow(); w && *w <= 0)
     return emitOpError("window must be positive, not ") << *w;
+  if (auto c = getSoftcapAttr(); c && !(c.getValueAsDouble() > 0))
+    return emitOpError("softcap must be positive, not ")
+           << c.getValueAsDouble();
   return expectShape(*this, getY(), q, "result");
 }
 
@@ -171,6 +173,13 @@ LogicalResult GeluOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")
     return emitOpError("approximate must be none or tanh, not ")
            << getApproximate();
+  return verifyElementwise(*this);
+}
+
+LogicalResult SoftcapOp::verify() {
+  if (!(getCap().convertToDouble() > 0))
+    return emitOpError("cap must be positive, not ")
+           << getCap().convertToDouble();
   return verifyElementwise(*this);
 }
 
@@ -235,16 +244,17 @@ LogicalResult SliceOp::verify() {
     return failure();
   auto x = shapeOf(getX()), y = shapeOf(getY());
   int64_t axis = getAxis(), start = getStart();
-  if (x.size() != y.size() || axis < 0 || axis >= static_cast<int64_t>(x.size()))
+  if (x.size() != y.size() || axis < 0 ||
+      axis >= static_cast<int64_t>(x.size()))
     return emitOpError("axis ") << axis << " is out of range, or ranks differ";
   for (size_t k = 0; k < x.size(); ++k)
     if (static_cast<int64_t>(k) != axis && x[k] != y[k])
       return emitOpError("result ") << str(y) << " differs from x " << str(x)
                                     << " off the sliced axis";
   if (start < 0 || start + y[axis] > x[axis])
-    return emitOpError("range ") << start << ".." << start + y[axis] - 1
-                                 << " exceeds dim " << axis << " of size "
-                                 << x[axis];
+    return emitOpError("range ")
+           << start << ".." << start + y[axis] - 1 << " exceeds dim " << axis
+           << " of size " << x[axis];
   return success();
 }
 
@@ -254,8 +264,8 @@ LogicalResult TransposeOp::verify() {
   auto x = shapeOf(getX());
   ArrayRef<int64_t> perm = getPerm();
   if (perm.size() != x.size())
-    return emitOpError("perm has ") << perm.size() << " entries for rank "
-                                    << x.size();
+    return emitOpError("perm has ")
+           << perm.size() << " entries for rank " << x.size();
   SmallVector<bool> seen(x.size(), false);
   SmallVector<int64_t> y;
   for (int64_t p : perm) {

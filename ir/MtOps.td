@@ -268,7 +268,9 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
     (query head h reads KV head h / (H / Hkv)). y[b, h, i] =
     Σ_{j ≤ i} softmax_j(scale · q_i · k_j + m_h · (j − i)) · v_j, where the
     ALiBi slopes m (one per query head, `alibi_slopes`) are 0 when absent;
-    with a sliding `window` W, only keys j > i − W take part.
+    with a sliding `window` W, only keys j > i − W take part. With a
+    `softcap` c (Gemma 2), each scaled product s = scale · q_i · k_j enters
+    as c · tanh(s / c).
 
     ```mlir
     %y = mt.attention %q, %k, %v {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>) -> tensor<2x4x16x16xf32>
@@ -276,7 +278,7 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
   }];
   let arguments = (ins Mt_FloatTensor:$q, Mt_FloatTensor:$k, Mt_FloatTensor:$v,
                        F64Attr:$scale, OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
-                       OptionalAttr<I64Attr>:$window);
+                       OptionalAttr<I64Attr>:$window, OptionalAttr<F64Attr>:$softcap);
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
 }
@@ -317,6 +319,20 @@ def Mt_GeluOp : Mt_PrimOp<"gelu"> {
   }];
   let arguments = (ins Mt_FloatTensor:$x,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_SoftcapOp : Mt_PrimOp<"softcap"> {
+  let summary = "y = cap · tanh(x / cap)";
+  let description = [{
+    Squashes x smoothly into (−cap, cap); Gemma 2 caps its logits so.
+
+    ```mlir
+    %y = mt.softcap %x {cap = 30.0 : f64} : (tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, F64Attr:$cap);
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
 }

@@ -213,7 +213,7 @@ private:
           return isRow(o.getX()) && weight(o.getWeight()) &&
                  weight(o.getBias()) && row(o.getY());
         })
-        .Case<ScaleOp, ReluOp, SiluOp, GeluOp>(
+        .Case<ScaleOp, ReluOp, SiluOp, GeluOp, SoftcapOp>(
             [&](auto o) { return isRow(o.getX()) && row(o.getY()); })
         .Case([&](SwigluOp o) {
           return isRow(o.getGate()) && isRow(o.getUp()) && row(o.getY());
@@ -239,7 +239,7 @@ private:
         .Case([&](CrossEntropyGradOp o) {
           return isRow(o.getLogits()) && row(o.getDlogits());
         })
-        .Case<ReluGradOp, SiluGradOp, GeluGradOp>([&](auto o) {
+        .Case<ReluGradOp, SiluGradOp, GeluGradOp, SoftcapGradOp>([&](auto o) {
           return isRow(o.getDy()) && isRow(o.getX()) && row(o.getDx());
         })
         .Case([&](SwigluGradOp o) {
@@ -251,8 +251,8 @@ private:
                  row(o.getDx()) && sum(o.getDw()) && sum(o.getDb());
         })
         .Case<RmsNormGradOp, LayerNormGradOp>([&](auto o) {
-          if (!isRow(o.getDy()) || !isRow(o.getX()) ||
-              !weight(o.getWeight()) || !row(o.getGrads()[0]))
+          if (!isRow(o.getDy()) || !isRow(o.getX()) || !weight(o.getWeight()) ||
+              !row(o.getGrads()[0]))
             return false;
           for (Value g : o.getGrads().drop_front())
             sum(g);

@@ -5,7 +5,9 @@
 // they hold the head's 2-4x a layer's bytes, four times over). Cut into K
 // pieces of vocabulary rows, one unit each, it moves like a layer.
 //
-// The head, h = pre(x) (its final norm) and logits = h·Wᵀ + b, becomes:
+// The head, h = pre(x) (its final norm) and logits = post(h·Wᵀ + b), with
+// post any chain of elementwise scalings and soft caps (Gemma 2's
+// 30 · tanh(z / 30)) that each piece applies to its own logits, becomes:
 //
 //   T.vp0        (x, targets)               -> (h, stats)          forward
 //   T.vpJ        (h, targets, stats)        -> (stats)             forward
@@ -66,9 +68,10 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 struct Splittable {
   Application *app = nullptr;
   int64_t vocab = 0;
-  int weight = -1, bias = -1; // template param positions
-  LinearOp linear;            // the head's LM head
-  EmbedOp embed;              // the embedding's lookup
+  int weight = -1, bias = -1;    // template param positions
+  LinearOp linear;               // the head's LM head
+  SmallVector<Operation *> post; // the head's elementwise ops after it
+  EmbedOp embed;                 // the embedding's lookup
 };
 
 RankedTensorType withLeading(Type t, int64_t rows) {
@@ -121,15 +124,16 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
       // pieces cost the recomputed logits of all but the last piece and
       // per-micro-batch state (docs/benchmarks.md), so they pay only when
       // the slots of the whole would not fit.
-      bool wanted = pieces >= 2 ||
-                    (layer > 0 && paramElems(a) > layer &&
-                     kSlotBytesPerParam * paramElems(a) > gpuMemLimit);
+      bool wanted =
+          pieces >= 2 || (layer > 0 && paramElems(a) > layer &&
+                          kSlotBytesPerParam * paramElems(a) > gpuMemLimit);
       if (!wanted)
         continue;
       if (!s) {
         a.op.emitWarning("the ")
             << kind << " (" << paramElems(a) << " params) "
-            << (pieces >= 2 ? "" : "needs more than the budget in its slots but ")
+            << (pieces >= 2 ? ""
+                            : "needs more than the budget in its slots but ")
             << "stays whole: " << why;
         cannot = kind.str() + ": " + why;
         continue;
@@ -201,9 +205,18 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
       return arg.getArgNumber() - a.tmpl.getNumInputs();
     };
     if (a.tmpl.getKind() == "head") {
-      s.linear = yield.getResults()[0].getDefiningOp<LinearOp>();
+      // Elementwise ops act on each piece's logits alone.
+      Value logits = yield.getResults()[0];
+      while (Operation *op = logits.getDefiningOp()) {
+        if (!isa<ScaleOp, SoftcapOp>(op) || !op->getOperand(0).hasOneUse())
+          break;
+        s.post.insert(s.post.begin(), op);
+        logits = op->getOperand(0);
+      }
+      s.linear = logits.getDefiningOp<LinearOp>();
       if (!s.linear) {
-        why = "its logits do not come straight from a linear layer";
+        why = "its logits do not come from a linear layer (and element-wise "
+              "scalings or soft caps after it)";
         return std::nullopt;
       }
       s.weight = paramPos(s.linear.getW());
@@ -232,8 +245,9 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
       return std::nullopt;
     }
     Value rows = s.linear ? s.linear.getY() : s.embed.getTable();
-    s.vocab = s.linear ? cast<RankedTensorType>(rows.getType()).getShape().back()
-                       : cast<RankedTensorType>(rows.getType()).getShape().front();
+    s.vocab = s.linear
+                  ? cast<RankedTensorType>(rows.getType()).getShape().back()
+                  : cast<RankedTensorType>(rows.getType()).getShape().front();
     return s;
   }
 
@@ -300,12 +314,11 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
       auto hTensor = cast<RankedTensorType>(hType);
       SmallVector<Type> params;
       for (int i : held)
-        params.push_back(
-            i == s.weight ? Type(RankedTensorType::get(
-                                {rows, hTensor.getShape().back()},
-                                hTensor.getElementType()))
-            : i == s.bias ? Type(withLeading(allParams[i], rows))
-                          : allParams[i]);
+        params.push_back(i == s.weight ? Type(RankedTensorType::get(
+                                             {rows, hTensor.getShape().back()},
+                                             hTensor.getElementType()))
+                         : i == s.bias ? Type(withLeading(allParams[i], rows))
+                                       : allParams[i]);
       Type logitsType = withLast(s.linear.getY().getType(), rows);
       auto trainedOf = [&](ArrayRef<Type> ps, SmallVector<int64_t> &idx) {
         SmallVector<Type> out;
@@ -362,8 +375,9 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
         IRMapping map;
         auto paramArg = [&](int i) -> Value {
           auto it = llvm::find(held, i);
-          return it == held.end() ? Value()
-                                  : body->getArgument(nIn + (it - held.begin()));
+          return it == held.end()
+                     ? Value()
+                     : body->getArgument(nIn + (it - held.begin()));
         };
         SmallVector<Operation *> pre;
         Value h;
@@ -381,8 +395,17 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
           h = body->getArgument(0);
         }
         Value bias = s.bias >= 0 ? paramArg(s.bias) : Value();
-        auto logits = b.create<LinearOp>(loc, logitsType, h, paramArg(s.weight),
+        auto linear = b.create<LinearOp>(loc, logitsType, h, paramArg(s.weight),
                                          bias, b.getStringAttr("out_in"));
+        SmallVector<Operation *> post;
+        map.map(s.linear.getY(), linear.getY());
+        for (Operation *op : s.post) {
+          Operation *clone = b.clone(*op, map);
+          clone->getResult(0).setType(logitsType);
+          post.push_back(clone);
+        }
+        Value logits =
+            post.empty() ? Value(linear.getY()) : post.back()->getResult(0);
         auto vAttr = [&](int64_t v) { return b.getI64IntegerAttr(v); };
         SmallVector<Value> outs;
         Value merged;
@@ -405,7 +428,10 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
         g.addGradient(logits, dlogits);
         if (dhIn)
           g.addGradient(h, body->getArgument(3));
-        if (failed(g.backprop(logits)))
+        for (Operation *op : llvm::reverse(post))
+          if (failed(g.backprop(op)))
+            return failure();
+        if (failed(g.backprop(linear)))
           return failure();
         for (Operation *op : llvm::reverse(pre))
           if (failed(g.backprop(op)))
@@ -453,8 +479,8 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
       SmallVector<Type> ins{ids};
       if (j > 0)
         ins.push_back(yType);
-      TemplateOp t = createTemplate(b, fwd, name, ins, {piece}, {yType},
-                                    StringRef(), {});
+      TemplateOp t =
+          createTemplate(b, fwd, name, ins, {piece}, {yType}, StringRef(), {});
       Block *body = &t.getBody().front();
       b.setInsertionPointToStart(body);
       Value y = b.create<EmbedPieceOp>(

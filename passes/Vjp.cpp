@@ -63,8 +63,8 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
       primals.push_back(lin.getBias());
       attrs.push_back(b_.getNamedAttr("has_bias", b_.getUnitAttr()));
     }
-    Operation *g = create(loc, "mt.linear_grad",
-                          {dy, lin.getX(), lin.getW()}, typesOf(primals), attrs);
+    Operation *g = create(loc, "mt.linear_grad", {dy, lin.getX(), lin.getW()},
+                          typesOf(primals), attrs);
     for (auto [p, d] : llvm::zip(primals, g->getResults()))
       addGradient(p, d);
     return success();
@@ -110,32 +110,38 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
   }
   if (auto a = dyn_cast<AttentionOp>(op)) {
     SmallVector<NamedAttribute> attrs{attr("scale")};
-    for (StringRef name : {"alibi_slopes", "window"})
+    for (StringRef name : {"alibi_slopes", "window", "softcap"})
       if (op->getAttr(name))
         attrs.push_back(attr(name));
-    Operation *g = create(loc, "mt.attention_grad",
-                          {dy, a.getQ(), a.getK(), a.getV()},
-                          typesOf({a.getQ(), a.getK(), a.getV()}), attrs);
+    Operation *g =
+        create(loc, "mt.attention_grad", {dy, a.getQ(), a.getK(), a.getV()},
+               typesOf({a.getQ(), a.getK(), a.getV()}), attrs);
     addGradient(a.getQ(), g->getResult(0));
     addGradient(a.getK(), g->getResult(1));
     addGradient(a.getV(), g->getResult(2));
     return success();
   }
   if (auto r = dyn_cast<ReluOp>(op)) {
-    Operation *g = create(loc, "mt.relu_grad", {dy, r.getX()},
-                          {r.getX().getType()});
+    Operation *g =
+        create(loc, "mt.relu_grad", {dy, r.getX()}, {r.getX().getType()});
     addGradient(r.getX(), g->getResult(0));
     return success();
   }
   if (auto s = dyn_cast<SiluOp>(op)) {
-    Operation *g = create(loc, "mt.silu_grad", {dy, s.getX()},
-                          {s.getX().getType()});
+    Operation *g =
+        create(loc, "mt.silu_grad", {dy, s.getX()}, {s.getX().getType()});
     addGradient(s.getX(), g->getResult(0));
     return success();
   }
   if (auto s = dyn_cast<GeluOp>(op)) {
     Operation *g = create(loc, "mt.gelu_grad", {dy, s.getX()},
                           {s.getX().getType()}, {attr("approximate")});
+    addGradient(s.getX(), g->getResult(0));
+    return success();
+  }
+  if (auto s = dyn_cast<SoftcapOp>(op)) {
+    Operation *g = create(loc, "mt.softcap_grad", {dy, s.getX()},
+                          {s.getX().getType()}, {attr("cap")});
     addGradient(s.getX(), g->getResult(0));
     return success();
   }
@@ -176,8 +182,7 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     return success();
   }
   if (auto r = dyn_cast<ReshapeOp>(op)) {
-    addGradient(r.getX(),
-                b_.create<ReshapeOp>(loc, r.getX().getType(), dy));
+    addGradient(r.getX(), b_.create<ReshapeOp>(loc, r.getX().getType(), dy));
     return success();
   }
   if (auto t = dyn_cast<TransposeOp>(op)) {
@@ -185,8 +190,9 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     SmallVector<int64_t> inverse(perm.size());
     for (auto [i, p] : llvm::enumerate(perm))
       inverse[p] = i;
-    addGradient(t.getX(), b_.create<TransposeOp>(loc, t.getX().getType(), dy,
-                                                 b_.getDenseI64ArrayAttr(inverse)));
+    addGradient(t.getX(),
+                b_.create<TransposeOp>(loc, t.getX().getType(), dy,
+                                       b_.getDenseI64ArrayAttr(inverse)));
     return success();
   }
   if (auto s = dyn_cast<SliceOp>(op)) {

@@ -13,8 +13,11 @@
 // GPT-NeoX's baddbmm, OPT's bmm), or q over tokens x heads with one KV head
 // (GPT-BigCode's [B, S·H, D]), the scores viewed in 4-d and back for the
 // masks, and a Max of the scores with a constant at or below the mask's
-// -inf (OPT's clamp to the lowest float) is a no-op. Also the Attention op
-// of opset 23 (causal, no cache), 3-d or 4-d.
+// -inf (OPT's clamp to the lowest float) is a no-op. Scores soft-capped
+// before the masks, a · Tanh(b · scores) with constants a and b (Gemma 2's
+// cap · tanh(s / cap)), become the attention's `softcap` |a| and a factor
+// a · b of its scale. Also the Attention op of opset 23 (causal, no cache,
+// optionally soft-capped), 3-d or 4-d.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -41,8 +44,8 @@ struct MaskForm {
 
 struct MaskTerm {
   enum Kind { Additive, KeepWhereTrue, KeepWhereFalse } kind;
-  ConstPtr condition; // Additive: the bias; Where: the condition
-  ConstPtr fill;      // Where: the masked value
+  ConstPtr condition;  // Additive: the bias; Where: the condition
+  ConstPtr fill;       // Where: the masked value
   Shape view;          // the scores' shape where the mask applies
   double factor = 1.0; // Additive: the scales applied after the bias
 };
@@ -59,23 +62,6 @@ public:
   }
 
 private:
-  // Multiplies `scale` by constants applied to v; returns what they scale.
-  static Value *peelScale(Value *v, double &scale) {
-    for (;;) {
-      if (Node *div = producer(v, "Div"); div && constScalar(div->in(1))) {
-        scale /= *constScalar(div->in(1));
-        v = div->in(0);
-        continue;
-      }
-      auto ops = commuted(producer(v, "Mul"),
-                          [](Value *c) { return constScalar(c).has_value(); });
-      if (!ops)
-        return v;
-      scale *= *constScalar(ops->first);
-      v = ops->second;
-    }
-  }
-
   // Folds a scaling of x's source into `scale` when x is only a view of it
   // (OPT scales q before splitting heads): the views then read the
   // unscaled source.
@@ -115,10 +101,11 @@ private:
     for (;;) {
       s = peelScale(s, scale);
       // A clamp from below at -inf or lower changes no kept score.
-      if (auto clamp = commuted(producer(s, "Max"), [](Value *c) {
-            auto v = constScalar(c);
-            return v && *v <= kMaskedBelow;
-          });
+      if (auto clamp = commuted(producer(s, "Max"),
+                                [](Value *c) {
+                                  auto v = constScalar(c);
+                                  return v && *v <= kMaskedBelow;
+                                });
           clamp && isActivation(clamp->second)) {
         s = clamp->second;
         continue;
@@ -126,8 +113,8 @@ private:
       auto bias = commuted(producer(s, "Add"),
                            [](Value *c) { return c->constant != nullptr; });
       if (bias && isActivation(bias->second)) {
-        masks.push_back({MaskTerm::Additive, bias->first->constant, nullptr,
-                         {}, scale});
+        masks.push_back(
+            {MaskTerm::Additive, bias->first->constant, nullptr, {}, scale});
         s = bias->second;
         continue;
       }
@@ -165,7 +152,8 @@ private:
     bias = 0;
     for (const MaskTerm &m : masks) {
       const Shape &view = m.view;
-      double c = m.condition->at(BroadcastIndex(view, m.condition->shape)(flat));
+      double c =
+          m.condition->at(BroadcastIndex(view, m.condition->shape)(flat));
       if (m.kind == MaskTerm::Additive) {
         if (c <= kMaskedBelow)
           keep = false;
@@ -274,7 +262,11 @@ private:
     return checked_[key] = form;
   }
 
-  static void setMaskAttrs(Node *attn, const MaskForm &form) {
+  static void setScoreAttrs(Node *attn, double scale, double softcap,
+                            const MaskForm &form) {
+    attn->setFloat("scale", scale);
+    if (softcap != 0)
+      attn->setFloat("softcap", softcap);
     if (!form.slopes.empty())
       attn->setFloats("alibi_slopes", form.slopes);
     if (form.window)
@@ -338,21 +330,34 @@ private:
       return x;
     Value *kv = unsq->in(0);
     const Shape &u = unsq->out()->shape, &e = expand->out()->shape;
-    bool ok = kv->rank() == 4 && u == Shape{kv->dim(0), kv->dim(1), 1,
-                                            kv->dim(2), kv->dim(3)} &&
+    bool ok = kv->rank() == 4 &&
+              u == Shape{kv->dim(0), kv->dim(1), 1, kv->dim(2), kv->dim(3)} &&
               e.size() == 5 && e[0] == u[0] && e[1] == u[1] && e[3] == u[3] &&
-              e[4] == u[4] &&
-              x->shape == Shape{e[0], e[1] * e[2], e[3], e[4]};
+              e[4] == u[4] && x->shape == Shape{e[0], e[1] * e[2], e[3], e[4]};
     return ok ? kv : x;
   }
 
-  // The raw scores behind the softmax input: masks and scales peeled off,
-  // through views between the merged 3-d scores ([B·H, S, S], or
-  // [B, S·H, S]) and a 4-d one.
-  static Value *rawScores(Value *s, std::vector<MaskTerm> &masks,
-                          double &scale) {
+  // The raw scores behind the softmax input: masks, scales and a soft cap
+  // peeled off, through views between the merged 3-d scores ([B·H, S, S],
+  // or [B, S·H, S]) and a 4-d one.
+  static Value *rawScores(Value *s, std::vector<MaskTerm> &masks, double &scale,
+                          double &softcap) {
     for (;;) {
+      size_t before = masks.size();
       s = peelMasks(s, masks, scale);
+      if (softcap != 0 && masks.size() != before)
+        fail("{}: an attention mask inside the soft cap's Tanh is not "
+             "supported (masks go after it)",
+             s->producer ? s->producer->describe() : s->name);
+      // a · tanh(b · x) = |a| · tanh(a·b · x / |a|): |a| caps the scores
+      // a·b · x.
+      if (Node *t = producer(s, "Tanh"); t && softcap == 0 && scale != 0) {
+        double inner = 1.0;
+        s = peelScale(t->in(0), inner);
+        softcap = std::abs(scale);
+        scale *= inner;
+        continue;
+      }
       Node *r = producer(s, "Reshape");
       if (!r)
         return s;
@@ -392,8 +397,8 @@ private:
         softmax->getInt("axis", -1) != softmax->out()->rank() - 1)
       return;
     std::vector<MaskTerm> masks;
-    double scale = 1.0;
-    Value *scores = rawScores(softmax->in(0), masks, scale);
+    double scale = 1.0, softcap = 0.0;
+    Value *scores = rawScores(softmax->in(0), masks, scale, softcap);
     Node *qk = producer(scores, "MatMul");
     if (!qk)
       return;
@@ -406,7 +411,7 @@ private:
     if (scores->rank() == 3) {
       Node *r = producer(q, "Reshape");
       if (r && r->in(0)->rank() == 3)
-        return fuseSeqMajor(mm, masks, scale, r->in(0), q, kt, v);
+        return fuseSeqMajor(mm, masks, scale, softcap, r->in(0), q, kt, v);
       if (!r || r->in(0)->rank() != 4)
         return;
       int64_t B = r->in(0)->dim(0), H = r->in(0)->dim(1);
@@ -439,12 +444,11 @@ private:
     // The graph changes from here on: no more bailing out.
     foldScaleBehindViews(q, scale);
     auto setAttrs = [&](Node *attn) {
-      attn->setFloat("scale", scale);
-      setMaskAttrs(attn, form);
+      setScoreAttrs(attn, scale, softcap, form);
     };
     if (!mergedOut) {
-      setAttrs(replaceWithPrimitive(g_, mm, "mt.attention", {q, k, v},
-                                    q->shape));
+      setAttrs(
+          replaceWithPrimitive(g_, mm, "mt.attention", {q, k, v}, q->shape));
       return;
     }
     // The product was [B·H, S, D]: the attention's output merged the same way.
@@ -464,7 +468,7 @@ private:
   // [B, S·H, S] (viewed as [B, S, H, S] for the mask) and the product
   // [B, S·H, D].
   void fuseSeqMajor(Node *mm, const std::vector<MaskTerm> &masks, double scale,
-                    Value *x, Value *q3, Value *kt, Value *v) {
+                    double softcap, Value *x, Value *q3, Value *kt, Value *v) {
     int64_t B = x->dim(0), S = x->dim(1), D = q3->dim(2);
     Node *t = producer(kt, "Transpose");
     if (q3->dim(1) % S || !t ||
@@ -481,10 +485,9 @@ private:
     Value *q4 = splitHeads(mm, x, H);
     Value *k4 = reshaped(q4->producer, k, {B, 1, S, D});
     Value *v4 = reshaped(k4->producer, v, {B, 1, S, D});
-    Node *attn = g_.newNode("mt.attention", mm->name, {q4, k4, v4},
-                            v4->producer);
-    attn->setFloat("scale", scale);
-    setMaskAttrs(attn, form);
+    Node *attn =
+        g_.newNode("mt.attention", mm->name, {q4, k4, v4}, v4->producer);
+    setScoreAttrs(attn, scale, softcap, form);
     Value *y = g_.addOutput(attn, DType::F32, q4->shape);
     y->fromInput = true;
     Value *ty = transposed(attn, y, {0, 2, 1, 3});
@@ -495,15 +498,16 @@ private:
     if (n->in(4) || n->in(5))
       fail("{}: a KV cache (past_key/past_value) is not supported in training",
            n->describe());
-    if (n->getFloat("softcap", 0) != 0)
-      fail("{}: softcap is not supported", n->describe());
+    const double softcap = n->getFloat("softcap", 0);
+    if (softcap < 0)
+      fail("{}: softcap {} is negative", n->describe(), softcap);
     Value *q = n->in(0), *k = n->in(1), *v = n->in(2);
     bool threeD = q->rank() == 3;
     if (threeD) {
-      int64_t h = n->getInt("q_num_heads", 0), hkv = n->getInt("kv_num_heads", 0);
+      int64_t h = n->getInt("q_num_heads", 0),
+              hkv = n->getInt("kv_num_heads", 0);
       if (h <= 0 || hkv <= 0 || q->dim(2) % h || k->dim(2) % hkv)
-        fail("{}: 3-d inputs need q_num_heads and kv_num_heads",
-             n->describe());
+        fail("{}: 3-d inputs need q_num_heads and kv_num_heads", n->describe());
       q = splitHeads(n, q, h);
       k = splitHeads(n, k, hkv);
       v = splitHeads(n, v, hkv);
@@ -513,11 +517,11 @@ private:
     if (Value *mask = n->in(3)) {
       if (!mask->constant)
         fail("{}: attn_mask must be a compile-time causal mask", n->describe());
-      MaskTerm m = mask->dtype == DType::Bool
-                       ? MaskTerm{MaskTerm::KeepWhereTrue, mask->constant,
-                                  scalarConst(DType::F32, -INFINITY), scores}
-                       : MaskTerm{MaskTerm::Additive, mask->constant, nullptr,
-                                  scores};
+      MaskTerm m =
+          mask->dtype == DType::Bool
+              ? MaskTerm{MaskTerm::KeepWhereTrue, mask->constant,
+                         scalarConst(DType::F32, -INFINITY), scores}
+              : MaskTerm{MaskTerm::Additive, mask->constant, nullptr, scores};
       form = checkCausal({m}, scores, n);
     } else if (!n->getInt("is_causal", 0)) {
       fail("{}: attention without a causal mask; decoder training needs "
@@ -529,8 +533,7 @@ private:
            n->describe());
     double scale = n->getFloat("scale", 1.0 / std::sqrt(double(q->dim(3))));
     Node *attn = g_.newNode("mt.attention", n->name, {q, k, v}, n);
-    attn->setFloat("scale", scale);
-    setMaskAttrs(attn, form);
+    setScoreAttrs(attn, scale, softcap, form);
     Value *y = g_.addOutput(attn, DType::F32, q->shape);
     y->fromInput = true;
     if (threeD) {

@@ -12,7 +12,8 @@ void removeNoOps(Graph &g) {
     Value *x = n->in(0);
     if (!isActivation(x) || n->outputs.empty())
       continue;
-    bool noOp = (n->op == "Identity" || n->op == "Dropout") && n->domain.empty();
+    bool noOp =
+        (n->op == "Identity" || n->op == "Dropout") && n->domain.empty();
     // The trainer computes in f32 throughout: casts between float types (an
     // fp16 export's upcasts around norms and softmax) change nothing, and
     // casts between integer types only touch token ids.
@@ -29,7 +30,7 @@ void fuseIdioms(Graph &g) {
   // idioms consult ("used only by this Mul"), stay exact.
   for (void (*step)(Graph &) :
        {removeNoOps, fuseEmbeddings, fuseNorms, fuseActivations, fuseRope,
-        fuseAttention, fuseLinear, lowerRemaining}) {
+        fuseAttention, fuseSoftcaps, fuseLinear, lowerRemaining}) {
     step(g);
     g.removeDeadNodes();
   }

@@ -16,14 +16,15 @@ namespace mt::onnx_import {
 void fuseIdioms(Graph &g);
 
 // The idioms, in the order fuseIdioms runs them.
-void removeNoOps(Graph &g);       // Identity, Dropout, float-to-float Cast
-void fuseEmbeddings(Graph &g);    // Gather of a table by ids or positions
-void fuseNorms(Graph &g);         // RMSNorm and LayerNorm, op or decomposed
-void fuseActivations(Graph &g);   // GELU (erf, tanh), SiLU, then SwiGLU
-void fuseRope(Graph &g);          // rotate-half RoPE, full or partial
-void fuseAttention(Graph &g);     // causal SDPA with GQA, or Attention-23
-void fuseLinear(Graph &g);        // MatMul/Gemm by a weight, plus bias
-void lowerRemaining(Graph &g);    // Add, Mul, Reshape, Transpose, Slice...
+void removeNoOps(Graph &g);     // Identity, Dropout, float-to-float Cast
+void fuseEmbeddings(Graph &g);  // Gather of a table by ids or positions
+void fuseNorms(Graph &g);       // RMSNorm and LayerNorm, op or decomposed
+void fuseActivations(Graph &g); // GELU (erf, tanh), SiLU, then SwiGLU
+void fuseRope(Graph &g);        // rotate-half RoPE, full or partial
+void fuseAttention(Graph &g);   // causal SDPA with GQA, or Attention-23
+void fuseSoftcaps(Graph &g);    // a · tanh(b · x), after attention's
+void fuseLinear(Graph &g);      // MatMul/Gemm by a weight, plus bias
+void lowerRemaining(Graph &g);  // Add, Mul, Reshape, Transpose, Slice...
 
 } // namespace mt::onnx_import
 

@@ -30,6 +30,22 @@ bool isScalar(Value *v, double expected, double rtol) {
   return c && std::fabs(*c - expected) <= rtol * std::fabs(expected) + 1e-12;
 }
 
+Value *peelScale(Value *v, double &factor) {
+  for (;;) {
+    if (Node *div = producer(v, "Div"); div && constScalar(div->in(1))) {
+      factor /= *constScalar(div->in(1));
+      v = div->in(0);
+      continue;
+    }
+    auto ops = commuted(producer(v, "Mul"),
+                        [](Value *c) { return constScalar(c).has_value(); });
+    if (!ops)
+      return v;
+    factor *= *constScalar(ops->first);
+    v = ops->second;
+  }
+}
+
 std::optional<WeightView> weightView(Value *v) {
   if (!v)
     return std::nullopt;
@@ -40,8 +56,8 @@ std::optional<WeightView> weightView(Value *v) {
     return weightView(c->in(0));
   if (Node *t = producer(v, "Transpose")) {
     auto inner = weightView(t->in(0));
-    if (inner && t->in(0)->rank() == 2 && t->getInts("perm") ==
-                                              std::vector<int64_t>{1, 0})
+    if (inner && t->in(0)->rank() == 2 &&
+        t->getInts("perm") == std::vector<int64_t>{1, 0})
       return WeightView{inner->param, !inner->transposed};
   }
   return std::nullopt;

@@ -28,6 +28,9 @@ Node *producerOneOf(Value *v, std::initializer_list<const char *> ops);
 std::optional<double> constScalar(Value *v);
 /// v is a one-element constant within relative tolerance `rtol` of `expected`.
 bool isScalar(Value *v, double expected, double rtol = 1e-4);
+/// What v scales: through Mul and Div by one-element constants, whose
+/// product (a divisor as its reciprocal) multiplies `factor`.
+Value *peelScale(Value *v, double &factor);
 /// v is computed at run time from the fed input.
 inline bool isActivation(Value *v) { return v && v->fromInput; }
 
@@ -46,7 +49,8 @@ commuted(Node *n, const std::function<bool(Value *)> &first);
 
 /// The factors of a product: the operands of v's Mul, recursively through
 /// Muls used only inside the product. `muls` collects the Mul nodes.
-std::vector<Value *> productFactors(Value *v, std::vector<Node *> *muls = nullptr);
+std::vector<Value *> productFactors(Value *v,
+                                    std::vector<Node *> *muls = nullptr);
 
 /// The nodes with `op` (ai.onnx) whose first output is still used, in
 /// order; a snapshot, so fusions may add nodes while walking it.

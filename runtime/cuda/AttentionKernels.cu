@@ -19,8 +19,10 @@
 //     3. dQ: a block owns BR query rows and walks the key tiles.
 //    p and ds are recomputed from q, k and the log-sum-exp in 2 and 3.
 //
-// ALiBi slopes travel by value in the launch parameters (up to 256 heads)
-// and add m_h · (j − i) to every score, in all four kernels alike. A
+// A score is cap · tanh(s / cap) of the scaled dot product s when
+// soft-capped (Gemma 2), plus ALiBi's m_h · (j − i); the cap and the slopes
+// (up to 256 heads) travel by value in the launch parameters, and all four
+// kernels form scores alike. A
 // sliding window (query i sees keys i − W < j ≤ i) skips the key tiles
 // before a block's first visible key and the query tiles past its last
 // reader, so the work is O(S · W).
@@ -39,14 +41,26 @@ namespace {
 
 constexpr int kMaxAlibiHeads = 256;
 
-/// Per-head ALiBi slopes; heads past `heads` (all of them without ALiBi)
-/// have slope 0.
-struct Alibi {
+/// What turns a scaled dot product into a score: the soft cap (none when
+/// 0) and per-head ALiBi slopes; heads past `heads` (all of them without
+/// ALiBi) have slope 0.
+struct ScoreForm {
+  float softcap = 0.f;
   int heads = 0;
   float slope[kMaxAlibiHeads] = {};
 
-  __device__ __forceinline__ float of(int64_t h) const {
+  __device__ __forceinline__ float slope_of(int64_t h) const {
     return h < heads ? slope[h] : 0.f;
+  }
+  __device__ __forceinline__ float capped(float s) const {
+    return softcap > 0.f ? softcap * tanhf(s / softcap) : s;
+  }
+  /// d capped(s) / ds at c = capped(s): 1 − tanh².
+  __device__ __forceinline__ float cap_slope(float c) const {
+    if (softcap <= 0.f)
+      return 1.f;
+    const float t = c / softcap;
+    return 1.f - t * t;
   }
 };
 
@@ -99,7 +113,7 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_forward_kernel(bf16 *y, float *lse, float *delta, const bf16 *dy,
                              const bf16 *q, const bf16 *k, const bf16 *v,
                              int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                             float scale, int64_t window, Alibi alibi) {
+                             float scale, int64_t window, ScoreForm form) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -111,7 +125,7 @@ __global__ void __launch_bounds__(BR *TPR)
   const int64_t i = min64(q0 + r, S - 1);
   const int64_t row = (b * H + h) * S + i;
   const bf16 *kh = k + (b * Hkv + g) * S * D, *vh = v + (b * Hkv + g) * S * D;
-  const float slope = alibi.of(h);
+  const float slope = form.slope_of(h);
 
   float qr[DPT], o[DPT];
   load_row<TPR, DPT>(qr, q + row * D, t, D);
@@ -136,7 +150,7 @@ __global__ void __launch_bounds__(BR *TPR)
         p += qr[u] * bf2f(ks[jj][t + TPR * u]);
       p = row_sum<TPR>(p);
       s[jj] = visible(i, j0 + jj, window)
-                  ? scale * p + slope * float(j0 + jj - i)
+                  ? form.capped(scale * p) + slope * float(j0 + jj - i)
                   : -INFINITY;
       tile_max = fmaxf(tile_max, s[jj]);
     }
@@ -192,7 +206,8 @@ __global__ void __launch_bounds__(BC *TPR)
     attention_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                           const bf16 *k, const bf16 *v, const float *lse,
                           const float *delta, int64_t H, int64_t Hkv, int64_t S,
-                          int64_t D, float scale, int64_t window, Alibi alibi) {
+                          int64_t D, float scale, int64_t window,
+                          ScoreForm form) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 qs[BR][DM];
   __shared__ bf16 dys[BR][DM];
@@ -212,10 +227,9 @@ __global__ void __launch_bounds__(BC *TPR)
 
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
     const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
-    const float slope = alibi.of(h);
+    const float slope = form.slope_of(h);
     // The block's keys are read by queries up to j0 + BC − 1 + window − 1.
-    const int64_t readers =
-        window == 0 ? S : min64(S, j0 + BC - 1 + window);
+    const int64_t readers = window == 0 ? S : min64(S, j0 + BC - 1 + window);
     for (int64_t i0 = j0 / BR * BR; i0 < readers; i0 += BR) {
       __syncthreads();
       load_tile<BR, DM>(qs, q + base * D, i0, S, D);
@@ -236,10 +250,11 @@ __global__ void __launch_bounds__(BC *TPR)
         s = row_sum<TPR>(s);
         dp = row_sum<TPR>(dp);
         const int64_t i = i0 + ii;
+        const float c = form.capped(scale * s);
         const float p = i < S && visible(i, j, window)
-                            ? expf(scale * s + slope * float(j - i) - ls[ii])
+                            ? expf(c + slope * float(j - i) - ls[ii])
                             : 0.f;
-        const float dsc = p * (dp - ds[ii]);
+        const float dsc = p * (dp - ds[ii]) * form.cap_slope(c);
 #pragma unroll
         for (int u = 0; u < DPT; ++u) {
           dvr[u] += p * bf2f(dys[ii][t + TPR * u]);
@@ -268,7 +283,7 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
                         const bf16 *v, const float *lse, const float *delta,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale, int64_t window, Alibi alibi) {
+                        float scale, int64_t window, ScoreForm form) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -278,7 +293,7 @@ __global__ void __launch_bounds__(BR *TPR)
   const int64_t i = min64(q0 + r, S - 1);
   const int64_t row = (b * H + h) * S + i;
   const bf16 *kh = k + (b * Hkv + g) * S * D, *vh = v + (b * Hkv + g) * S * D;
-  const float slope = alibi.of(h);
+  const float slope = form.slope_of(h);
 
   float qr[DPT], dyr[DPT], acc[DPT];
   load_row<TPR, DPT>(qr, q + row * D, t, D);
@@ -303,10 +318,11 @@ __global__ void __launch_bounds__(BR *TPR)
       }
       s = row_sum<TPR>(s);
       dp = row_sum<TPR>(dp);
+      const float c = form.capped(scale * s);
       const float p = visible(i, j0 + jj, window)
-                          ? expf(scale * s + slope * float(j0 + jj - i) - L)
+                          ? expf(c + slope * float(j0 + jj - i) - L)
                           : 0.f;
-      const float dsc = p * (dp - delta_i);
+      const float dsc = p * (dp - delta_i) * form.cap_slope(c);
 #pragma unroll
       for (int u = 0; u < DPT; ++u)
         acc[u] += dsc * bf2f(ks[jj][t + TPR * u]);
@@ -330,7 +346,7 @@ template <int TPR, int DPT, int Rows> struct Attention {
 
   static void forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                       int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                      float scale, int64_t window, const Alibi &alibi,
+                      float scale, int64_t window, const ScoreForm &form,
                       cudaStream_t stream) {
     auto *kernel = attention_forward_kernel<TPR, DPT, BR, BC_FWD, false>;
     launch_kernel("attention_forward_kernel", kernel,
@@ -338,19 +354,19 @@ template <int TPR, int DPT, int Rows> struct Attention {
                   dim3(BR * TPR), stream, y, static_cast<float *>(nullptr),
                   static_cast<float *>(nullptr),
                   static_cast<const bf16 *>(nullptr), q, k, v, H, Hkv, S, D,
-                  scale, window, alibi);
+                  scale, window, form);
   }
 
   static void backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                        const bf16 *q, const bf16 *k, const bf16 *v, float *lse,
                        float *delta, int64_t Bn, int64_t H, int64_t Hkv,
                        int64_t S, int64_t D, float scale, int64_t window,
-                       const Alibi &alibi, cudaStream_t stream) {
+                       const ScoreForm &form, cudaStream_t stream) {
     const dim3 rows(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn));
     auto *stats = attention_forward_kernel<TPR, DPT, BR, BC_FWD, true>;
     launch_kernel("attention_stats_kernel", stats, rows, dim3(BR * TPR), stream,
                   static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v, H, Hkv,
-                  S, D, scale, window, alibi);
+                  S, D, scale, window, form);
     if (dk || dv) {
       auto *kernel = attention_dkdv_kernel<TPR, DPT, BC, BR>;
       launch_kernel(
@@ -358,14 +374,14 @@ template <int TPR, int DPT, int Rows> struct Attention {
           dim3(unsigned((S + BC - 1) / BC), unsigned(Hkv), unsigned(Bn)),
           dim3(BC * TPR), stream, dk, dv, dy, q, k, v,
           static_cast<const float *>(lse), static_cast<const float *>(delta), H,
-          Hkv, S, D, scale, window, alibi);
+          Hkv, S, D, scale, window, form);
     }
     if (dq) {
       auto *kernel = attention_dq_kernel<TPR, DPT, BR, BC>;
       launch_kernel("attention_dq_kernel", kernel, rows, dim3(BR * TPR), stream,
                     dq, dy, q, k, v, static_cast<const float *>(lse),
                     static_cast<const float *>(delta), H, Hkv, S, D, scale,
-                    window, alibi);
+                    window, form);
     }
   }
 };
@@ -383,13 +399,17 @@ void check_shape(const char *op, int64_t H, int64_t Hkv, int64_t D) {
          " is over the 256 the attention kernels support");
 }
 
-Alibi alibi_of(const char *op, const float *slopes, int64_t H) {
-  Alibi a;
+ScoreForm score_form(const char *op, float softcap, const float *slopes,
+                     int64_t H) {
+  ScoreForm a;
+  a.softcap = softcap;
   if (!slopes)
     return a;
   if (H > kMaxAlibiHeads)
-    fail("cuda ", op, ": ALiBi over ", H, " heads; the attention kernels take "
-         "at most ", kMaxAlibiHeads);
+    fail("cuda ", op, ": ALiBi over ", H,
+         " heads; the attention kernels take "
+         "at most ",
+         kMaxAlibiHeads);
   a.heads = int(H);
   for (int64_t h = 0; h < H; ++h)
     a.slope[h] = slopes[h];
@@ -401,12 +421,12 @@ Alibi alibi_of(const char *op, const float *slopes, int64_t H) {
 void CudaKernels::attention_forward(void *y, const void *q, const void *k,
                                     const void *v, int64_t Bn, int64_t H,
                                     int64_t Hkv, int64_t S, int64_t D,
-                                    float scale, int64_t window,
+                                    float scale, int64_t window, float softcap,
                                     const float *alibi_slopes) {
   if (Bn * H * S * D <= 0)
     return;
   check_shape("attention_forward", H, Hkv, D);
-  const Alibi a = alibi_of("attention_forward", alibi_slopes, H);
+  const ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   const cudaStream_t s = cudaStream_t(stream_);
   if (D <= 64)
     Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
@@ -424,11 +444,12 @@ void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
                                      const void *k, const void *v, int64_t Bn,
                                      int64_t H, int64_t Hkv, int64_t S,
                                      int64_t D, float scale, int64_t window,
-                                     const float *alibi_slopes) {
+                                     float softcap, const float *alibi_slopes) {
   if (Bn * H * S * D <= 0 || (!dq && !dk && !dv))
     return;
   check_shape("attention_backward", H, Hkv, D);
-  const Alibi a = alibi_of("attention_backward", alibi_slopes, H);
+  const ScoreForm a =
+      score_form("attention_backward", softcap, alibi_slopes, H);
   const int64_t rows = Bn * H * S;
   float *lse = static_cast<float *>(scratch(2 * rows * int64_t(sizeof(float))));
   float *delta = lse + rows;

@@ -115,6 +115,19 @@ __global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const bf16 *dy,
   }
 }
 
+/// y = cap · tanh(x / cap) (forward) or y += dy · (1 − tanh²) (backward).
+template <bool Backward>
+__global__ void softcap_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
+                               int64_t n, float cap) {
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const float t = tanhf(bf2f(x[i]) / cap);
+    if (Backward)
+      add_store(y, i, bf2f(dy[i]) * (1.f - t * t));
+    else
+      y[i] = f2bf(cap * t);
+  }
+}
+
 __global__ void scale_kernel(bf16 *y, const bf16 *x, int64_t n, float factor) {
   for (int64_t i = global_index(); i < n; i += global_stride())
     y[i] = f2bf(factor * bf2f(x[i]));
@@ -494,6 +507,18 @@ void CudaKernels::gelu_backward(void *dx, const void *dy, const void *x,
   else
     MT_LAUNCH(pointwise_kernel<Pointwise::GeluGrad>, blocks_for(n), kBlock, S_,
               B(dx), B(dy), B(x), n);
+}
+void CudaKernels::softcap_forward(void *y, const void *x, int64_t n,
+                                  float cap) {
+  if (n > 0)
+    MT_LAUNCH(softcap_kernel<false>, blocks_for(n), kBlock, S_, B(y),
+              static_cast<const bf16 *>(nullptr), B(x), n, cap);
+}
+void CudaKernels::softcap_backward(void *dx, const void *dy, const void *x,
+                                   int64_t n, float cap) {
+  if (n > 0)
+    MT_LAUNCH(softcap_kernel<true>, blocks_for(n), kBlock, S_, B(dx), B(dy),
+              B(x), n, cap);
 }
 void CudaKernels::swiglu_forward(void *y, const void *gate, const void *up,
                                  int64_t n) {

@@ -64,10 +64,9 @@ void CpuKernels::linear_forward(void *y, const void *x, const void *w,
   cpu::linear_forward(F(y), F(x), F(w), F(b), M, K, N, w_in_out);
   store(y, M * N);
 }
-void CpuKernels::linear_backward(void *dx, float *dw, float *db,
-                                 const void *dy, const void *x, const void *w,
-                                 int64_t M, int64_t K, int64_t N,
-                                 bool w_in_out) {
+void CpuKernels::linear_backward(void *dx, float *dw, float *db, const void *dy,
+                                 const void *x, const void *w, int64_t M,
+                                 int64_t K, int64_t N, bool w_in_out) {
   cpu::linear_backward(F(dx), dw, db, F(dy), F(x), F(w), M, K, N, w_in_out);
   store(dx, M * K);
 }
@@ -104,8 +103,8 @@ void CpuKernels::rope_forward(void *y, const void *x, const void *cos,
   store(y, B * H * S * D);
 }
 void CpuKernels::rope_backward(void *dx, const void *dy, const void *cos,
-                               const void *sin, int64_t B, int64_t H,
-                               int64_t S, int64_t D, int64_t R, int seq_axis,
+                               const void *sin, int64_t B, int64_t H, int64_t S,
+                               int64_t D, int64_t R, int seq_axis,
                                bool interleaved) {
   cpu::rope_backward(F(dx), F(dy), F(cos), F(sin), B, H, S, D, R, seq_axis,
                      interleaved);
@@ -114,10 +113,10 @@ void CpuKernels::rope_backward(void *dx, const void *dy, const void *cos,
 void CpuKernels::attention_forward(void *y, const void *q, const void *k,
                                    const void *v, int64_t B, int64_t H,
                                    int64_t Hkv, int64_t S, int64_t D,
-                                   float scale, int64_t window,
+                                   float scale, int64_t window, float softcap,
                                    const float *alibi_slopes) {
-  cpu::attention_forward(F(y), F(q), F(k), F(v), B, H, Hkv, S, D, scale,
-                         window, alibi_slopes);
+  cpu::attention_forward(F(y), F(q), F(k), F(v), B, H, Hkv, S, D, scale, window,
+                         softcap, alibi_slopes);
   store(y, B * H * S * D);
 }
 void CpuKernels::attention_backward(void *dq, void *dk, void *dv,
@@ -125,9 +124,9 @@ void CpuKernels::attention_backward(void *dq, void *dk, void *dv,
                                     const void *k, const void *v, int64_t B,
                                     int64_t H, int64_t Hkv, int64_t S,
                                     int64_t D, float scale, int64_t window,
-                                    const float *alibi_slopes) {
+                                    float softcap, const float *alibi_slopes) {
   cpu::attention_backward(F(dq), F(dk), F(dv), F(dy), F(q), F(k), F(v), B, H,
-                          Hkv, S, D, scale, window, alibi_slopes);
+                          Hkv, S, D, scale, window, softcap, alibi_slopes);
   store(dq, B * H * S * D);
   store(dk, B * Hkv * S * D);
   store(dv, B * Hkv * S * D);
@@ -158,6 +157,15 @@ void CpuKernels::gelu_forward(void *y, const void *x, int64_t n,
 void CpuKernels::gelu_backward(void *dx, const void *dy, const void *x,
                                int64_t n, bool approximate_tanh) {
   cpu::gelu_backward(F(dx), F(dy), F(x), n, approximate_tanh);
+  store(dx, n);
+}
+void CpuKernels::softcap_forward(void *y, const void *x, int64_t n, float cap) {
+  cpu::softcap_forward(F(y), F(x), n, cap);
+  store(y, n);
+}
+void CpuKernels::softcap_backward(void *dx, const void *dy, const void *x,
+                                  int64_t n, float cap) {
+  cpu::softcap_backward(F(dx), F(dy), F(x), n, cap);
   store(dx, n);
 }
 void CpuKernels::swiglu_forward(void *y, const void *gate, const void *up,
@@ -192,9 +200,8 @@ void CpuKernels::mul_forward(void *y, const void *a, const void *b,
   cpu::mul_forward(F(y), F(a), F(b), bc);
   store(y, product(bc.shape, bc.rank));
 }
-void CpuKernels::mul_backward(void *da, void *db, const void *dy,
-                              const void *a, const void *b,
-                              const Broadcast &bc) {
+void CpuKernels::mul_backward(void *da, void *db, const void *dy, const void *a,
+                              const void *b, const Broadcast &bc) {
   cpu::mul_backward(F(da), F(db), F(dy), F(a), F(b), bc);
   store(da, operand_elems(bc, bc.lhs_stride));
   store(db, operand_elems(bc, bc.rhs_stride));
@@ -250,8 +257,7 @@ void CpuKernels::position_embed_forward(void *y, const void *table, int64_t S,
   store(y, S * D);
 }
 void CpuKernels::position_embed_backward(float *dtable, const void *dy,
-                                         int64_t S, int64_t D,
-                                         int64_t offset) {
+                                         int64_t S, int64_t D, int64_t offset) {
   cpu::position_embed_backward(dtable, F(dy), S, D, offset);
 }
 void CpuKernels::cross_entropy_forward(float *loss, const void *logits,
@@ -311,8 +317,8 @@ void CpuKernels::transpose_forward(void *y, const void *x,
   store(y, product(x_shape, rank));
 }
 void CpuKernels::transpose_backward(void *dx, const void *dy,
-                                    const int64_t *x_shape,
-                                    const int64_t *perm, int rank) {
+                                    const int64_t *x_shape, const int64_t *perm,
+                                    int rank) {
   cpu::transpose_backward(F(dx), F(dy), x_shape, perm, rank);
   store(dx, product(x_shape, rank));
 }

@@ -1,4 +1,5 @@
-//===- CpuKernels.h - DeviceKernels on the CPU reference kernels -*- C++ -*-===//
+//===- CpuKernels.h - DeviceKernels on the CPU reference kernels -*- C++
+//-*-===//
 //
 // The CPU backend's kernels: runtime/kernels with storage = f32. With bf16
 // on, every storage output is rounded to bf16 after the op (f32 gradients
@@ -43,18 +44,17 @@ public:
   void rope_forward(void *y, const void *x, const void *cos, const void *sin,
                     int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
                     int seq_axis, bool interleaved) override;
-  void rope_backward(void *dx, const void *dy, const void *cos,
-                     const void *sin, int64_t B, int64_t H, int64_t S,
-                     int64_t D, int64_t R, int seq_axis,
-                     bool interleaved) override;
+  void rope_backward(void *dx, const void *dy, const void *cos, const void *sin,
+                     int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
+                     int seq_axis, bool interleaved) override;
   void attention_forward(void *y, const void *q, const void *k, const void *v,
                          int64_t B, int64_t H, int64_t Hkv, int64_t S,
-                         int64_t D, float scale, int64_t window,
+                         int64_t D, float scale, int64_t window, float softcap,
                          const float *alibi_slopes) override;
   void attention_backward(void *dq, void *dk, void *dv, const void *dy,
                           const void *q, const void *k, const void *v,
                           int64_t B, int64_t H, int64_t Hkv, int64_t S,
-                          int64_t D, float scale, int64_t window,
+                          int64_t D, float scale, int64_t window, float softcap,
                           const float *alibi_slopes) override;
   void relu_forward(void *y, const void *x, int64_t n) override;
   void relu_backward(void *dx, const void *dy, const void *x,
@@ -66,10 +66,13 @@ public:
                     bool approximate_tanh) override;
   void gelu_backward(void *dx, const void *dy, const void *x, int64_t n,
                      bool approximate_tanh) override;
+  void softcap_forward(void *y, const void *x, int64_t n, float cap) override;
+  void softcap_backward(void *dx, const void *dy, const void *x, int64_t n,
+                        float cap) override;
   void swiglu_forward(void *y, const void *gate, const void *up,
                       int64_t n) override;
-  void swiglu_backward(void *dgate, void *dup, const void *dy,
-                       const void *gate, const void *up, int64_t n) override;
+  void swiglu_backward(void *dgate, void *dup, const void *dy, const void *gate,
+                       const void *up, int64_t n) override;
   void scale_forward(void *y, const void *x, int64_t n, float factor) override;
   void add_forward(void *y, const void *a, const void *b,
                    const Broadcast &bc) override;

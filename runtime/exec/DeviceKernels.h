@@ -58,9 +58,8 @@ public:
                                   const void *b, int64_t M, int64_t D,
                                   float eps) = 0;
   virtual void layer_norm_backward(void *dx, float *dw, float *db,
-                                   const void *dy, const void *x,
-                                   const void *w, int64_t M, int64_t D,
-                                   float eps) = 0;
+                                   const void *dy, const void *x, const void *w,
+                                   int64_t M, int64_t D, float eps) = 0;
   virtual void rope_forward(void *y, const void *x, const void *cos,
                             const void *sin, int64_t B, int64_t H, int64_t S,
                             int64_t D, int64_t R, int seq_axis,
@@ -70,19 +69,19 @@ public:
                              int64_t D, int64_t R, int seq_axis,
                              bool interleaved) = 0;
   // window: query i sees keys i − window < j ≤ i (0: all j ≤ i).
+  // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
   // alibi_slopes: H host floats (query head h adds m_h · (j − i) to its
   // scores), or null.
   virtual void attention_forward(void *y, const void *q, const void *k,
                                  const void *v, int64_t B, int64_t H,
-                                 int64_t Hkv, int64_t S, int64_t D,
-                                 float scale, int64_t window,
+                                 int64_t Hkv, int64_t S, int64_t D, float scale,
+                                 int64_t window, float softcap,
                                  const float *alibi_slopes) = 0;
-  virtual void attention_backward(void *dq, void *dk, void *dv,
-                                  const void *dy, const void *q,
-                                  const void *k, const void *v, int64_t B,
-                                  int64_t H, int64_t Hkv, int64_t S,
+  virtual void attention_backward(void *dq, void *dk, void *dv, const void *dy,
+                                  const void *q, const void *k, const void *v,
+                                  int64_t B, int64_t H, int64_t Hkv, int64_t S,
                                   int64_t D, float scale, int64_t window,
-                                  const float *alibi_slopes) = 0;
+                                  float softcap, const float *alibi_slopes) = 0;
   virtual void relu_forward(void *y, const void *x, int64_t n) = 0;
   virtual void relu_backward(void *dx, const void *dy, const void *x,
                              int64_t n) = 0;
@@ -91,13 +90,16 @@ public:
                              int64_t n) = 0;
   virtual void gelu_forward(void *y, const void *x, int64_t n,
                             bool approximate_tanh) = 0;
-  virtual void gelu_backward(void *dx, const void *dy, const void *x,
-                             int64_t n, bool approximate_tanh) = 0;
+  virtual void gelu_backward(void *dx, const void *dy, const void *x, int64_t n,
+                             bool approximate_tanh) = 0;
+  virtual void softcap_forward(void *y, const void *x, int64_t n,
+                               float cap) = 0;
+  virtual void softcap_backward(void *dx, const void *dy, const void *x,
+                                int64_t n, float cap) = 0;
   virtual void swiglu_forward(void *y, const void *gate, const void *up,
                               int64_t n) = 0;
   virtual void swiglu_backward(void *dgate, void *dup, const void *dy,
-                               const void *gate, const void *up,
-                               int64_t n) = 0;
+                               const void *gate, const void *up, int64_t n) = 0;
   virtual void scale_forward(void *y, const void *x, int64_t n,
                              float factor) = 0;
   virtual void add_forward(void *y, const void *a, const void *b,
@@ -111,9 +113,8 @@ public:
                             const void *b, const Broadcast &bc) = 0;
   virtual void embed_forward(void *y, const int32_t *ids, const void *table,
                              int64_t N, int64_t V, int64_t D) = 0;
-  virtual void embed_backward(float *dtable, const void *dy,
-                              const int32_t *ids, int64_t N, int64_t V,
-                              int64_t D) = 0;
+  virtual void embed_backward(float *dtable, const void *dy, const int32_t *ids,
+                              int64_t N, int64_t V, int64_t D) = 0;
   /// Rows of y (N x D) whose id lies in [v0, v0 + Vp) get table row id - v0
   /// (table: Vp x D); other rows are left as they are. first: rows whose id
   /// is outside [0, V) are set to NaN (a poisoned id must show, as in
@@ -129,9 +130,8 @@ public:
                                     int64_t D, int64_t v0) = 0;
   virtual void position_embed_forward(void *y, const void *table, int64_t S,
                                       int64_t D, int64_t offset) = 0;
-  virtual void position_embed_backward(float *dtable, const void *dy,
-                                       int64_t S, int64_t D,
-                                       int64_t offset) = 0;
+  virtual void position_embed_backward(float *dtable, const void *dy, int64_t S,
+                                       int64_t D, int64_t offset) = 0;
   /// The cross-entropy of N rows of logits summed and divided by
   /// total_rows, written to *loss (f32) or, with accumulate, added to it:
   /// a launch's rows may come in chunks. The backward adds
@@ -168,15 +168,13 @@ public:
                                             const float *stats, int64_t N,
                                             int64_t Vp, int64_t v0,
                                             float dloss) = 0;
-  virtual void transpose_forward(void *y, const void *x,
-                                 const int64_t *x_shape, const int64_t *perm,
-                                 int rank) = 0;
+  virtual void transpose_forward(void *y, const void *x, const int64_t *x_shape,
+                                 const int64_t *perm, int rank) = 0;
   virtual void transpose_backward(void *dx, const void *dy,
                                   const int64_t *x_shape, const int64_t *perm,
                                   int rank) = 0;
-  virtual void slice_forward(void *y, const void *x, int64_t outer,
-                             int64_t dim, int64_t inner, int64_t start,
-                             int64_t n) = 0;
+  virtual void slice_forward(void *y, const void *x, int64_t outer, int64_t dim,
+                             int64_t inner, int64_t start, int64_t n) = 0;
   virtual void slice_backward(void *dx, const void *dy, int64_t outer,
                               int64_t dim, int64_t inner, int64_t start,
                               int64_t n) = 0;

@@ -84,6 +84,21 @@ void gelu_backward(float *dx, const float *dy, const float *x, int64_t n,
     dx[i] += dy[i] * gelu_grad(x[i], approximate_tanh);
 }
 
+void softcap_forward(float *y, const float *x, int64_t n, float cap) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = cap * std::tanh(x[i] / cap);
+}
+
+void softcap_backward(float *dx, const float *dy, const float *x, int64_t n,
+                      float cap) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = std::tanh(x[i] / cap);
+    dx[i] += dy[i] * (1.f - t * t);
+  }
+}
+
 void swiglu_forward(float *y, const float *gate, const float *up, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i)

@@ -5,7 +5,8 @@
 // row's probabilities. Neither stores an S x S matrix. ALiBi adds
 // m_h · (j − i) to each score: 0 on the diagonal, so the scores keep their
 // scale however long the sequence. A sliding window starts each row's keys
-// at i − window + 1, so its cost is O(S · window).
+// at i − window + 1, so its cost is O(S · window). Soft-capping (Gemma 2)
+// squashes each scaled score s to cap · tanh(s / cap) before the bias.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,11 +36,28 @@ void axpy(float *y, float alpha, const float *x, int64_t n) {
     y[d] += alpha * x[d];
 }
 
+// The score of query q_i and key k_j before its ALiBi bias; with `dcap`,
+// also d score / d (scale · q_i · k_j).
+float score_of(const float *qi, const float *kj, int64_t D, float scale,
+               float softcap, float *dcap = nullptr) {
+  float s = scale * dot(qi, kj, D);
+  if (softcap <= 0.f) {
+    if (dcap)
+      *dcap = 1.f;
+    return s;
+  }
+  const float t = std::tanh(s / softcap);
+  if (dcap)
+    *dcap = 1.f - t * t;
+  return softcap * t;
+}
+
 } // namespace
 
 void attention_forward(float *y, const float *q, const float *k, const float *v,
                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                       float scale, int64_t window, const float *alibi_slopes) {
+                       float scale, int64_t window, float softcap,
+                       const float *alibi_slopes) {
   const int64_t group = H / Hkv;
 #pragma omp parallel
   {
@@ -61,7 +79,7 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
         const int64_t n = std::min(kKeyTile, i + 1 - j0);
         float tile_max = -INFINITY;
         for (int64_t t = 0; t < n; ++t) {
-          score[t] = scale * dot(qi, kh + (j0 + t) * D, D) +
+          score[t] = score_of(qi, kh + (j0 + t) * D, D, scale, softcap) +
                      slope * float(j0 + t - i);
           tile_max = std::max(tile_max, score[t]);
         }
@@ -88,7 +106,7 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
                         int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale, int64_t window,
+                        float scale, int64_t window, float softcap,
                         const float *alibi_slopes) {
   if (!dq && !dk && !dv)
     return;
@@ -97,6 +115,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
   {
     std::vector<float> prob(S);  // (S) softmax row
     std::vector<float> dprob(S); // (S) dy_i · v_j
+    std::vector<float> dcap(S);  // (S) the soft-cap's slope at each score
     std::vector<float> dqi(D);   // (D)
     // A task owns one KV head and every query head reading it, hence its dk
     // and dv slices: they are summed in a fixed order without atomics.
@@ -113,7 +132,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
               window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
           float row_max = -INFINITY;
           for (int64_t j = first; j <= i; ++j) {
-            prob[j] = scale * dot(qi, kh + j * D, D) + slope * float(j - i);
+            prob[j] = score_of(qi, kh + j * D, D, scale, softcap, &dcap[j]) +
+                      slope * float(j - i);
             row_max = std::max(row_max, prob[j]);
           }
           double sum = 0.0;
@@ -131,8 +151,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
           }
           std::fill(dqi.begin(), dqi.end(), 0.f);
           for (int64_t j = first; j <= i; ++j) {
-            // ds_j = d loss / d score_j
-            const float ds = prob[j] * (dprob[j] - float(di));
+            // ds_j = d loss / d (scale · q_i · k_j)
+            const float ds = prob[j] * (dprob[j] - float(di)) * dcap[j];
             if (dq)
               axpy(dqi.data(), ds, kh + j * D, D);
             if (dk)

@@ -1,4 +1,5 @@
-//===- Kernels.h - CPU forward/backward kernels of every primitive -*- C++ -*-===//
+//===- Kernels.h - CPU forward/backward kernels of every primitive -*- C++
+//-*-===//
 //
 // The readable reference implementation of the mt primitives (see
 // docs/primitives.md for the math), llm.c style: contiguous row-major fp32
@@ -6,7 +7,8 @@
 // `op_backward(d_in..., d_out, in..., dims)` per primitive.
 //
 // Conventions every kernel follows:
-//  - Backward kernels ACCUMULATE (+=) into every gradient they write, so fan-out
+//  - Backward kernels ACCUMULATE (+=) into every gradient they write, so
+//  fan-out
 //    and gradient accumulation need no extra adds; callers zero buffers first.
 //  - A null gradient pointer means "not needed" and is skipped.
 //  - Backward kernels get the forward's inputs and recompute what they need
@@ -52,23 +54,24 @@ void rope_forward(float *y, const float *x, const float *cos, const float *sin,
                   int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
                   int seq_axis, bool interleaved);
 void rope_backward(float *dx, const float *dy, const float *cos,
-                   const float *sin, int64_t B, int64_t H, int64_t S,
-                   int64_t D, int64_t R, int seq_axis, bool interleaved);
+                   const float *sin, int64_t B, int64_t H, int64_t S, int64_t D,
+                   int64_t R, int seq_axis, bool interleaved);
 
 // ---- causal attention with grouped KV heads -------------------------------
 // q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0; query head h reads KV
 // head h / (H / Hkv). Memory beyond the inputs is O(S) per worker thread.
 // window > 0: query i sees only keys j > i − window (a sliding window).
+// softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
 // alibi_slopes (H values, or null): head h adds m_h · (j − i) to the score of
 // query i and key j.
-void attention_forward(float *y, const float *q, const float *k,
-                       const float *v, int64_t B, int64_t H, int64_t Hkv,
-                       int64_t S, int64_t D, float scale, int64_t window,
+void attention_forward(float *y, const float *q, const float *k, const float *v,
+                       int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                       float scale, int64_t window, float softcap,
                        const float *alibi_slopes);
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
-                        int64_t B, int64_t H, int64_t Hkv, int64_t S,
-                        int64_t D, float scale, int64_t window,
+                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                        float scale, int64_t window, float softcap,
                         const float *alibi_slopes);
 
 // ---- activations (n elements) ---------------------------------------------
@@ -80,6 +83,10 @@ void silu_backward(float *dx, const float *dy, const float *x, int64_t n);
 void gelu_forward(float *y, const float *x, int64_t n, bool approximate_tanh);
 void gelu_backward(float *dx, const float *dy, const float *x, int64_t n,
                    bool approximate_tanh);
+// y = cap · tanh(x / cap)
+void softcap_forward(float *y, const float *x, int64_t n, float cap);
+void softcap_backward(float *dx, const float *dy, const float *x, int64_t n,
+                      float cap);
 // y = silu(gate) · up
 void swiglu_forward(float *y, const float *gate, const float *up, int64_t n);
 void swiglu_backward(float *dgate, float *dup, const float *dy,

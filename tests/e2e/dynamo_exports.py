@@ -35,6 +35,12 @@ ARCHITECTURES = {
     # Gemma 3: q/k RMSNorm, sandwich norms, sliding-window layers.
     "gemma3": (T.Gemma3TextConfig, dict(COMMON, head_dim=16, sliding_window=8),
                T.Gemma3ForCausalLM),
+    # Gemma 2: attention scores and logits soft-capped, caps small enough
+    # (with larger initial weights: scores reach ~2.5, logits ~11) that the
+    # tanh bends them; alternating sliding-window layers.
+    "gemma2": (T.Gemma2Config, dict(COMMON, head_dim=16, sliding_window=8, initializer_range=0.2,
+                                    attn_logit_softcapping=1.0, final_logit_softcapping=5.0),
+               T.Gemma2ForCausalLM),
     # OLMo: LayerNorm without weights; OLMo 2: norms after attention and MLP.
     "olmo": (T.OlmoConfig, COMMON, T.OlmoForCausalLM),
     "olmo2": (T.Olmo2Config, COMMON, T.Olmo2ForCausalLM),

@@ -63,13 +63,20 @@ def rope_tables(positions, rotary_dim, theta=10000.0):
     return np.cos(emb), np.sin(emb)
 
 
-def attention(q, k, v, scale, alibi=None, window=None):
+def softcap(x, cap):
+    return cap * np.tanh(x / cap)
+
+
+def attention(q, k, v, scale, alibi=None, window=None, cap=None):
     """Causal attention; q [B, H, S, D], k and v [B, Hkv, S, D]; alibi: one
     slope per query head, adding slope · key position to the scores; window:
-    query i sees keys i - window < j <= i."""
+    query i sees keys i - window < j <= i; cap: the scaled scores soft-capped
+    before the masks."""
     rep = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
     s = q @ np.swapaxes(k, -1, -2) * scale
+    if cap is not None:
+        s = softcap(s, cap)
     n = s.shape[-1]
     if alibi is not None:
         s = s + np.asarray(alibi)[:, None, None] * np.arange(n)

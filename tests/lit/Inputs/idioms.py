@@ -304,6 +304,20 @@ def _(g):
     return lambda f: np.maximum(f["x"], 0)
 
 
+@idiom("softcap", "Gemma 2's logit cap: Mul(Tanh(Div(x, 3)), 3)")
+def _(g):
+    x = x_input(g)
+    y_output(g, g.op("Mul", g.op("Tanh", g.op("Div", x, g.const(3.0))), g.const(3.0)), HIDDEN)
+    return lambda f: fm.softcap(f["x"], 3.0)
+
+
+@idiom("softcap-rescaled", "Mul(2, Tanh(Mul(x, 0.25))): a cap of 2 on 0.5 · x")
+def _(g):
+    x = x_input(g)
+    y_output(g, g.op("Mul", g.const(2.0), g.op("Tanh", g.op("Mul", x, g.const(0.25)))), HIDDEN)
+    return lambda f: 2.0 * np.tanh(0.25 * f["x"])
+
+
 @idiom("silu", "Mul(x, Sigmoid(x))")
 def _(g):
     x = x_input(g)
@@ -561,9 +575,10 @@ def _(g):
 AH, AD = 4, 4  # query heads, head dim
 
 
-def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, window=None):
+def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, window=None, cap=None):
     """mask_scores(g, scores, x) -> masked scores; scale: div | mul | qk (each by d^-1/4);
-    alibi, window: the slopes the masks add and the window they keep, for the reference."""
+    alibi, window: the slopes the masks add and the window they keep, for the reference;
+    cap: the scaled scores become Mul(Tanh(Div(scores, cap)), cap) before the mask."""
     x = x_input(g)
     q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
     k, Wk = matmul(g, x, HIDDEN, kv_heads * AD, "attn.k_proj.weight")
@@ -579,18 +594,20 @@ def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, windo
         s = g.op("Div", s, g.const(math.sqrt(AD)))
     elif scale == "mul":
         s = g.op("Mul", s, g.const(1 / math.sqrt(AD)))
+    if cap is not None:
+        s = g.op("Mul", g.op("Tanh", g.op("Div", s, g.const(cap))), g.const(cap))
     p = g.op("Softmax", mask_scores(g, s, x), axis=-1)
     y, Wo = matmul(g, dg.merge_heads(g, g.op("MatMul", p, v), AH * AD), AH * AD, HIDDEN,
                    "attn.o_proj.weight")
     y_output(g, y, HIDDEN)
-    return _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi, window)
+    return _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi, window, cap)
 
 
-def _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi=None, window=None):
+def _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi=None, window=None, cap=None):
     def ref(f):
         x = f["x"]
         a = fm.attention(fm.heads(x @ Wq, AH), fm.heads(x @ Wk, kv_heads), fm.heads(x @ Wv, kv_heads),
-                         AD ** -0.5, alibi, window)
+                         AD ** -0.5, alibi, window, cap)
         return fm.merge(a) @ Wo
     return ref
 
@@ -722,6 +739,13 @@ def _(g):
         return g.op("Add", s, g.slice(g.tensor("attn.window_mask", table), [0, 0],
                                       g.op("Concat", seq, seq, axis=0), [0, 1]))
     return _attention_idiom(g, mask, window=3)
+
+
+@idiom("attention-softcap",
+       "Gemma 2's soft-capped scores: Mul(scores, 0.5), Div(., 0.75), Tanh, Mul(., 0.75), then the "
+       "[64,64] -inf mask Add")
+def _(g):
+    return _attention_idiom(g, _mask_add(-INF), scale="mul", cap=0.75)
 
 
 @idiom("attention-mqa-seq-major",

@@ -104,9 +104,9 @@ module {
 // -----
 
 // Neither can be cut (the embedding scales what it looks up, the head
-// scales its logits): asking for pieces is an error that says why.
+// squares its logits): asking for pieces is an error that says why.
 // WARN: warning: the embedding (1024 params) needs more than the budget in its slots but stays whole: it does more than look up rows of one table
-// WARN: warning: the head (1040 params) needs more than the budget in its slots but stays whole: its logits do not come straight from a linear layer
+// WARN: warning: the head (1040 params) needs more than the budget in its slots but stays whole: its logits do not come from a linear layer (and element-wise scalings or soft caps after it)
 // ERR: error: --vocab-pieces: neither the LM head nor the embedding can run in vocabulary pieces
 module {
   mt.param @wte : tensor<64x16xf32>
@@ -126,7 +126,57 @@ module {
   mt.template @head kind "head" (%x: tensor<1x8x16xf32>) params (%g: tensor<16xf32>, %w: tensor<16x64xf32>) -> (tensor<1x8x64xf32>) {
     %n = mt.rms_norm %x, %g {eps = 1.0e-5 : f64} : (tensor<1x8x16xf32>, tensor<16xf32>) -> tensor<1x8x16xf32>
     %z = mt.linear %n, %w {w_layout = "in_out"} : (tensor<1x8x16xf32>, tensor<16x64xf32>) -> tensor<1x8x64xf32>
-    %l = mt.scale %z {factor = 0.5 : f64} : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
+    %l = mt.mul %z, %z : (tensor<1x8x64xf32>, tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
+    mt.yield %l : tensor<1x8x64xf32>
+  }
+  mt.model @main(%tokens: tensor<1x8xi32>, %targets: tensor<1x8xi32>) -> (tensor<f32>) {
+    %h0 = mt.apply @embedding(%tokens) params(@wte) : (tensor<1x8xi32>) -> tensor<1x8x16xf32>
+    %h1 = mt.apply @layer(%h0) layer(0) params(@l0.w) : (tensor<1x8x16xf32>) -> tensor<1x8x16xf32>
+    %lg = mt.apply @head(%h1) params(@ln, @w) : (tensor<1x8x16xf32>) -> tensor<1x8x64xf32>
+    %loss = mt.cross_entropy %lg, %targets : (tensor<1x8x64xf32>, tensor<1x8xi32>) -> tensor<f32>
+    mt.return %loss : tensor<f32>
+  }
+}
+
+// -----
+
+// Logits scaled and soft-capped after the LM head (Gemma 2's
+// 30 · tanh(z / 30)): each piece scales and caps its own logits before its
+// statistics, and differentiates through both.
+// CHECK-LABEL: mt.template @head.vp0 kind "head"
+// CHECK: %[[Z:.*]] = mt.linear
+// CHECK-NEXT: %[[S:.*]] = mt.scale %[[Z]] {factor = 5.000000e-01 : f64} : (tensor<1x8x13xf32>) -> tensor<1x8x13xf32>
+// CHECK-NEXT: %[[C:.*]] = mt.softcap %[[S]] {cap = 3.000000e+01 : f64} : (tensor<1x8x13xf32>) -> tensor<1x8x13xf32>
+// CHECK-NEXT: mt.cross_entropy_stats %[[C]], %arg1 {vocab_offset = 0 : i64, vocab_size = 64 : i64}
+// CHECK-LABEL: mt.template @head.vp0.bwd kind "head"
+// CHECK: %[[DC:.*]] = mt.cross_entropy_piece_grad
+// CHECK: %[[DS:.*]] = mt.softcap_grad %[[DC]], %{{.*}} {cap = 3.000000e+01 : f64}
+// CHECK: mt.scale %[[DS]] {factor = 5.000000e-01 : f64}
+// CHECK: mt.linear_grad
+// CHECK-LABEL: mt.template @head.vp4 kind "head"
+// CHECK: mt.softcap
+// CHECK: mt.cross_entropy_stats_loss
+// CHECK: mt.softcap_grad
+// CHECK: mt.apply @head(%1) params (@ln, @w) {vocab_params = array<i64: 1>, vocab_pieces = array<i64: 0, 13, 26, 39, 52, 64>}
+module {
+  mt.param @wte : tensor<64x16xf32>
+  mt.param @l0.w : tensor<16x16xf32>
+  mt.param @ln : tensor<16xf32>
+  mt.param @w : tensor<64x16xf32>
+  mt.template @embedding kind "embedding" (%ids: tensor<1x8xi32>) params (%t: tensor<64x16xf32>) -> (tensor<1x8x16xf32>) {
+    %h = mt.embed %ids, %t : (tensor<1x8xi32>, tensor<64x16xf32>) -> tensor<1x8x16xf32>
+    mt.yield %h : tensor<1x8x16xf32>
+  }
+  mt.template @layer kind "layer" (%x: tensor<1x8x16xf32>) params (%w: tensor<16x16xf32>) -> (tensor<1x8x16xf32>) {
+    %q = mt.linear %x, %w : (tensor<1x8x16xf32>, tensor<16x16xf32>) -> tensor<1x8x16xf32>
+    %y = mt.add %x, %q : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<1x8x16xf32>
+    mt.yield %y : tensor<1x8x16xf32>
+  }
+  mt.template @head kind "head" (%x: tensor<1x8x16xf32>) params (%g: tensor<16xf32>, %w: tensor<64x16xf32>) -> (tensor<1x8x64xf32>) {
+    %n = mt.rms_norm %x, %g {eps = 1.0e-5 : f64} : (tensor<1x8x16xf32>, tensor<16xf32>) -> tensor<1x8x16xf32>
+    %z = mt.linear %n, %w : (tensor<1x8x16xf32>, tensor<64x16xf32>) -> tensor<1x8x64xf32>
+    %s = mt.scale %z {factor = 0.5 : f64} : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
+    %l = mt.softcap %s {cap = 30.0 : f64} : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
     mt.yield %l : tensor<1x8x64xf32>
   }
   mt.model @main(%tokens: tensor<1x8xi32>, %targets: tensor<1x8xi32>) -> (tensor<f32>) {

@@ -374,10 +374,12 @@ struct AttentionShape {
   int64_t B, H, Hkv, S, D;
   bool alibi = false;
   int64_t window = 0;
+  float softcap = 0.f;
 };
 void PrintTo(const AttentionShape &s, std::ostream *os) {
   *os << "B" << s.B << " H" << s.H << " Hkv" << s.Hkv << " S" << s.S << " D"
-      << s.D << (s.alibi ? " ALiBi" : "") << " window" << s.window;
+      << s.D << (s.alibi ? " ALiBi" : "") << " window" << s.window << " softcap"
+      << s.softcap;
 }
 
 class AttentionTest : public CudaKernelsTest,
@@ -397,18 +399,18 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   const float *alibi = s.alibi ? slopes.data() : nullptr;
   Tensor y = Tensor::output(nq);
   k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), s.B, s.H, s.Hkv,
-                        s.S, s.D, scale, s.window, alibi);
+                        s.S, s.D, scale, s.window, s.softcap, alibi);
   cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), s.B, s.H,
-                         s.Hkv, s.S, s.D, scale, s.window, alibi);
+                         s.Hkv, s.S, s.D, scale, s.window, s.softcap, alibi);
   Tensor dy = Tensor::random(nq, 63);
   Tensor dq = Tensor::grad(nq, 64), dk = Tensor::grad(nk, 65),
          dv = Tensor::grad(nk, 66);
   k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                          k.dev(), v.dev(), s.B, s.H, s.Hkv, s.S, s.D, scale,
-                         s.window, alibi);
+                         s.window, s.softcap, alibi);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
                           k.host(), v.host(), s.B, s.H, s.Hkv, s.S, s.D, scale,
-                          s.window, alibi);
+                          s.window, s.softcap, alibi);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kAttention)) << "dq";
@@ -430,7 +432,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // of one block starting in different tiles), one key.
                       AttentionShape{2, 4, 2, 37, 16, false, 5},
                       AttentionShape{1, 2, 1, 150, 64, true, 40},
-                      AttentionShape{1, 2, 2, 70, 80, false, 1}));
+                      AttentionShape{1, 2, 2, 70, 80, false, 1},
+                      // Soft-capped scores (|s| up to ~5 against a cap of
+                      // 2), with ALiBi and a window.
+                      AttentionShape{2, 4, 2, 37, 16, false, 0, 2.f},
+                      AttentionShape{1, 2, 1, 70, 64, true, 0, 2.f},
+                      AttentionShape{1, 2, 2, 70, 80, false, 9, 2.f}));
 
 TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
   const int64_t B = 1, H = 2, Hkv = 1, S = 20, D = 16;
@@ -440,9 +447,9 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
          dy = Tensor::random(B * H * S * D, 73);
   Tensor dk = Tensor::grad(B * Hkv * S * D, 74);
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
-                         v.dev(), B, H, Hkv, S, D, 0.25f, 0, nullptr);
+                         v.dev(), B, H, Hkv, S, D, 0.25f, 0, 0.f, nullptr);
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
-                          k.host(), v.host(), B, H, Hkv, S, D, 0.25f, 0,
+                          k.host(), v.host(), B, H, Hkv, S, D, 0.25f, 0, 0.f,
                           nullptr);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
@@ -452,9 +459,14 @@ TEST_F(CudaKernelsTest, Activations) {
   const int64_t n = 3000;
   Tensor x = Tensor::random(n, 80, -6.f, 6.f), u = Tensor::random(n, 81);
   Tensor dy = Tensor::random(n, 82);
-  for (int op = 0; op < 4; ++op) {
+  for (int op = 0; op < 5; ++op) {
     Tensor y = Tensor::output(n), dx = Tensor::grad(n, 83);
-    if (op == 3) {
+    if (op == 4) {
+      k_->softcap_forward(y.dev(), x.dev(), n, 2.5f);
+      k_->softcap_backward(dx.dev(), dy.dev(), x.dev(), n, 2.5f);
+      cpu_.softcap_forward(y.host(), x.host(), n, 2.5f);
+      cpu_.softcap_backward(dx.host(), dy.host(), x.host(), n, 2.5f);
+    } else if (op == 3) {
       k_->relu_forward(y.dev(), x.dev(), n);
       k_->relu_backward(dx.dev(), dy.dev(), x.dev(), n);
       cpu_.relu_forward(y.host(), x.host(), n);
@@ -603,17 +615,16 @@ TEST_F(CudaKernelsTest, CrossEntropy) {
   Tensor t = Tensor::ids(targets),
          logits = Tensor::random(N * V, 120, -8.f, 8.f);
   Tensor loss = Tensor::f32(1, 121);
-  k_->cross_entropy_forward(loss.dev_f32(), logits.dev(), t.dev_ids(), N, V,
-                            N, false);
+  k_->cross_entropy_forward(loss.dev_f32(), logits.dev(), t.dev_ids(), N, V, N,
+                            false);
   cpu_.cross_entropy_forward(loss.host(), logits.host(), targets.data(), N, V,
                              N, false);
   // The same mean from row chunks (11 + 8 rows), added up on the device.
   const int64_t first = 11;
   Tensor chunked = Tensor::f32(1, 126);
-  k_->cross_entropy_forward(chunked.dev_f32(), logits.dev(), t.dev_ids(),
-                            first, V, N, false);
-  k_->cross_entropy_forward(chunked.dev_f32(),
-                            k_->at(logits.dev(), first * V),
+  k_->cross_entropy_forward(chunked.dev_f32(), logits.dev(), t.dev_ids(), first,
+                            V, N, false);
+  k_->cross_entropy_forward(chunked.dev_f32(), k_->at(logits.dev(), first * V),
                             t.dev_ids() + first, N - first, V, N, true);
   Tensor dl = Tensor::grad(N * V, 122);
   const float dloss = 1.f / float(N);
@@ -819,7 +830,8 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
            dk = Tensor::zeros(B * Hkv * S * D);
     Tensor dv = Tensor::zeros(B * Hkv * S * D), dt = Tensor::f32(V * D, 145);
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                           k.dev(), v.dev(), B, H, Hkv, S, D, 0.2f, 0, nullptr);
+                           k.dev(), v.dev(), B, H, Hkv, S, D, 0.2f, 0, 0.f,
+                           nullptr);
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();
     std::vector<float> all = dq.fetch();

@@ -1,4 +1,4 @@
-//===- ActivationsTest.cpp - relu, silu, gelu (both forms), swiglu, scale -===//
+//===- ActivationsTest.cpp - relu, silu, gelu, softcap, swiglu, scale -----===//
 
 #include "runtime/kernels/Kernels.h"
 #include "tests/unit/runtime/kernels/Reference.h"
@@ -34,6 +34,13 @@ double gelu_grad(double x, bool tanh_form) {
          x * std::exp(-x * x / 2) / std::sqrt(2 * kPi);
 }
 
+// Soft-capping at 3: the test values (up to ±8) reach well into its tail.
+double softcap(double x) { return 3 * std::tanh(x / 3); }
+double softcap_grad(double x) {
+  const double t = std::tanh(x / 3);
+  return 1 - t * t;
+}
+
 // An elementwise unary op: its value and derivative in double, and its
 // kernels.
 struct Unary {
@@ -58,6 +65,11 @@ const Unary kUnaries[] = {
      [](float *y, const float *x, int64_t n) { gelu_forward(y, x, n, true); },
      [](float *dx, const float *dy, const float *x, int64_t n) {
        gelu_backward(dx, dy, x, n, true);
+     }},
+    {"softcap", softcap, softcap_grad,
+     [](float *y, const float *x, int64_t n) { softcap_forward(y, x, n, 3.f); },
+     [](float *dx, const float *dy, const float *x, int64_t n) {
+       softcap_backward(dx, dy, x, n, 3.f);
      }},
     {"scale", [](double x) { return -2.5 * x; }, [](double) { return -2.5; },
      [](float *y, const float *x, int64_t n) { scale_forward(y, x, n, -2.5f); },

@@ -13,6 +13,7 @@ struct Dims {
   float scale;
   const float *slopes = nullptr; // ALiBi, one per query head
   int64_t window = 0;            // keys i - window < j <= i; 0: all j <= i
+  float softcap = 0.f;           // scores s become softcap · tanh(s / softcap)
 };
 
 // The first key query i sees.
@@ -28,18 +29,32 @@ int64_t kv_at(const Dims &d, int64_t b, int64_t h, int64_t j) {
   return ((b * d.Hkv + kv_head) * d.S + j) * d.D;
 }
 
+// The scaled product of query (b, h, i) and key j, and d softcap(s) / ds.
+double scaled_product(const std::vector<Doubles> &in, const Dims &d, int64_t b,
+                      int64_t h, int64_t i, int64_t j) {
+  double s = 0.0;
+  for (int64_t e = 0; e < d.D; ++e)
+    s += in[0][q_at(d, b, h, i) + e] * in[1][kv_at(d, b, h, j) + e];
+  return d.scale * s;
+}
+double capped(const Dims &d, double s) {
+  return d.softcap ? d.softcap * std::tanh(s / d.softcap) : s;
+}
+double cap_slope(const Dims &d, double s) {
+  const double t = d.softcap ? std::tanh(s / d.softcap) : 0.0;
+  return 1.0 - t * t;
+}
+
 // The causal softmax row of query (b, h, i) over its keys first_key..i,
-// indexed by key. ALiBi adds m_h · j here, as BLOOM writes it: the kernels' m_h ·
-// (j − i) differs by a constant per row, which the softmax cancels.
+// indexed by key. ALiBi adds m_h · j here, as BLOOM writes it: the kernels' m_h
+// · (j − i) differs by a constant per row, which the softmax cancels.
 Doubles probabilities(const std::vector<Doubles> &in, const Dims &d, int64_t b,
                       int64_t h, int64_t i) {
   Doubles p(i + 1);
   double max = -INFINITY, sum = 0.0;
   for (int64_t j = first_key(d, i); j <= i; ++j) {
-    double s = 0.0;
-    for (int64_t e = 0; e < d.D; ++e)
-      s += in[0][q_at(d, b, h, i) + e] * in[1][kv_at(d, b, h, j) + e];
-    p[j] = d.scale * s + (d.slopes ? double(d.slopes[h]) * double(j) : 0.0);
+    p[j] = capped(d, scaled_product(in, d, b, h, i, j)) +
+           (d.slopes ? double(d.slopes[h]) * double(j) : 0.0);
     max = std::max(max, p[j]);
   }
   for (int64_t j = first_key(d, i); j <= i; ++j)
@@ -63,8 +78,9 @@ Doubles ref_forward(const std::vector<Doubles> &in, const Dims &d) {
   return y;
 }
 
-// {dq, dk, dv}: dv_j += p_ij·dy_i; ds_ij = p_ij·(dy_i·v_j - Σ_l p_il·dy_i·v_l);
-// dq_i += scale·Σ_j ds_ij·k_j; dk_j += scale·ds_ij·q_i.
+// {dq, dk, dv}: dv_j += p_ij·dy_i; ds_ij = p_ij·(dy_i·v_j - Σ_l p_il·dy_i·v_l)
+// times the soft cap's slope; dq_i += scale·Σ_j ds_ij·k_j; dk_j +=
+// scale·ds_ij·q_i.
 std::vector<Doubles>
 ref_backward(const Doubles &dy, const std::vector<Doubles> &in, const Dims &d) {
   Doubles dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
@@ -81,7 +97,8 @@ ref_backward(const Doubles &dy, const std::vector<Doubles> &in, const Dims &d) {
           expected += p[j] * dp[j];
         }
         for (int64_t j = first_key(d, i); j <= i; ++j) {
-          const double ds = p[j] * (dp[j] - expected);
+          const double ds = p[j] * (dp[j] - expected) *
+                            cap_slope(d, scaled_product(in, d, b, h, i, j));
           const int64_t kj = kv_at(d, b, h, j);
           for (int64_t e = 0; e < d.D; ++e) {
             dv[kj + e] += p[j] * dy[qi + e];
@@ -107,12 +124,13 @@ const Dims kHeads[] = {
 // one: over 130 keys the bias reaches -130·0.9.
 const float kSlopes[] = {0.25f, 0.0625f, 0.015625f, 0.9f};
 
-// Causal, with ALiBi, with a window of 2 keys, and both.
+// Causal, with ALiBi, with a window of 2 keys, soft-capped, and together.
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
-  for (int form = 0; form < 4; ++form)
+  for (int form = 0; form < 8; ++form)
     for (Dims d : kHeads) {
       d.slopes = form & 1 ? kSlopes : nullptr;
       d.window = form & 2 ? 2 : 0;
+      d.softcap = form & 4 ? 0.5f : 0.f;
       const std::vector<Doubles> in = widen(inputs(d));
       const Doubles dy = widen(random_floats(in[0].size(), 54));
       EXPECT_TRUE(matches_finite_differences(
@@ -126,7 +144,8 @@ void check_kernels(const Dims &d, float range, double rtol) {
   const std::vector<Floats> in = inputs(d, range);
   Floats y(in[0].size());
   attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                    d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.slopes);
+                    d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
+                    d.slopes);
   EXPECT_TRUE(close(y, ref_forward(widen(in), d), rtol))
       << "H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
 
@@ -138,7 +157,7 @@ void check_kernels(const Dims &d, float range, double rtol) {
   const Floats dq0 = dq, dk0 = dk, dv0 = dv;
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
                      in[1].data(), in[2].data(), d.B, d.H, d.Hkv, d.S, d.D,
-                     d.scale, d.window, d.slopes);
+                     d.scale, d.window, d.softcap, d.slopes);
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
   EXPECT_TRUE(close(added(dv, dv0), want[2], rtol)) << "dv, H=" << d.H;
@@ -187,6 +206,22 @@ TEST(Attention, SlidingWindowMatchesReference) {
     }
 }
 
+// Soft-capped scores (Gemma 2's form, with a cap small enough to bend the
+// scores: |s| reaches ~4 against a cap of 2), alone, with ALiBi, with a
+// window.
+TEST(Attention, SoftcapMatchesReference) {
+  for (int form = 0; form < 3; ++form)
+    for (Dims d : kHeads) {
+      d.S = 130;
+      d.D = 16;
+      d.scale = 0.5f;
+      d.softcap = 2.f;
+      d.slopes = form == 1 ? kSlopes : nullptr;
+      d.window = form == 2 ? 7 : 0;
+      check_kernels(d, 1.f, 1e-5);
+    }
+}
+
 TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   const Dims d = {2, 4, 2, 33, 8, 0.35f, kSlopes};
   const std::vector<Floats> in = inputs(d);
@@ -194,7 +229,7 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   const auto backward = [&](float *dq, float *dk, float *dv) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
                        in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
-                       d.window, d.slopes);
+                       d.window, d.softcap, d.slopes);
   };
   Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
   expect_accumulates({&dq, &dk, &dv},
@@ -218,7 +253,8 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   Floats y1(in[0].size()), y2(in[0].size());
   for (Floats *y : {&y1, &y2})
     attention_forward(y->data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                      d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.slopes);
+                      d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
+                      d.slopes);
   EXPECT_TRUE(bitwise_equal(y1, y2));
 }
 
