@@ -428,19 +428,21 @@ private:
         return op.emitOpError("must be yielded"), failure();
       auto t = shapeOf(e.getTable());
       os_ << llvm::formatv("  k.embed_forward_piece({0}, {1}, {2}, {3}, {4}, "
-                           "{5}, {6}, {7}, {8});\n",
+                           "{5}, {6}, {7}, {8}, {9});\n",
                            ref(e.getY()), ids(e.getIds()), ref(e.getTable()),
                            count(e.getIds()), t[0], t[1], e.getVocabOffset(),
-                           e.getVocabSize(), e.getYIn() ? "false" : "true");
+                           e.getVocabSize(), e.getYIn() ? "false" : "true",
+                           lit(e.getScale().convertToDouble()));
     } else if (auto g = dyn_cast<EmbedPieceGradOp>(op)) {
       auto t = shapeOf(g.getDtable());
       auto dt = paramGrad(&op, g.getDtable());
       if (failed(dt))
         return failure();
       os_ << llvm::formatv("  k.embed_backward_piece({0}, {1}, {2}, {3}, {4}, "
-                           "{5}, {6});\n",
+                           "{5}, {6}, {7});\n",
                            *dt, ref(g.getDy()), ids(g.getIds()),
-                           count(g.getIds()), t[0], t[1], g.getVocabOffset());
+                           count(g.getIds()), t[0], t[1], g.getVocabOffset(),
+                           lit(g.getScale().convertToDouble()));
     } else if (auto r = dyn_cast<ReshapeOp>(op)) {
       os_ << llvm::formatv("  k.copy({0}, {1}, {2});\n", ref(r.getY()),
                            ref(r.getX()), count(r.getX()));

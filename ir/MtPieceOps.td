@@ -75,7 +75,8 @@ def Mt_EmbedPieceOp : Mt_PieceOp<"embed_piece"> {
   let description = [{
     `table` [Vp, D] holds rows [vocab_offset, vocab_offset + Vp) of a
     vocabulary of `vocab_size`. The result [..., D] is `y_in` with the rows
-    whose id falls in the piece replaced by their table rows. Without `y_in`
+    whose id falls in the piece replaced by their table rows times `scale`
+    (an embedding's scaling, Gemma's √D). Without `y_in`
     (the first piece) the other rows are those of later pieces, and a row
     whose id lies outside the vocabulary is NaN.
 
@@ -85,19 +86,21 @@ def Mt_EmbedPieceOp : Mt_PieceOp<"embed_piece"> {
   }];
   let arguments = (ins Mt_IdTensor:$ids, Mt_FloatTensor:$table,
                        Optional<Mt_FloatTensor>:$y_in,
-                       I64Attr:$vocab_offset, I64Attr:$vocab_size);
+                       I64Attr:$vocab_offset, I64Attr:$vocab_size,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Mt_FloatTensor:$y);
 }
 
 def Mt_EmbedPieceGradOp : Mt_PieceOp<"embed_piece_grad"> {
-  let summary = "dtable of mt.embed_piece: the piece's rows of the scatter-add";
+  let summary = "dtable of mt.embed_piece: the piece's rows of the scatter-add of scale · dy";
   let description = [{
     ```mlir
     %dt = mt.embed_piece_grad %dy, %ids {vocab_offset = 256 : i64} : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<256x64xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$dy, Mt_IdTensor:$ids,
-                       I64Attr:$vocab_offset);
+                       I64Attr:$vocab_offset,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Mt_FloatTensor:$dtable);
 }
 

@@ -23,9 +23,10 @@
 // weights are fetched twice per step like a layer's (the last once), at the
 // price of recomputing the other pieces' logits.
 //
-// The embedding, y = table[ids], becomes T.vpJ (ids[, y]) -> (y), each
-// piece writing the rows whose ids it holds, and T.vpJ.bwd (ids, dy) ->
-// (dtable), each scattering its rows.
+// The embedding, y = c · table[ids] (c = 1 without scalings, Gemma's
+// √hidden), becomes T.vpJ (ids[, y]) -> (y), each piece writing c times the
+// rows whose ids it holds, and T.vpJ.bwd (ids, dy) -> (dtable), each
+// scattering its rows of c · dy.
 //
 // The pieces of one weight take rows [b_j, b_j+1) of `vocab_pieces` on the
 // application; mt-partition makes a unit of each, which holds those rows of
@@ -72,6 +73,7 @@ struct Splittable {
   LinearOp linear;               // the head's LM head
   SmallVector<Operation *> post; // the head's elementwise ops after it
   EmbedOp embed;                 // the embedding's lookup
+  double embedScale = 1.0;       // the scalings after it, multiplied
 };
 
 RankedTensorType withLeading(Type t, int64_t rows) {
@@ -228,10 +230,18 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
         return std::nullopt;
       }
     } else {
-      s.embed = yield.getResults()[0].getDefiningOp<EmbedOp>();
+      Value y = yield.getResults()[0];
+      while (auto scale = y.getDefiningOp<ScaleOp>()) {
+        if (!scale.getX().hasOneUse())
+          break;
+        s.embedScale *= scale.getFactor().convertToDouble();
+        y = scale.getX();
+      }
+      s.embed = y.getDefiningOp<EmbedOp>();
       if (!s.embed || &body.front() != s.embed.getOperation() ||
           s.embed.getIds() != body.getArgument(0)) {
-        why = "it does more than look up rows of one table";
+        why = "it does more than look up rows of one table (and scale "
+              "them)";
         return std::nullopt;
       }
       s.weight = paramPos(s.embed.getTable());
@@ -483,10 +493,12 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
           createTemplate(b, fwd, name, ins, {piece}, {yType}, StringRef(), {});
       Block *body = &t.getBody().front();
       b.setInsertionPointToStart(body);
+      FloatAttr scale =
+          s.embedScale != 1.0 ? b.getF64FloatAttr(s.embedScale) : FloatAttr();
       Value y = b.create<EmbedPieceOp>(
           loc, yType, body->getArgument(0), body->getArgument(ins.size()),
           j > 0 ? body->getArgument(1) : Value(), b.getI64IntegerAttr(v0),
-          b.getI64IntegerAttr(s.vocab));
+          b.getI64IntegerAttr(s.vocab), scale);
       b.create<YieldOp>(loc, y);
 
       TemplateOp bt = createTemplate(b, fwd, name + ".bwd", {ids, yType},
@@ -495,7 +507,7 @@ struct SplitVocabPass : public mt::impl::SplitVocabBase<SplitVocabPass> {
       b.setInsertionPointToStart(body);
       Value dt = b.create<EmbedPieceGradOp>(loc, piece, body->getArgument(1),
                                             body->getArgument(0),
-                                            b.getI64IntegerAttr(v0));
+                                            b.getI64IntegerAttr(v0), scale);
       b.create<YieldOp>(loc, dt);
     }
     return success();

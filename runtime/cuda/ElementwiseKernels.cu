@@ -335,17 +335,19 @@ __global__ void embed_forward_kernel(bf16 *y, const int32_t *ids,
   }
 }
 
-/// Rows of y whose id lies in the table piece [v0, v0 + Vp) get its row;
-/// with `first`, ids outside [0, V) give NaN; other rows are left alone.
+/// Rows of y whose id lies in the table piece [v0, v0 + Vp) get its row
+/// times `scale`; with `first`, ids outside [0, V) give NaN; other rows are
+/// left alone.
 __global__ void embed_forward_piece_kernel(bf16 *y, const int32_t *ids,
                                            const bf16 *table, int64_t N,
                                            int64_t Vp, int64_t D, int64_t v0,
-                                           int64_t V, bool first) {
+                                           int64_t V, bool first, float scale) {
   for (int64_t i = global_index(); i < N * D; i += global_stride()) {
     const int64_t n = i / D, j = i % D;
     const int64_t id = ids[n], r = id - v0;
     if (r >= 0 && r < Vp)
-      y[i] = table[r * D + j];
+      y[i] = scale == 1.f ? table[r * D + j]
+                          : f2bf(scale * bf2f(table[r * D + j]));
     else if (first && (id < 0 || id >= V))
       y[i] = f2bf(quiet_nan());
   }
@@ -355,14 +357,14 @@ constexpr int kEmbedThreads = 256;
 
 /// The table holds ids [v0, v0 + Vp) (the whole table: v0 = 0, Vp = V). A
 /// block owns its rows [r0, r1) and walks all N tokens in order, adding the
-/// dy rows of the tokens whose id it owns: each table row is summed in
-/// token order by one block, with no atomics. With `poison` (the whole
-/// table), ids outside it add NaN to row 0, as the CPU kernels do; a piece
-/// skips them, since they belong to other pieces.
+/// dy rows (times `scale`) of the tokens whose id it owns: each table row is
+/// summed in token order by one block, with no atomics. With `poison` (the
+/// whole table), ids outside it add NaN to row 0, as the CPU kernels do; a
+/// piece skips them, since they belong to other pieces.
 __global__ void __launch_bounds__(kEmbedThreads)
     embed_backward_kernel(float *dtable, const bf16 *dy, const int32_t *ids,
                           int64_t N, int64_t Vp, int64_t D, int64_t v0,
-                          int64_t rows_per_block, bool poison) {
+                          int64_t rows_per_block, bool poison, float scale) {
   __shared__ int32_t match[kEmbedThreads];
   __shared__ int count;
   const int64_t r0 = int64_t(blockIdx.x) * rows_per_block;
@@ -391,7 +393,7 @@ __global__ void __launch_bounds__(kEmbedThreads)
       const bool outside = r < 0 || r >= Vp;
       float *row = dtable + (outside ? 0 : r) * D;
       for (int64_t j = threadIdx.x; j < D; j += kEmbedThreads)
-        row[j] += outside ? quiet_nan() : bf2f(dy[tok * D + j]);
+        row[j] += outside ? quiet_nan() : scale * bf2f(dy[tok * D + j]);
     }
     __syncthreads();
   }
@@ -400,7 +402,8 @@ __global__ void __launch_bounds__(kEmbedThreads)
 /// embed_backward_kernel over a table of Vp rows holding ids [v0, v0 + Vp).
 void launch_embed_backward(float *dtable, const bf16 *dy, const int32_t *ids,
                            int64_t N, int64_t Vp, int64_t D, int64_t v0,
-                           bool poison, int sm_count, cudaStream_t stream) {
+                           bool poison, float scale, int sm_count,
+                           cudaStream_t stream) {
   if (N <= 0 || Vp <= 0 || D <= 0)
     return;
   // About 8 blocks per SM, each scanning all N ids (cheap: they sit in L2).
@@ -408,7 +411,7 @@ void launch_embed_backward(float *dtable, const bf16 *dy, const int32_t *ids,
   const int64_t rows = (Vp + blocks - 1) / blocks;
   MT_LAUNCH(embed_backward_kernel, dim3(unsigned((Vp + rows - 1) / rows)),
             dim3(kEmbedThreads), stream, dtable, dy, ids, N, Vp, D, v0, rows,
-            poison);
+            poison, scale);
 }
 
 __global__ void position_embed_kernel(bf16 *y, const bf16 *table, int64_t n,
@@ -710,20 +713,23 @@ void CudaKernels::embed_forward(void *y, const int32_t *ids, const void *table,
 void CudaKernels::embed_backward(float *dtable, const void *dy,
                                  const int32_t *ids, int64_t N, int64_t V,
                                  int64_t D) {
-  launch_embed_backward(dtable, B(dy), ids, N, V, D, 0, true, sm_count_, S_);
+  launch_embed_backward(dtable, B(dy), ids, N, V, D, 0, true, 1.f, sm_count_,
+                        S_);
 }
 void CudaKernels::embed_forward_piece(void *y, const int32_t *ids,
                                       const void *table, int64_t N, int64_t Vp,
                                       int64_t D, int64_t v0, int64_t V,
-                                      bool first) {
+                                      bool first, float scale) {
   if (N * D > 0)
     MT_LAUNCH(embed_forward_piece_kernel, blocks_for(N * D), kBlock, S_, B(y),
-              ids, B(table), N, Vp, D, v0, V, first);
+              ids, B(table), N, Vp, D, v0, V, first, scale);
 }
 void CudaKernels::embed_backward_piece(float *dtable, const void *dy,
                                        const int32_t *ids, int64_t N,
-                                       int64_t Vp, int64_t D, int64_t v0) {
-  launch_embed_backward(dtable, B(dy), ids, N, Vp, D, v0, false, sm_count_, S_);
+                                       int64_t Vp, int64_t D, int64_t v0,
+                                       float scale) {
+  launch_embed_backward(dtable, B(dy), ids, N, Vp, D, v0, false, scale,
+                        sm_count_, S_);
 }
 void CudaKernels::position_embed_forward(void *y, const void *table, int64_t S,
                                          int64_t D, int64_t offset) {

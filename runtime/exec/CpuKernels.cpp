@@ -242,14 +242,15 @@ void CpuKernels::embed_backward(float *dtable, const void *dy,
 void CpuKernels::embed_forward_piece(void *y, const int32_t *ids,
                                      const void *table, int64_t N, int64_t Vp,
                                      int64_t D, int64_t v0, int64_t V,
-                                     bool first) {
-  cpu::embed_forward_piece(F(y), ids, F(table), N, Vp, D, v0, V, first);
+                                     bool first, float scale) {
+  cpu::embed_forward_piece(F(y), ids, F(table), N, Vp, D, v0, V, first,
+                           scale);
   store(y, N * D);
 }
 void CpuKernels::embed_backward_piece(float *dtable, const void *dy,
                                       const int32_t *ids, int64_t N, int64_t Vp,
-                                      int64_t D, int64_t v0) {
-  cpu::embed_backward_piece(dtable, F(dy), ids, N, Vp, D, v0);
+                                      int64_t D, int64_t v0, float scale) {
+  cpu::embed_backward_piece(dtable, F(dy), ids, N, Vp, D, v0, scale);
 }
 void CpuKernels::position_embed_forward(void *y, const void *table, int64_t S,
                                         int64_t D, int64_t offset) {

@@ -88,10 +88,10 @@ public:
                       int64_t N, int64_t V, int64_t D) override;
   void embed_forward_piece(void *y, const int32_t *ids, const void *table,
                            int64_t N, int64_t Vp, int64_t D, int64_t v0,
-                           int64_t V, bool first) override;
+                           int64_t V, bool first, float scale) override;
   void embed_backward_piece(float *dtable, const void *dy, const int32_t *ids,
-                            int64_t N, int64_t Vp, int64_t D,
-                            int64_t v0) override;
+                            int64_t N, int64_t Vp, int64_t D, int64_t v0,
+                            float scale) override;
   void position_embed_forward(void *y, const void *table, int64_t S, int64_t D,
                               int64_t offset) override;
   void position_embed_backward(float *dtable, const void *dy, int64_t S,

@@ -116,18 +116,19 @@ public:
   virtual void embed_backward(float *dtable, const void *dy, const int32_t *ids,
                               int64_t N, int64_t V, int64_t D) = 0;
   /// Rows of y (N x D) whose id lies in [v0, v0 + Vp) get table row id - v0
-  /// (table: Vp x D); other rows are left as they are. first: rows whose id
-  /// is outside [0, V) are set to NaN (a poisoned id must show, as in
-  /// embed_forward).
+  /// (table: Vp x D) times `scale`; other rows are left as they are. first:
+  /// rows whose id is outside [0, V) are set to NaN (a poisoned id must
+  /// show, as in embed_forward).
   virtual void embed_forward_piece(void *y, const int32_t *ids,
                                    const void *table, int64_t N, int64_t Vp,
-                                   int64_t D, int64_t v0, int64_t V,
-                                   bool first) = 0;
-  /// dtable (Vp x D, f32) row id - v0 += dy row n for every n whose id is in
-  /// [v0, v0 + Vp); deterministic (same summation order as embed_backward).
+                                   int64_t D, int64_t v0, int64_t V, bool first,
+                                   float scale) = 0;
+  /// dtable (Vp x D, f32) row id - v0 += scale · dy row n for every n whose
+  /// id is in [v0, v0 + Vp); deterministic (same summation order as
+  /// embed_backward).
   virtual void embed_backward_piece(float *dtable, const void *dy,
                                     const int32_t *ids, int64_t N, int64_t Vp,
-                                    int64_t D, int64_t v0) = 0;
+                                    int64_t D, int64_t v0, float scale) = 0;
   virtual void position_embed_forward(void *y, const void *table, int64_t S,
                                       int64_t D, int64_t offset) = 0;
   virtual void position_embed_backward(float *dtable, const void *dy, int64_t S,

@@ -16,17 +16,18 @@ void embed_forward(float *y, const int32_t *ids, const float *table, int64_t N,
 
 void embed_backward(float *dtable, const float *dy, const int32_t *ids,
                     int64_t N, int64_t V, int64_t D) {
-  embed_backward_piece(dtable, dy, ids, N, V, D, 0);
+  embed_backward_piece(dtable, dy, ids, N, V, D, 0, 1.f);
 }
 
 void embed_forward_piece(float *y, const int32_t *ids, const float *table,
                          int64_t N, int64_t Vp, int64_t D, int64_t v0,
-                         int64_t V, bool first) {
+                         int64_t V, bool first, float scale) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const int64_t id = ids[n], r = id - v0;
     if (r >= 0 && r < Vp)
-      std::copy(table + r * D, table + (r + 1) * D, y + n * D);
+      for (int64_t j = 0; j < D; ++j)
+        y[n * D + j] = scale * table[r * D + j];
     else if (first && (id < 0 || id >= V))
       std::fill(y + n * D, y + (n + 1) * D,
                 std::numeric_limits<float>::quiet_NaN());
@@ -34,7 +35,8 @@ void embed_forward_piece(float *y, const int32_t *ids, const float *table,
 }
 
 void embed_backward_piece(float *dtable, const float *dy, const int32_t *ids,
-                          int64_t N, int64_t Vp, int64_t D, int64_t v0) {
+                          int64_t N, int64_t Vp, int64_t D, int64_t v0,
+                          float scale) {
   // A repeated id sums several rows of dy into one table row. Tasks own
   // column blocks and walk the tokens in order, so each table entry is summed
   // in token order whatever the thread count or the piece.
@@ -49,7 +51,7 @@ void embed_backward_piece(float *dtable, const float *dy, const int32_t *ids,
       float *row = dtable + r * D + j0;
       const float *g = dy + n * D + j0;
       for (int64_t j = 0; j < cols; ++j)
-        row[j] += g[j];
+        row[j] += scale * g[j];
     }
   }
 }

@@ -129,16 +129,17 @@ void position_embed_backward(float *dtable, const float *dy, int64_t S,
                              int64_t D, int64_t offset);
 // The table in vocabulary pieces: table (Vp, D) holds rows [v0, v0 + Vp) of
 // the whole (V, D). Ids may lie anywhere, since a piece reads only its own
-// rows. Rows of y whose id is in the piece get its table row; the others
-// are left alone, except that with `first` an id outside [0, V) gives a NaN
-// row (stress mode's poison must show).
+// rows. Rows of y whose id is in the piece get its table row times `scale`
+// (Gemma's √D); the others are left alone, except that with `first` an id
+// outside [0, V) gives a NaN row (stress mode's poison must show).
 void embed_forward_piece(float *y, const int32_t *ids, const float *table,
                          int64_t N, int64_t Vp, int64_t D, int64_t v0,
-                         int64_t V, bool first);
-// dtable (Vp, D) row id - v0 += dy row n for each id in the piece, each row
-// summed in token order as embed_backward does.
+                         int64_t V, bool first, float scale);
+// dtable (Vp, D) row id - v0 += scale · dy row n for each id in the piece,
+// each row summed in token order as embed_backward does.
 void embed_backward_piece(float *dtable, const float *dy, const int32_t *ids,
-                          int64_t N, int64_t Vp, int64_t D, int64_t v0);
+                          int64_t N, int64_t Vp, int64_t D, int64_t v0,
+                          float scale);
 
 // ---- loss -----------------------------------------------------------------
 // logits (N, V), targets (N). Returns sum over rows of -log softmax(row)[t];

@@ -32,8 +32,9 @@ class DynamoExports(unittest.TestCase):
         self.check(self.names[1::2])
 
     def test_softcapped_logits_in_vocabulary_pieces(self):
-        """Gemma 2 with its LM head cut in two vocabulary pieces, each soft-capping
-        its own logits (the embedding, which scales its rows, stays whole)."""
+        """Gemma 2 with its tied LM head and embedding cut in two vocabulary
+        pieces: each head piece soft-caps its own logits, each embedding piece
+        scales its own rows (by √hidden)."""
         self.check(["gemma2"], "--vocab-pieces", "2")
 
     def check(self, names, *flags):

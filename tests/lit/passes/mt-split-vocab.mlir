@@ -103,9 +103,9 @@ module {
 
 // -----
 
-// Neither can be cut (the embedding scales what it looks up, the head
-// squares its logits): asking for pieces is an error that says why.
-// WARN: warning: the embedding (1024 params) needs more than the budget in its slots but stays whole: it does more than look up rows of one table
+// Neither can be cut (the embedding squares what it looks up, the head
+// its logits): asking for pieces is an error that says why.
+// WARN: warning: the embedding (1024 params) needs more than the budget in its slots but stays whole: it does more than look up rows of one table (and scale them)
 // WARN: warning: the head (1040 params) needs more than the budget in its slots but stays whole: its logits do not come from a linear layer (and element-wise scalings or soft caps after it)
 // ERR: error: --vocab-pieces: neither the LM head nor the embedding can run in vocabulary pieces
 module {
@@ -115,7 +115,7 @@ module {
   mt.param @w : tensor<16x64xf32>
   mt.template @embedding kind "embedding" (%ids: tensor<1x8xi32>) params (%t: tensor<64x16xf32>) -> (tensor<1x8x16xf32>) {
     %e = mt.embed %ids, %t : (tensor<1x8xi32>, tensor<64x16xf32>) -> tensor<1x8x16xf32>
-    %h = mt.scale %e {factor = 4.0 : f64} : (tensor<1x8x16xf32>) -> tensor<1x8x16xf32>
+    %h = mt.mul %e, %e : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<1x8x16xf32>
     mt.yield %h : tensor<1x8x16xf32>
   }
   mt.template @layer kind "layer" (%x: tensor<1x8x16xf32>) params (%w: tensor<16x16xf32>) -> (tensor<1x8x16xf32>) {
@@ -140,9 +140,17 @@ module {
 
 // -----
 
-// Logits scaled and soft-capped after the LM head (Gemma 2's
-// 30 · tanh(z / 30)): each piece scales and caps its own logits before its
-// statistics, and differentiates through both.
+// Gemma's form: the embedding scales its rows (by √hidden, here twice), the
+// logits are scaled and soft-capped after the LM head (Gemma 2's
+// 30 · tanh(z / 30)). Each embedding piece scales the rows it writes and
+// the dy rows it scatters; each head piece scales and caps its own logits
+// before its statistics, and differentiates through both.
+// CHECK-LABEL: mt.template @embedding.vp0 kind "embedding"
+// CHECK: mt.embed_piece %arg0, %arg1 {scale = 1.200000e+01 : f64, vocab_offset = 0 : i64, vocab_size = 64 : i64}
+// CHECK-LABEL: mt.template @embedding.vp0.bwd
+// CHECK: mt.embed_piece_grad %arg1, %arg0 {scale = 1.200000e+01 : f64, vocab_offset = 0 : i64}
+// CHECK-LABEL: mt.template @embedding.vp4 kind "embedding"
+// CHECK: mt.embed_piece %arg0, %arg2, %arg1 {scale = 1.200000e+01 : f64, vocab_offset = 52 : i64
 // CHECK-LABEL: mt.template @head.vp0 kind "head"
 // CHECK: %[[Z:.*]] = mt.linear
 // CHECK-NEXT: %[[S:.*]] = mt.scale %[[Z]] {factor = 5.000000e-01 : f64} : (tensor<1x8x13xf32>) -> tensor<1x8x13xf32>
@@ -164,7 +172,9 @@ module {
   mt.param @ln : tensor<16xf32>
   mt.param @w : tensor<64x16xf32>
   mt.template @embedding kind "embedding" (%ids: tensor<1x8xi32>) params (%t: tensor<64x16xf32>) -> (tensor<1x8x16xf32>) {
-    %h = mt.embed %ids, %t : (tensor<1x8xi32>, tensor<64x16xf32>) -> tensor<1x8x16xf32>
+    %e = mt.embed %ids, %t : (tensor<1x8xi32>, tensor<64x16xf32>) -> tensor<1x8x16xf32>
+    %e4 = mt.scale %e {factor = 4.0 : f64} : (tensor<1x8x16xf32>) -> tensor<1x8x16xf32>
+    %h = mt.scale %e4 {factor = 3.0 : f64} : (tensor<1x8x16xf32>) -> tensor<1x8x16xf32>
     mt.yield %h : tensor<1x8x16xf32>
   }
   mt.template @layer kind "layer" (%x: tensor<1x8x16xf32>) params (%w: tensor<16x16xf32>) -> (tensor<1x8x16xf32>) {

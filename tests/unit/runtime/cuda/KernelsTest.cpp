@@ -740,7 +740,9 @@ TEST_F(CudaKernelsTest, CrossEntropyPiecesOfPoisonedTargetsAreNaN) {
 
 // The table in pieces: every id's row comes from the piece that holds it,
 // the rows of other pieces' ids stay as they are (checked after the first
-// piece), and a poisoned id's row is NaN.
+// piece), and a poisoned id's row is NaN. The last piece scales its rows
+// and gradients (a scaled embedding's pieces all do; here the scale 1 and
+// another are both seen).
 TEST_F(CudaKernelsTest, EmbeddingPieces) {
   const int64_t N = 300, V = 50, D = 40;
   const int64_t v0[] = {0, 17, 37}, Vp[] = {17, 20, 13};
@@ -754,19 +756,20 @@ TEST_F(CudaKernelsTest, EmbeddingPieces) {
   Tensor y = Tensor::random(N * D, 172);
   Tensor dy = Tensor::random(N * D, 173), dtable = Tensor::f32(V * D, 174);
   for (int p = 0; p < 3; ++p) {
+    const float scale = p == 2 ? 2.5f : 1.f;
     k_->embed_forward_piece(y.dev(), t.dev_ids(),
                             k_->at(table.dev(), v0[p] * D), N, Vp[p], D, v0[p],
-                            V, p == 0);
+                            V, p == 0, scale);
     cpu_.embed_forward_piece(y.host(), ids.data(), table.host() + v0[p] * D, N,
-                             Vp[p], D, v0[p], V, p == 0);
+                             Vp[p], D, v0[p], V, p == 0, scale);
     if (p == 0) {
       sync();
       EXPECT_TRUE(near(y.fetch(), y.h, 0, 0)) << "after the first piece";
     }
     k_->embed_backward_piece(dtable.dev_f32() + v0[p] * D, dy.dev(),
-                             t.dev_ids(), N, Vp[p], D, v0[p]);
+                             t.dev_ids(), N, Vp[p], D, v0[p], scale);
     cpu_.embed_backward_piece(dtable.host() + v0[p] * D, dy.host(), ids.data(),
-                              N, Vp[p], D, v0[p]);
+                              N, Vp[p], D, v0[p], scale);
   }
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, 0, 0)) << "embed";

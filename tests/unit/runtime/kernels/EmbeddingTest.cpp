@@ -131,7 +131,7 @@ TEST(EmbedPieces, MatchWholeTable) {
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece &p = pieces[i];
     embed_forward_piece(y.data(), ids.data(), table.data() + p.v0 * D, N, p.Vp,
-                        D, p.v0, V, i == 0);
+                        D, p.v0, V, i == 0, 1.f);
     if (i == 0) // rows of other pieces are left alone
       for (int64_t n = 0; n < N; ++n)
         EXPECT_EQ(y[n * D], ids[n] < p.Vp ? want[n * D] : kUntouched)
@@ -150,7 +150,35 @@ TEST(EmbedPieces, MatchWholeTable) {
   Floats dtable = dtable0;
   for (const Piece &p : pieces)
     embed_backward_piece(dtable.data() + p.v0 * D, dy.data(), ids.data(), N,
-                         p.Vp, D, p.v0);
+                         p.Vp, D, p.v0, 1.f);
+  EXPECT_TRUE(bitwise_equal(dtable, oracle));
+}
+
+// A scaled embedding (Gemma's √D): each piece writes its rows times the
+// scale and scatters the dy rows times the scale, in token order.
+TEST(EmbedPieces, ScaleRowsAndGradients) {
+  const int64_t N = 60, V = 40, D = 70;
+  const float scale = 2.75f;
+  const std::vector<Piece> pieces = {{0, 15}, {15, 25}};
+  const std::vector<int32_t> ids = token_ids(N, V, 119);
+  const Floats table = random_floats(V * D, 120);
+  Floats y(N * D), want(N * D);
+  for (size_t i = 0; i < pieces.size(); ++i)
+    embed_forward_piece(y.data(), ids.data(), table.data() + pieces[i].v0 * D,
+                        N, pieces[i].Vp, D, pieces[i].v0, V, i == 0, scale);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < D; ++j)
+      want[n * D + j] = scale * table[ids[n] * D + j];
+  EXPECT_TRUE(bitwise_equal(y, want));
+
+  const Floats dy = random_floats(N * D, 121);
+  Floats dtable(V * D), oracle(V * D);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < D; ++j)
+      oracle[ids[n] * D + j] += scale * dy[n * D + j];
+  for (const Piece &p : pieces)
+    embed_backward_piece(dtable.data() + p.v0 * D, dy.data(), ids.data(), N,
+                         p.Vp, D, p.v0, scale);
   EXPECT_TRUE(bitwise_equal(dtable, oracle));
 }
 
@@ -164,7 +192,7 @@ TEST(EmbedPieces, IdsOutsideTheTableGiveNaN) {
   Floats y(N * D, 7.f);
   for (size_t i = 0; i < pieces.size(); ++i)
     embed_forward_piece(y.data(), ids.data(), table.data() + pieces[i].v0 * D,
-                        N, pieces[i].Vp, D, pieces[i].v0, V, i == 0);
+                        N, pieces[i].Vp, D, pieces[i].v0, V, i == 0, 1.f);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = 0; j < D; ++j) {
       const bool poisoned = ids[n] < 0 || ids[n] >= V;
@@ -178,7 +206,7 @@ TEST(EmbedPieces, IdsOutsideTheTableGiveNaN) {
   Floats dtable(V * D);
   for (const Piece &p : pieces)
     embed_backward_piece(dtable.data() + p.v0 * D, dy.data(), ids.data(), N,
-                         p.Vp, D, p.v0);
+                         p.Vp, D, p.v0, 1.f);
   Floats want(V * D);
   for (int64_t n : {0, 2, 4})
     std::copy(dy.begin() + n * D, dy.begin() + (n + 1) * D,
