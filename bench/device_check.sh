@@ -11,7 +11,8 @@
 #   c. build the trainers of bench/device/plans/* (bench/device/make_plans.sh
 #      writes them on the CPU machine): tiny-llama from source, the rest
 #      against the tree of (a)
-#   d. parity: tiny models (one with bf16 master weights), CUDA bf16 vs CPU
+#   d. parity: tiny models (one with bf16 master weights, one Gemma 2 with
+#      soft caps and vocabulary pieces), CUDA bf16 vs CPU
 #      fp32, one step, --dump-grads;
 #      and CUDA --stress against a normal CUDA run, bit for bit
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
@@ -197,7 +198,7 @@ build_trainers() {
 # ---- d. parity -----------------------------------------------------------------
 parity() {
   local rc=0 m t
-  for m in tiny-llama tiny-gpt2 tiny-bloom tiny-window tiny-llama-bf16master; do
+  for m in tiny-llama tiny-gpt2 tiny-bloom tiny-window tiny-gemma2 tiny-llama-bf16master; do
     t=$WORK/plans/$m/trainer
     [ -x "$t" ] || { echo "  no trainer for $m"; rc=1; continue; }
     local common=(--data "$PLANS/tokens.u32" --steps 1 --seed 3 --threads 4)
@@ -213,7 +214,7 @@ parity() {
   done
   return $rc
 }
-[ -d "$WORK/plans" ] && stage parity 45 200 parity
+[ -d "$WORK/plans" ] && stage parity 55 200 parity
 
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
 bench() { # plan name

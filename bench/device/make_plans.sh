@@ -9,6 +9,10 @@
 #   bench/device/plans/tiny-llama-bf16master   parity with bf16 master weights
 #   bench/device/plans/tiny-bloom, tiny-window parity of ALiBi and of a sliding
 #                                              window (32 of 128 keys)
+#   bench/device/plans/tiny-gemma2             parity of soft-capped attention and
+#                                              logits, the tied head and scaled
+#                                              embedding in 2 vocabulary pieces
+#                                              (torch 2.15's exporter: .venv-export)
 #   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
 #   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
 #   bench/device/plans/llama-1b-32k            long context: 1 x 32768 tokens, the
@@ -46,6 +50,10 @@ done
 for m in tiny-bloom tiny-window; do
   "$MT" compile "$TMP/$m.onnx" --batch 4 --seq-len 128 -o "$OUT/$m" --no-build
 done
+EXPORT_PY=${EXPORT_PY:-.venv-export/bin/python}
+"$EXPORT_PY" tests/e2e/dynamo_exports.py gemma2 "$TMP/tiny-gemma2.onnx" > /dev/null 2>&1
+"$MT" compile "$TMP/tiny-gemma2.onnx" --batch 4 --seq-len 128 --vocab-pieces 2 \
+  -o "$OUT/tiny-gemma2" --no-build
 
 # name, then structure_model.py flags (Llama shapes, vocab 32000).
 structure() {
