@@ -342,16 +342,18 @@ private:
   // or [B, S·H, S]) and a 4-d one.
   static Value *rawScores(Value *s, std::vector<MaskTerm> &masks, double &scale,
                           double &softcap) {
+    Node *tanh = nullptr; // the soft cap's, once peeled
     for (;;) {
       size_t before = masks.size();
       s = peelMasks(s, masks, scale);
-      if (softcap != 0 && masks.size() != before)
+      if (tanh && masks.size() != before)
         fail("{}: an attention mask inside the soft cap's Tanh is not "
              "supported (masks go after it)",
-             s->producer ? s->producer->describe() : s->name);
+             tanh->describe());
       // a · tanh(b · x) = |a| · tanh(a·b · x / |a|): |a| caps the scores
       // a·b · x.
-      if (Node *t = producer(s, "Tanh"); t && softcap == 0 && scale != 0) {
+      if (Node *t = producer(s, "Tanh"); t && !tanh && scale != 0) {
+        tanh = t;
         double inner = 1.0;
         s = peelScale(t->in(0), inner);
         softcap = std::abs(scale);

@@ -782,6 +782,16 @@ def _(g):
     return None
 
 
+@idiom("bad-attention-mask-in-softcap",
+       "the -inf mask Add inside the soft cap: Mul(Tanh(Div(Add(scores, mask), 0.75)), 0.75)")
+def _(g):
+    def mask(g, s, x):
+        masked = _mask_add(-INF)(g, s, x)
+        return g.op("Mul", g.op("Tanh", g.op("Div", masked, g.const(0.75))), g.const(0.75))
+    _attention_idiom(g, mask)
+    return None
+
+
 @idiom("attention-op-opset23-4d",
        "opset 23: Attention(q [B,4,S,4], k, v [B,2,S,4], "
        "is_causal=1) between split_heads and merge_heads", opset=23)
