@@ -188,7 +188,8 @@ enum class MasterFormat : uint8_t { F32, Bf16 };
 
 struct Program {
   const char *model_name;
-  const char *plan_hash; // identifies the plan; checkpoints must match it
+  const char *plan_hash; // identifies the plan; checkpoints match it, or
+                         // carry over with --resume-other-plan
   int64_t batch, seq_len, vocab, micro_batches;
   int num_params;
   const ParamDesc *params;

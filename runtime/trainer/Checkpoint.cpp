@@ -141,8 +141,8 @@ std::string save_checkpoint(const std::string &dir, const HostStore &store,
   if (file_exists(final_dir)) {
     remove_checkpoint_dir(aside);
     if (::rename(final_dir.c_str(), aside.c_str()) != 0)
-      fail("cannot move the old ", final_dir, " aside (",
-           std::strerror(errno), ")");
+      fail("cannot move the old ", final_dir, " aside (", std::strerror(errno),
+           ")");
   }
   if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0)
     fail("cannot rename ", temp_dir, " to ", final_dir, " (",
@@ -192,12 +192,13 @@ std::string resolve_checkpoint(const std::string &dir) {
     fail("corrupt checkpoint pointer '", name, "' (", latest, ")");
   const std::string ckpt = dir + "/" + name;
   if (!file_exists(ckpt + "/" + kManifest))
-    fail("checkpoint ", ckpt, " named by ", latest, " is missing (",
-         ckpt, "/", kManifest, ")");
+    fail("checkpoint ", ckpt, " named by ", latest, " is missing (", ckpt, "/",
+         kManifest, ")");
   return ckpt;
 }
 
-CheckpointManifest load_checkpoint(const std::string &dir, HostStore &store) {
+CheckpointManifest load_checkpoint(const std::string &dir, HostStore &store,
+                                   bool other_plan) {
   const std::string ckpt = resolve_checkpoint(dir);
   const std::string manifest_path = ckpt + "/" + kManifest;
   const std::string state_path = ckpt + "/" + kState;
@@ -242,10 +243,13 @@ CheckpointManifest load_checkpoint(const std::string &dir, HostStore &store) {
   } catch (const std::exception &e) {
     fail("corrupt checkpoint manifest: ", e.what(), " (", manifest_path, ")");
   }
-  if (m.plan_hash != p.plan_hash)
+  if (m.plan_hash != p.plan_hash && !other_plan)
     fail("checkpoint is from another plan (plan_hash ", m.plan_hash,
-         ", this trainer's is ", p.plan_hash, "): resume it with the trainer "
-         "that wrote it (", manifest_path, ")");
+         ", this trainer's is ", p.plan_hash,
+         "): resume it with the trainer "
+         "that wrote it, or pass --resume-other-plan to carry its weights and "
+         "optimizer state into this plan (",
+         manifest_path, ")");
   if (!file_exists(state_path))
     fail("checkpoint state is missing (", state_path, ")");
   if (file_size(state_path) != state_bytes)
@@ -262,8 +266,12 @@ CheckpointManifest load_checkpoint(const std::string &dir, HostStore &store) {
   for (const TensorInfo &t : reader.tensors()) {
     size_t slash = t.name.find('/');
     std::string kind = t.name.substr(0, slash == std::string::npos ? 0 : slash);
-    std::string pname = slash == std::string::npos ? "" : t.name.substr(slash + 1);
-    int which = kind == "master" ? 0 : kind == "adam_m" ? 1 : kind == "adam_v" ? 2 : -1;
+    std::string pname =
+        slash == std::string::npos ? "" : t.name.substr(slash + 1);
+    int which = kind == "master"   ? 0
+                : kind == "adam_m" ? 1
+                : kind == "adam_v" ? 2
+                                   : -1;
     auto found = by_name.find(pname);
     int q = which >= 0 && found != by_name.end() ? found->second : -1;
     if (q < 0 || !store.trainable(q))
@@ -283,7 +291,10 @@ CheckpointManifest load_checkpoint(const std::string &dir, HostStore &store) {
   for (int q = 0; q < p.num_params; ++q)
     for (int which = 0; which < 3 && store.trainable(q); ++which)
       if (!seen[size_t(q) * 3 + size_t(which)])
-        fail("checkpoint lacks ", which == 0 ? "master/" : which == 1 ? "adam_m/" : "adam_v/",
+        fail("checkpoint lacks ",
+             which == 0   ? "master/"
+             : which == 1 ? "adam_m/"
+                          : "adam_v/",
              p.params[q].name, " (", state_path, ")");
   if (Checksum::hex(sum.digest()) != state_hash)
     fail("checkpoint state is corrupt: checksum ", Checksum::hex(sum.digest()),

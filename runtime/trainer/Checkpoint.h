@@ -1,4 +1,5 @@
-//===- Checkpoint.h - save and resume the optimizer state --------*- C++ -*-===//
+//===- Checkpoint.h - save and resume the optimizer state --------*- C++
+//-*-===//
 //
 // A checkpoint is a directory D/step-NNNNNNNN holding state.safetensors (the
 // master weights and Adam moments of every trainable param, as
@@ -9,9 +10,9 @@
 //
 // Writing is crash-safe: the directory is built under a temporary name,
 // fsynced and renamed, then D/latest is replaced atomically, and only then
-// are the previous checkpoint and leftovers of killed saves removed. The caller flushes the pending AdamW
-// first, so a checkpoint holds no half-applied step and resuming continues
-// bitwise as if uninterrupted.
+// are the previous checkpoint and leftovers of killed saves removed. The caller
+// flushes the pending AdamW first, so a checkpoint holds no half-applied step
+// and resuming continues bitwise as if uninterrupted.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MEGATRAIN_RUNTIME_TRAINER_CHECKPOINT_H
@@ -50,8 +51,11 @@ std::string save_checkpoint(const std::string &dir, const HostStore &store,
 /// Reads the checkpoint D/latest names (or D itself when it holds a
 /// manifest.json) into `store`: every trainable param's master and moments.
 /// Throws Error naming the file when it is missing, corrupt, or from another
-/// plan than store.program().
-CheckpointManifest load_checkpoint(const std::string &dir, HostStore &store);
+/// plan than store.program() unless `other_plan` allows one whose trainable
+/// params match this plan's by name and shape (masters in either format
+/// are converted: fp32 to bf16 rounds to nearest, bf16 to fp32 is exact).
+CheckpointManifest load_checkpoint(const std::string &dir, HostStore &store,
+                                   bool other_plan = false);
 
 /// The checkpoint directory that `dir` resolves to, without reading it.
 std::string resolve_checkpoint(const std::string &dir);

@@ -23,9 +23,9 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t(256) << 20;
 
 int64_t dtype_bytes(const std::string &dtype) {
   static const std::pair<const char *, int64_t> kSizes[] = {
-      {"F64", 8},  {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
-      {"I32", 4},  {"I16", 2}, {"I8", 1},  {"U64", 8},  {"U32", 4},
-      {"U16", 2},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+      {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
+      {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   for (const auto &s : kSizes)
     if (dtype == s.first)
       return s.second;
@@ -126,13 +126,13 @@ SafetensorsReader::SafetensorsReader(const std::string &path) : path_(path) {
       t.begin = offsets->items[0].as_int();
       t.end = offsets->items[1].as_int();
     } catch (const std::exception &e) {
-      fail("corrupt safetensors header: tensor '", name, "': ", e.what(),
-           " (", path, ")");
+      fail("corrupt safetensors header: tensor '", name, "': ", e.what(), " (",
+           path, ")");
     }
     int64_t elem = dtype_bytes(t.dtype);
     if (elem < 0)
-      fail("safetensors tensor '", name, "' has unknown dtype ", t.dtype,
-           " (", path, ")");
+      fail("safetensors tensor '", name, "' has unknown dtype ", t.dtype, " (",
+           path, ")");
     if (t.begin < 0 || t.end < t.begin || t.end > data_bytes)
       fail("truncated or corrupt safetensors file: tensor '", name,
            "' spans bytes [", t.begin, ", ", t.end, ") of a ", data_bytes,
@@ -140,8 +140,7 @@ SafetensorsReader::SafetensorsReader(const std::string &path) : path_(path) {
     if (t.end - t.begin != t.numel() * elem)
       fail("corrupt safetensors file: tensor '", name, "' of shape ",
            shape_string(t.shape), " and dtype ", t.dtype, " needs ",
-           t.numel() * elem, " bytes, has ", t.end - t.begin, " (", path,
-           ")");
+           t.numel() * elem, " bytes, has ", t.end - t.begin, " (", path, ")");
     tensors_.push_back(std::move(t));
   }
   std::sort(tensors_.begin(), tensors_.end(),
@@ -169,6 +168,24 @@ const TensorInfo *SafetensorsReader::find(const std::string &name) const {
 void SafetensorsReader::read_f32(const std::string &name,
                                  const std::vector<int64_t> &shape, float *dst,
                                  Checksum *checksum) const {
+  const TensorInfo *found = find(name);
+  if (found && found->dtype == "BF16") {
+    const TensorInfo &t = expect(name, shape, "BF16");
+    // In blocks, as read_bf16 does with F32.
+    std::vector<uint16_t> block(size_t(1) << 20);
+    for (int64_t at = 0, n = t.numel(); at < n;) {
+      const int64_t count = std::min<int64_t>(n - at, int64_t(block.size()));
+      if (!read_at(fd_, block.data(), count * 2,
+                   data_start_ + t.begin + at * 2))
+        fail_read(name);
+      if (checksum)
+        checksum->update(block.data(), size_t(count) * 2);
+      for (int64_t k = 0; k < count; ++k)
+        dst[at + k] = bf16_widen(block[size_t(k)]);
+      at += count;
+    }
+    return;
+  }
   const TensorInfo &t = expect(name, shape, "F32");
   if (!read_at(fd_, dst, t.end - t.begin, data_start_ + t.begin))
     fail_read(name);
@@ -210,8 +227,8 @@ const TensorInfo &SafetensorsReader::expect(const std::string &name,
   if (!t)
     fail("tensor '", name, "' is missing (", path_, ")");
   if (t->dtype != dtype)
-    fail("tensor '", name, "' is ", t->dtype, ", expected ", dtype, " (",
-         path_, ")");
+    fail("tensor '", name, "' is ", t->dtype, ", expected ", dtype, " (", path_,
+         ")");
   if (t->shape != shape)
     fail("tensor '", name, "' has shape ", shape_string(t->shape),
          ", expected ", shape_string(shape), " (", path_, ")");
@@ -223,8 +240,8 @@ void SafetensorsReader::fail_read(const std::string &name) const {
        std::strerror(errno ? errno : EIO), ")");
 }
 
-void SafetensorsWriter::add(const std::string &name,
-                            std::vector<int64_t> shape, const float *data) {
+void SafetensorsWriter::add(const std::string &name, std::vector<int64_t> shape,
+                            const float *data) {
   entries_.push_back({name, std::move(shape), data, Kind::F32});
 }
 

@@ -44,9 +44,9 @@ public:
   const std::map<std::string, std::string> &metadata() const {
     return metadata_;
   }
-  /// Reads an F32 tensor of exactly `shape` into dst; throws Error when it
-  /// is missing, of another dtype or shape, or the read fails. Feeds the
-  /// bytes to `checksum` when given.
+  /// Reads an F32 tensor of exactly `shape` into dst, or a BF16 one widened
+  /// (exactly); throws Error when it is missing, of another dtype or shape,
+  /// or the read fails. Feeds the file's bytes to `checksum` when given.
   void read_f32(const std::string &name, const std::vector<int64_t> &shape,
                 float *dst, Checksum *checksum = nullptr) const;
   /// Reads a BF16 tensor as it is, or an F32 one rounded to nearest even,

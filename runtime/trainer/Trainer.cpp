@@ -86,7 +86,8 @@ void write_weights(const HostStore &store, const std::string &path) {
       return bf16 ? bf16_widen(bf16[k]) : f32[k];
     };
     std::vector<float> &copy = copies.emplace_back(size_t(d.numel));
-    if (d.tie_transposed) // this param is (rows, cols); its primary (cols, rows)
+    if (d.tie_transposed) // this param is (rows, cols); its primary (cols,
+                          // rows)
       for (int64_t r = 0; r < d.shape[0]; ++r)
         for (int64_t c = 0; c < d.shape[1]; ++c)
           copy[r * d.shape[1] + c] = element(c * d.shape[0] + r);
@@ -170,15 +171,22 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
   // Before the weights: --init random fills them on it.
   host::ThreadPool pool(threads);
 
-  const std::string weights = opts_.weights.empty()
-                                  ? exe_dir_ + "/weights.safetensors"
-                                  : opts_.weights;
+  const std::string weights =
+      opts_.weights.empty() ? exe_dir_ + "/weights.safetensors" : opts_.weights;
   int64_t start = 0;
   const auto flags = math_flags(opts_, bf16, p_);
   if (!opts_.resume.empty()) {
     init_frozen(store, weights);
-    CheckpointManifest m = load_checkpoint(opts_.resume, store);
+    CheckpointManifest m =
+        load_checkpoint(opts_.resume, store, opts_.resume_other_plan);
     start = m.step;
+    if (m.plan_hash != p_.plan_hash)
+      std::fprintf(err,
+                   "warning: the checkpoint is from another plan (plan_hash "
+                   "%s): its weights and optimizer state carry over, and "
+                   "training continues at step %lld with this plan's "
+                   "batches\n",
+                   m.plan_hash.c_str(), static_cast<long long>(start));
     for (const auto &kv : flags) {
       auto it = m.flags.find(kv.first);
       if (it != m.flags.end() && it->second != kv.second)
@@ -193,8 +201,8 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
     init_from_file(store, weights);
   }
   if (!opts_.dump_grads.empty() && start > 0)
-    fail("--dump-grads writes step 0's gradients, but --resume ",
-         opts_.resume, " starts at step ", start);
+    fail("--dump-grads writes step 0's gradients, but --resume ", opts_.resume,
+         " starts at step ", start);
 
   ExecutorOptions eopts;
   eopts.grad_accum = int(A);
@@ -207,17 +215,16 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
       store.trainable_params() > 0
           ? double(host_bytes) / double(store.trainable_params())
           : 0.0;
-  std::fprintf(out,
-               "megatrain: %s (plan %s), backend %s %s, %lld trainable "
-               "params (%s master weights), host %.1f MiB (%.2f B/param), "
-               "device %.1f MiB, %lld tokens/step\n",
-               p_.model_name, p_.plan_hash, backend->name(),
-               bf16 ? "bf16" : "fp32",
-               static_cast<long long>(store.trainable_params()),
-               store.bf16_master() ? "bf16" : "fp32",
-               double(host_bytes) / 1048576.0, host_bytes_per_param_,
-               double(exec.device_bytes()) / 1048576.0,
-               static_cast<long long>(tokens_per_step));
+  std::fprintf(
+      out,
+      "megatrain: %s (plan %s), backend %s %s, %lld trainable "
+      "params (%s master weights), host %.1f MiB (%.2f B/param), "
+      "device %.1f MiB, %lld tokens/step\n",
+      p_.model_name, p_.plan_hash, backend->name(), bf16 ? "bf16" : "fp32",
+      static_cast<long long>(store.trainable_params()),
+      store.bf16_master() ? "bf16" : "fp32", double(host_bytes) / 1048576.0,
+      host_bytes_per_param_, double(exec.device_bytes()) / 1048576.0,
+      static_cast<long long>(tokens_per_step));
   std::fflush(out);
 
   LrSchedule schedule;
@@ -266,9 +273,9 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
     r.grad_norm = store.grad_norm();
     r.tokens = tokens_per_step;
     store.schedule_update(t + 1, r.lr);
-    r.seconds = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - t0)
-                    .count();
+    r.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
     r.tokens_per_s = r.seconds > 0 ? double(r.tokens) / r.seconds : 0.0;
     progress.step(r);
     if (log)

@@ -58,7 +58,8 @@ std::string trainer_usage(const char *argv0) {
          "  --grad-accum A         micro-steps per optimizer step (1)\n"
          "  --precision P          fp32|bf16 (fp32 on cpu, bf16 on cuda)\n"
          "  --seed S               random init and stress seed (0)\n"
-         "  --init onnx|random     initial weights (onnx: weights.safetensors)\n"
+         "  --init onnx|random     initial weights (onnx: "
+         "weights.safetensors)\n"
          "  --weights F            weights file for --init onnx and frozen "
          "tables\n"
          "                         (default: weights.safetensors next to the "
@@ -68,6 +69,10 @@ std::string trainer_usage(const char *argv0) {
          "  --checkpoint-dir D     write checkpoints into D\n"
          "  --checkpoint-every K   every K steps (default: at the end only)\n"
          "  --resume D             continue from the latest checkpoint in D\n"
+         "  --resume-other-plan    also from a checkpoint of another plan of "
+         "the same\n"
+         "                         params (other batch, sequence, budget or "
+         "masters)\n"
          "  --export F             trained weights as f32 safetensors\n"
          "  --trace F              Chrome-trace timeline of the streams\n"
          "  --stress               random stream delays, poisoned buffers\n"
@@ -110,6 +115,8 @@ TrainerOptions parse_trainer_flags(int argc, char **argv) {
       {"--checkpoint-every", true,
        integer("--checkpoint-every", &o.checkpoint_every)},
       {"--resume", true, text(&o.resume)},
+      {"--resume-other-plan", false,
+       [&o](const std::string &) { o.resume_other_plan = true; }},
       {"--export", true, text(&o.export_path)},
       {"--trace", true, text(&o.trace)},
       {"--stress", false, [&o](const std::string &) { o.stress = true; }},
@@ -149,6 +156,8 @@ TrainerOptions parse_trainer_flags(int argc, char **argv) {
   if (seed < 0)
     fail("--seed must be >= 0 (got ", seed, ")");
   o.seed = uint64_t(seed);
+  if (o.resume_other_plan && o.resume.empty())
+    fail("--resume-other-plan needs --resume D");
   if (o.data.empty())
     fail("--data is required (a token file of raw little-endian uint32 ids)");
   if (o.steps < 1)

@@ -1,4 +1,5 @@
-//===- TrainerFlags.h - the trainer's command line ---------------*- C++ -*-===//
+//===- TrainerFlags.h - the trainer's command line ---------------*- C++
+//-*-===//
 //
 // design.md section 8's flags plus the optimizer, schedule and service
 // flags. `--flag value` and `--flag=value` both work; every bad value is an
@@ -31,7 +32,8 @@ struct TrainerOptions {
   std::string weights; // --weights; default: weights.safetensors by the binary
   std::string log_jsonl, dump_grads, trace, export_path;
   std::string checkpoint_dir, resume;
-  int64_t checkpoint_every = 0; // 0: only at the end of training
+  bool resume_other_plan = false; // --resume-other-plan
+  int64_t checkpoint_every = 0;   // 0: only at the end of training
   bool stress = false;
   int64_t threads = 0; // host pool; 0: hardware concurrency
   bool help = false;

@@ -6,6 +6,7 @@
 
 #include "runtime/exec/Error.h"
 #include "runtime/exec/HostStore.h"
+#include "runtime/host/Bf16.h"
 #include "runtime/trainer/Checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -70,7 +71,8 @@ TEST(CheckpointTest, RoundTrip) {
   ToyProgram toy(2);
   HostStore a(toy.program(), StorageFormat::F32, {});
   fill_state(a, 1.5f);
-  std::string written = save_checkpoint(dir.path(), a, manifest(7, toy.program()));
+  std::string written =
+      save_checkpoint(dir.path(), a, manifest(7, toy.program()));
   EXPECT_EQ(written, dir / "step-00000007");
   EXPECT_EQ(mtrt::testing::read_text(dir / "latest"), "step-00000007\n");
 
@@ -144,7 +146,87 @@ TEST(CheckpointTest, AnotherPlanIsRejected) {
                     0),
             0u)
       << e;
+  EXPECT_NE(e.find("pass --resume-other-plan"), std::string::npos) << e;
   EXPECT_NE(e.find(dir / "step-00000001/manifest.json"), std::string::npos);
+}
+
+// Allowed, a plan with the same params (here: another micro-batch count)
+// takes the state over as it is.
+TEST(CheckpointTest, AnotherPlanWithTheSameParamsCarriesOverWhenAllowed) {
+  TempDir dir;
+  ToyProgram toy(2), other(3, "another-plan");
+  HostStore a(toy.program(), StorageFormat::F32, {});
+  fill_state(a, 1.25f);
+  save_checkpoint(dir.path(), a, manifest(5, toy.program()));
+  HostStore b(other.program(), StorageFormat::F32, {});
+  EXPECT_EQ(load_checkpoint(dir.path(), b, /*other_plan=*/true).step, 5);
+  EXPECT_TRUE(same_state(a, b));
+}
+
+// fp32 masters into a bf16-master plan round to nearest; bf16 masters into
+// an fp32 plan widen exactly. The moments are fp32 in both.
+TEST(CheckpointTest, MastersConvertBetweenFormats) {
+  TempDir f32_dir, bf16_dir;
+  ToyProgram toy(2);
+  const Program &p = toy.program();
+  Program p16 = p;
+  p16.master = MasterFormat::Bf16;
+  p16.plan_hash = "toy-plan-bf16";
+  HostStore a(p, StorageFormat::F32, {});
+  fill_state(a, 1.5f);
+  save_checkpoint(f32_dir.path(), a, manifest(3, p));
+
+  HostStore b(p16, StorageFormat::F32, {});
+  EXPECT_NE(error_of([&] { load_checkpoint(f32_dir.path(), b); }), "");
+  load_checkpoint(f32_dir.path(), b, /*other_plan=*/true);
+  int trained = 0;
+  for (int q = 0; q < p.num_params; ++q) {
+    if (!a.trainable(q))
+      continue;
+    ++trained;
+    const size_t n = size_t(p.params[q].numel);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(b.values_bf16(q)[i], bf16_nearest(a.values(q)[i]))
+          << p.params[q].name << "[" << i << "]";
+    EXPECT_EQ(std::memcmp(a.adam_m(q), b.adam_m(q), n * 4), 0);
+    EXPECT_EQ(std::memcmp(a.adam_v(q), b.adam_v(q), n * 4), 0);
+  }
+  EXPECT_GT(trained, 0);
+
+  save_checkpoint(bf16_dir.path(), b, manifest(4, p16));
+  HostStore c(p, StorageFormat::F32, {});
+  EXPECT_EQ(load_checkpoint(bf16_dir.path(), c, /*other_plan=*/true).step, 4);
+  for (int q = 0; q < p.num_params; ++q) {
+    if (!a.trainable(q))
+      continue;
+    const size_t n = size_t(p.params[q].numel);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(c.values(q)[i], bf16_widen(b.values_bf16(q)[i]));
+    EXPECT_EQ(std::memcmp(c.adam_m(q), a.adam_m(q), n * 4), 0);
+  }
+}
+
+// Allowed or not, the params must match: a trained param the plan does not
+// have is an error naming it.
+TEST(CheckpointTest, AnotherPlanWithOtherParamsIsAnError) {
+  TempDir dir;
+  ToyProgram toy(2);
+  const Program &p = toy.program();
+  HostStore a(p, StorageFormat::F32, {});
+  save_checkpoint(dir.path(), a, manifest(1, p));
+  std::vector<ParamDesc> renamed(p.params, p.params + p.num_params);
+  const std::string old_name = renamed[kW0].name;
+  renamed[kW0].name = "renamed.weight";
+  Program px = p;
+  px.params = renamed.data();
+  px.plan_hash = "renamed-plan";
+  HostStore b(px, StorageFormat::F32, {});
+  std::string e = error_of([&] { load_checkpoint(dir.path(), b, true); });
+  EXPECT_EQ(e.rfind("error: checkpoint has tensor '", 0), 0u) << e;
+  EXPECT_NE(e.find(old_name), std::string::npos) << e;
+  EXPECT_NE(e.find("which is no trainable param of this plan"),
+            std::string::npos)
+      << e;
 }
 
 TEST(CheckpointTest, MissingAndCorruptFilesAreErrorsNamingTheFile) {
@@ -155,10 +237,12 @@ TEST(CheckpointTest, MissingAndCorruptFilesAreErrorsNamingTheFile) {
   HostStore b(toy.program(), StorageFormat::F32, {});
   auto load = [&] { return error_of([&] { load_checkpoint(dir.path(), b); }); };
 
-  EXPECT_NE(load().find("no checkpoint there (" + dir / "latest" + " is missing)"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { load_checkpoint(dir / "nope", b); })
-                .find("no such checkpoint directory"),
+  EXPECT_NE(
+      load().find("no checkpoint there (" + dir / "latest" + " is missing)"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_checkpoint(dir / "nope", b);
+            }).find("no such checkpoint directory"),
             std::string::npos);
 
   save_checkpoint(dir.path(), a, manifest(3, toy.program()));
@@ -171,7 +255,8 @@ TEST(CheckpointTest, MissingAndCorruptFilesAreErrorsNamingTheFile) {
   flipped[flipped.size() - 3] ^= 0x10;
   mtrt::testing::write_bytes(state, flipped.data(), flipped.size());
   std::string e = load();
-  EXPECT_NE(e.find("checkpoint state is corrupt: checksum"), std::string::npos) << e;
+  EXPECT_NE(e.find("checkpoint state is corrupt: checksum"), std::string::npos)
+      << e;
   EXPECT_NE(e.find(state), std::string::npos) << e;
 
   // Truncated.

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 using namespace mtrt;
 using namespace mtrt::toy;
@@ -113,8 +114,8 @@ std::vector<JsonValue> read_jsonl(const std::string &path) {
 
 TEST_F(TrainerMainTest, TrainsAndLogsOneObjectPerStep) {
   const std::string log = dir_ / "log.jsonl";
-  Outcome o = train({"--steps", "3", "--lr", "1e-2", "--warmup", "1",
-                     "--log-jsonl", log});
+  Outcome o = train(
+      {"--steps", "3", "--lr", "1e-2", "--warmup", "1", "--log-jsonl", log});
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_NE(o.out.find("B/param"), std::string::npos) << o.out;
   std::vector<JsonValue> steps = read_jsonl(log);
@@ -150,10 +151,9 @@ void check_dumped_grads(const std::string &path, const ToyWeights &want,
   for (const TensorInfo &t : r.tensors())
     names.push_back(t.name);
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"embed.gain", "embed.weight",
-                                             "head.bias", "layer0.bias",
-                                             "layer0.weight", "layer1.bias",
-                                             "layer1.weight"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "embed.gain", "embed.weight", "head.bias", "layer0.bias",
+                       "layer0.weight", "layer1.bias", "layer1.weight"}));
   for (int q : {kEmbed, kW0, kB0, kW1, kB1, kHeadB, kGain}) {
     std::vector<float> g(size_t(p.params[q].numel));
     r.read_f32(p.params[q].name,
@@ -168,7 +168,8 @@ void check_dumped_grads(const std::string &path, const ToyWeights &want,
 
 TEST_F(TrainerMainTest, DumpGradsWritesStepZerosAveragedGradients) {
   for (int A : {1, 2}) {
-    const std::string dump = dir_ / ("grads" + std::to_string(A) + ".safetensors");
+    const std::string dump =
+        dir_ / ("grads" + std::to_string(A) + ".safetensors");
     Outcome o = train({"--steps", "2", "--grad-accum", std::to_string(A),
                        "--clip-grad", "1e-3", "--dump-grads", dump});
     ASSERT_EQ(o.code, 0) << o.err;
@@ -186,8 +187,8 @@ TEST_F(TrainerMainTest, DumpGradsWritesStepZerosAveragedGradients) {
 TEST_F(TrainerMainTest, ResumeContinuesBitwise) {
   // The LR does not depend on --steps here, so a 2-step run is exactly the
   // first half of a 4-step one.
-  const std::vector<std::string> math = {"--lr-schedule", "constant",
-                                         "--warmup", "3", "--lr", "2e-2"};
+  const std::vector<std::string> math = {
+      "--lr-schedule", "constant", "--warmup", "3", "--lr", "2e-2"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = math;
     a.insert(a.end(), extra.begin(), extra.end());
@@ -198,15 +199,16 @@ TEST_F(TrainerMainTest, ResumeContinuesBitwise) {
                     every = dir_ / "every.safetensors";
   const std::string log_full = dir_ / "full.jsonl",
                     log_resumed = dir_ / "resumed.jsonl";
-  ASSERT_EQ(train(with({"--steps", "4", "--export", full, "--log-jsonl",
-                        log_full}))
-                .code,
-            0);
-  Outcome first = train(with({"--steps", "2", "--checkpoint-dir", dir_ / "ckpt"}));
+  ASSERT_EQ(
+      train(with({"--steps", "4", "--export", full, "--log-jsonl", log_full}))
+          .code,
+      0);
+  Outcome first =
+      train(with({"--steps", "2", "--checkpoint-dir", dir_ / "ckpt"}));
   ASSERT_EQ(first.code, 0) << first.err;
-  Outcome second = train(with({"--steps", "4", "--resume", dir_ / "ckpt",
-                               "--export", resumed, "--log-jsonl",
-                               log_resumed}));
+  Outcome second =
+      train(with({"--steps", "4", "--resume", dir_ / "ckpt", "--export",
+                  resumed, "--log-jsonl", log_resumed}));
   ASSERT_EQ(second.code, 0) << second.err;
   EXPECT_EQ(second.err, ""); // --steps does not matter to a constant LR
   EXPECT_EQ(mtrt::testing::read_text(full), mtrt::testing::read_text(resumed));
@@ -215,7 +217,8 @@ TEST_F(TrainerMainTest, ResumeContinuesBitwise) {
   ASSERT_EQ(b.size(), 2u);
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(b[size_t(i)].find("step")->as_int(), i + 2);
-    EXPECT_EQ(b[size_t(i)].find("loss")->text, a[size_t(i) + 2].find("loss")->text);
+    EXPECT_EQ(b[size_t(i)].find("loss")->text,
+              a[size_t(i) + 2].find("loss")->text);
     EXPECT_EQ(b[size_t(i)].find("grad_norm")->text,
               a[size_t(i) + 2].find("grad_norm")->text);
   }
@@ -236,13 +239,58 @@ TEST_F(TrainerMainTest, ResumeContinuesBitwise) {
   EXPECT_EQ(mtrt::testing::read_text(full), mtrt::testing::read_text(every));
 }
 
+// With --resume-other-plan, a plan of the same params continues from another
+// plan's checkpoint; the same program under another plan hash continues
+// bitwise as its own would, with a warning.
+TEST_F(TrainerMainTest, ResumeOtherPlanCarriesTheStateOver) {
+  ToyProgram other(2, "other-plan");
+  const std::vector<std::string> math = {"--lr-schedule", "constant", "--lr",
+                                         "2e-2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--data", data_, "--weights", weights_path_};
+    a.insert(a.end(), math.begin(), math.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const std::string own = dir_ / "own.safetensors",
+                    carried = dir_ / "carried.safetensors";
+  ASSERT_EQ(
+      run_trainer(toy_.program(),
+                  with({"--steps", "1", "--checkpoint-dir", dir_ / "ckpt"}))
+          .code,
+      0);
+  ASSERT_EQ(run_trainer(toy_.program(), with({"--steps", "3", "--resume",
+                                              dir_ / "ckpt", "--export", own}))
+                .code,
+            0);
+  Outcome o = run_trainer(other.program(),
+                          with({"--steps", "3", "--resume", dir_ / "ckpt",
+                                "--resume-other-plan", "--export", carried}));
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("warning: the checkpoint is from another plan "
+                       "(plan_hash toy-plan-1): its weights and optimizer "
+                       "state carry over, and training continues at step 1"),
+            std::string::npos)
+      << o.err;
+  // The tensors' bytes after the safetensors header (which names the plan).
+  auto tensors = [](const std::string &path) {
+    std::string bytes = mtrt::testing::read_text(path);
+    uint64_t header = 0;
+    std::memcpy(&header, bytes.data(), 8);
+    return bytes.substr(8 + header);
+  };
+  EXPECT_EQ(tensors(own), tensors(carried));
+}
+
 TEST_F(TrainerMainTest, StressModeMatchesANormalRunBitwise) {
   const std::string normal = dir_ / "normal.safetensors",
                     stressed = dir_ / "stressed.safetensors";
   ASSERT_EQ(train({"--steps", "2", "--export", normal}).code, 0);
-  Outcome o = train({"--steps", "2", "--stress", "--seed", "3", "--export", stressed});
+  Outcome o =
+      train({"--steps", "2", "--stress", "--seed", "3", "--export", stressed});
   ASSERT_EQ(o.code, 0) << o.err;
-  EXPECT_EQ(mtrt::testing::read_text(normal), mtrt::testing::read_text(stressed));
+  EXPECT_EQ(mtrt::testing::read_text(normal),
+            mtrt::testing::read_text(stressed));
 }
 
 TEST_F(TrainerMainTest, ExportHoldsEveryParamUnderItsName) {
@@ -268,8 +316,9 @@ TEST_F(TrainerMainTest, ExportHoldsEveryParamUnderItsName) {
 
 TEST_F(TrainerMainTest, TraceRandomInitAndBf16) {
   const std::string trace = dir_ / "trace.json";
-  Outcome o = train({"--steps", "1", "--init", "random", "--seed", "4",
-                     "--precision", "bf16", "--trace", trace, "--threads", "2"});
+  Outcome o =
+      train({"--steps", "1", "--init", "random", "--seed", "4", "--precision",
+             "bf16", "--trace", trace, "--threads", "2"});
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_NE(o.out.find("cpu bf16"), std::string::npos) << o.out;
   JsonValue t = parse_json(mtrt::testing::read_text(trace));
@@ -295,8 +344,11 @@ TEST_F(TrainerMainTest, ErrorsAreOneLineAndNonZero) {
   expect_error(train({"--lr", "abc"}), "error: --lr: 'abc' is not a number");
   expect_error(train({"--stepz", "3"}), "error: unknown flag '--stepz'");
   expect_error(train({"--steps"}), "error: --steps needs a value");
-  expect_error(train({"--lr-schedule", "linear"}),
-               "error: --lr-schedule must be cosine or constant (got 'linear')");
+  expect_error(train({"--resume-other-plan"}),
+               "error: --resume-other-plan needs --resume D");
+  expect_error(
+      train({"--lr-schedule", "linear"}),
+      "error: --lr-schedule must be cosine or constant (got 'linear')");
   // Without a CUDA build the backend is unknown; with one, a machine without
   // a GPU refuses it.
   std::string why;
@@ -324,12 +376,13 @@ TEST_F(TrainerMainTest, BadCheckpointsFailWithoutWritingAnything) {
   ASSERT_EQ(train({"--steps", "1", "--checkpoint-dir", dir_ / "ckpt"}).code, 0);
   const std::string out = dir_ / "export.safetensors";
   const std::string log = dir_ / "log.jsonl";
-  Outcome o = run_trainer(other.program(),
-                          {"--data", data_, "--weights", weights_path_,
-                           "--resume", dir_ / "ckpt", "--export", out,
-                           "--log-jsonl", log, "--steps", "3"});
+  Outcome o =
+      run_trainer(other.program(), {"--data", data_, "--weights", weights_path_,
+                                    "--resume", dir_ / "ckpt", "--export", out,
+                                    "--log-jsonl", log, "--steps", "3"});
   EXPECT_EQ(o.code, 1);
-  EXPECT_EQ(o.err.rfind("error: checkpoint is from another plan", 0), 0u) << o.err;
+  EXPECT_EQ(o.err.rfind("error: checkpoint is from another plan", 0), 0u)
+      << o.err;
   EXPECT_FALSE(mtrt::testing::exists(out));
   EXPECT_FALSE(mtrt::testing::exists(log));
   EXPECT_FALSE(mtrt::testing::exists(log + ".tmp"));
