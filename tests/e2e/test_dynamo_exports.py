@@ -31,11 +31,13 @@ class DynamoExports(unittest.TestCase):
     def test_families_second_half(self):
         self.check(self.names[1::2])
 
-    def test_softcapped_logits_in_vocabulary_pieces(self):
-        """Gemma 2 with its tied LM head and embedding cut in two vocabulary
-        pieces: each head piece soft-caps its own logits, each embedding piece
-        scales its own rows (by √hidden)."""
-        self.check(["gemma2"], "--vocab-pieces", "2")
+    def test_vocabulary_pieces_of_scaled_tables(self):
+        """LM heads and embeddings cut in two vocabulary pieces where scalings
+        or soft caps follow them: each head piece scales or soft-caps its own
+        logits, each embedding piece scales its own rows. Gemma 2 (tied, rows
+        by √hidden, logits soft-capped), Granite (embedding multiplier, logits
+        divided), Cohere (logit scale)."""
+        self.check(["gemma2", "granite", "cohere"], "--vocab-pieces", "2")
 
     def check(self, names, *flags):
         w = self.w
@@ -46,6 +48,11 @@ class DynamoExports(unittest.TestCase):
                 run([EXPORT_PYTHON, EXPORTER, family, onnx], cwd=ROOT)
                 plan_dir, plan = w.compile(onnx, name, "--batch", "2", "--seq-len", "16",
                                            "--micro-batches", "2", *flags)
+                if "--vocab-pieces" in flags:  # both tables cut, none left whole
+                    pieces = int(flags[flags.index("--vocab-pieces") + 1])
+                    kinds = [u["kind"] for u in plan["units"]]
+                    self.assertEqual(kinds.count("embedding"), pieces)
+                    self.assertEqual(kinds.count("head"), pieces)
                 w.train(plan_dir, "--data", self.data, "--steps", "1",
                         "--dump-grads", w(name + ".ours.st"), "--log-jsonl", w(name + ".ours.jsonl"))
                 w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",
