@@ -170,20 +170,11 @@ void SafetensorsReader::read_f32(const std::string &name,
                                  Checksum *checksum) const {
   const TensorInfo *found = find(name);
   if (found && found->dtype == "BF16") {
-    const TensorInfo &t = expect(name, shape, "BF16");
-    // In blocks, as read_bf16 does with F32.
-    std::vector<uint16_t> block(size_t(1) << 20);
-    for (int64_t at = 0, n = t.numel(); at < n;) {
-      const int64_t count = std::min<int64_t>(n - at, int64_t(block.size()));
-      if (!read_at(fd_, block.data(), count * 2,
-                   data_start_ + t.begin + at * 2))
-        fail_read(name);
-      if (checksum)
-        checksum->update(block.data(), size_t(count) * 2);
-      for (int64_t k = 0; k < count; ++k)
-        dst[at + k] = bf16_widen(block[size_t(k)]);
-      at += count;
-    }
+    read_blocks<uint16_t>(expect(name, shape, "BF16"), checksum,
+                          [&](const uint16_t *b, int64_t at, int64_t count) {
+                            for (int64_t k = 0; k < count; ++k)
+                              dst[at + k] = bf16_widen(b[k]);
+                          });
     return;
   }
   const TensorInfo &t = expect(name, shape, "F32");
@@ -205,17 +196,26 @@ void SafetensorsReader::read_bf16(const std::string &name,
       checksum->update(dst, size_t(t.end - t.begin));
     return;
   }
-  const TensorInfo &t = expect(name, shape, "F32");
-  // In blocks, so an F32 tensor never needs its own full-size buffer.
-  std::vector<float> block(size_t(1) << 20);
+  read_blocks<float>(expect(name, shape, "F32"), checksum,
+                     [&](const float *b, int64_t at, int64_t count) {
+                       for (int64_t k = 0; k < count; ++k)
+                         dst[at + k] = bf16_nearest(b[k]);
+                     });
+}
+
+template <class Stored, class Take>
+void SafetensorsReader::read_blocks(const TensorInfo &t, Checksum *checksum,
+                                    Take take) const {
+  std::vector<Stored> block(size_t(1) << 20);
+  const int64_t size = int64_t(sizeof(Stored));
   for (int64_t at = 0, n = t.numel(); at < n;) {
     const int64_t count = std::min<int64_t>(n - at, int64_t(block.size()));
-    if (!read_at(fd_, block.data(), count * 4, data_start_ + t.begin + at * 4))
-      fail_read(name);
+    if (!read_at(fd_, block.data(), count * size,
+                 data_start_ + t.begin + at * size))
+      fail_read(t.name);
     if (checksum)
-      checksum->update(block.data(), size_t(count) * 4);
-    for (int64_t k = 0; k < count; ++k)
-      dst[at + k] = bf16_nearest(block[size_t(k)]);
+      checksum->update(block.data(), size_t(count * size));
+    take(block.data(), at, count);
     at += count;
   }
 }

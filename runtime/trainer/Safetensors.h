@@ -1,4 +1,5 @@
-//===- Safetensors.h - read and write .safetensors files ---------*- C++ -*-===//
+//===- Safetensors.h - read and write .safetensors files ---------*- C++
+//-*-===//
 //
 // The format: an 8-byte little-endian header length N, N bytes of JSON
 // mapping each tensor name to {"dtype", "shape", "data_offsets": [begin,
@@ -61,6 +62,11 @@ private:
                            const std::vector<int64_t> &shape,
                            const char *dtype) const;
   [[noreturn]] void fail_read(const std::string &name) const;
+  /// Reads tensor t, stored as `Stored`, in blocks (so a tensor read into
+  /// another type never needs a full-size buffer of its own), feeding the
+  /// file's bytes to `checksum` and each block to take(block, first, count).
+  template <class Stored, class Take>
+  void read_blocks(const TensorInfo &t, Checksum *checksum, Take take) const;
 
   std::string path_;
   int fd_ = -1;
