@@ -29,7 +29,7 @@ int64_t kv_at(const Dims &d, int64_t b, int64_t h, int64_t j) {
   return ((b * d.Hkv + kv_head) * d.S + j) * d.D;
 }
 
-// The scaled product of query (b, h, i) and key j, and d softcap(s) / ds.
+// s = scale · q_i · k_j for query (b, h, i) and key j.
 double scaled_product(const std::vector<Doubles> &in, const Dims &d, int64_t b,
                       int64_t h, int64_t i, int64_t j) {
   double s = 0.0;
@@ -37,6 +37,8 @@ double scaled_product(const std::vector<Doubles> &in, const Dims &d, int64_t b,
     s += in[0][q_at(d, b, h, i) + e] * in[1][kv_at(d, b, h, j) + e];
   return d.scale * s;
 }
+// What s becomes before the softmax (softcap · tanh(s / softcap) under a
+// cap, else s), and that function's slope at s.
 double capped(const Dims &d, double s) {
   return d.softcap ? d.softcap * std::tanh(s / d.softcap) : s;
 }
