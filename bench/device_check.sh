@@ -15,6 +15,8 @@
 #      soft caps and vocabulary pieces), CUDA bf16 vs CPU
 #      fp32, one step, --dump-grads;
 #      and CUDA --stress against a normal CUDA run, bit for bit
+#   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
+#      beside torch's scaled_dot_product_attention (bench/attention_torch.py)
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
 #      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
 #      llama-1b, FSDP2 llama-1b, the 7B-class llama-7b-24g (planned with
@@ -23,6 +25,10 @@
 #      and llama-9b-bf16 (the largest the host holds: bf16 master weights)
 # Results: $OUT/summary.md (the tables), $OUT/results.json, and the logs and
 # Chrome traces in $OUT/logs.tar.gz and $OUT/traces.tar.gz.
+#
+# STAGES (a regex over stage names, whole names) runs only those; a later
+# call on a still-warm machine reuses the build and trainers of $WORK, e.g.
+#   STAGES='bench llama-3b|fsdp2 llama-3b|bench llama-9b-bf16' bash bench/device_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -50,6 +56,10 @@ record() { # name status seconds note
 # left is under ESTIMATE_S.
 stage() {
   local name=$1 est=$2 limit=$3 fn=$4 t rc status
+  if [ -n "${STAGES:-}" ] && ! [[ $name =~ ^($STAGES)$ ]]; then
+    log "stage $name: not selected (STAGES)"
+    return 0
+  fi
   if (( $(left) < est )); then
     log "stage $name: skipped (needs ~${est}s, $(left)s left)"
     record "$name" skipped 0 "budget: needs ~${est}s, $(left)s left"
@@ -165,6 +175,26 @@ PY
 }
 [ -d "$WORK/build" ] && stage tests 40 180 run_tests
 
+# The tensor-core attention kernels were checked on the CPU emulator only
+# before their first GPU run: should their tests fail on the GPU while the
+# CUDA-core ones pass, the later stages run attention on CUDA cores (the
+# stages table says so) rather than produce nothing.
+if python3 - "$WORK/tests.json" <<'PY'
+import json, sys
+try:
+    failed = json.load(open(sys.argv[1])).get("failed_names", [])
+except (OSError, ValueError):
+    sys.exit(1)
+tc = [n for n in failed if n.startswith("TensorCores/AttentionTest")]
+cc = [n for n in failed if n.startswith("CudaCores/AttentionTest")]
+sys.exit(0 if tc and not cc else 1)
+PY
+then
+  export MEGATRAIN_CUDA_ATTENTION=cuda-cores
+  log "tensor-core attention failed its tests: later stages use MEGATRAIN_CUDA_ATTENTION=cuda-cores"
+  record "attention on CUDA cores" fallback 0 "TensorCores/AttentionTest failed on the GPU"
+fi
+
 # ---- c. trainers ---------------------------------------------------------------
 build_trainers() {
   local pids=() names=() rc=0 d n
@@ -215,6 +245,13 @@ parity() {
   return $rc
 }
 [ -d "$WORK/plans" ] && stage parity 55 200 parity
+
+# ---- attention kernels against torch's SDPA -------------------------------------
+attention() {
+  "$WORK/build/bench/attention_bench" --json "$WORK/attention.json" || return 1
+  python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
+}
+[ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
 
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
 bench() { # plan name

@@ -228,8 +228,10 @@ def cmd_report(work, out):
     bench_names = [s["name"][len("bench "):] for s in stages if s["name"].startswith("bench ")]
     benches = [bench_row(work, n) for n in bench_names]
     fsdp = [load_json(p, {}) for p in sorted(glob.glob(os.path.join(work, "fsdp2-*.json")))]
+    attention = load_json(os.path.join(work, "attention-torch.json")) or \
+        load_json(os.path.join(work, "attention.json"), [])
     results = {"env": env, "stages": stages, "tests": tests, "parity": parity,
-               "benchmarks": benches, "fsdp2": fsdp}
+               "attention": attention, "benchmarks": benches, "fsdp2": fsdp}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 
@@ -256,6 +258,14 @@ def cmd_report(work, out):
         L.append(f"| {p.get('name')} | {fmt(p.get('loss_cpu'), '.5f')} | {fmt(p.get('loss_cuda'), '.5f')} | "
                  f"{fmt(p.get('loss_rel'), '.1e')} | {fmt(p.get('cos_min'), '.5f')} ({p.get('cos_min_tensor', '')}) | "
                  f"{p.get('stress_same_losses', '–')} | {'yes' if p.get('ok') else 'NO ' + p.get('error', '')} |")
+    L += ["", "## Attention kernels (causal; TFLOPS count 4·B·H·pairs·D forward, 2.5x that backward)",
+          "", "| shape | B H Hkv S D window | ours fwd / bwd TFLOPS | ours on CUDA cores | torch SDPA fwd / bwd TFLOPS |",
+          "|---|---|---|---|---|"]
+    for r in attention:
+        dims = " ".join(str(r.get(k, "?")) for k in ("B", "H", "Hkv", "S", "D", "window"))
+        L.append(f"| {r.get('name')} | {dims} | {fmt(r.get('fwd_tflops'))} / {fmt(r.get('bwd_tflops'))} "
+                 f"| {fmt(r.get('cuda_cores_fwd_tflops'))} / {fmt(r.get('cuda_cores_bwd_tflops'))} "
+                 f"| {fmt(r.get('torch_fwd_tflops'))} / {fmt(r.get('torch_bwd_tflops'))} |")
     L += ["", "## Benchmarks (--init random, median over steps after the first)", "",
           "| model | params | M×B×S tokens/step | tokens/s (sim) | model TFLOPS (sim) | step s (sim) "
           "| GPU busy (sim) | h2d GB/s busy / per step | d2h GB/s busy / per step "

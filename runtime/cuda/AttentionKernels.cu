@@ -1,6 +1,9 @@
 //===- AttentionKernels.cu - causal flash attention with grouped KV heads -===//
 //
-// O(S) memory beyond the inputs: no S×S matrix is ever stored.
+// The attention entry points (at the bottom: head dims up to 128 go to the
+// tensor-core kernels of AttentionTensorCore.cu unless CudaKernels was set
+// to AttentionKernels::CudaCores) and the kernels on CUDA cores for head dims
+// up to 256. Both families follow the scheme below.
 //
 // Layout: a query (or key) row is owned by TPR consecutive lanes, lane t
 // holding dims t, t + TPR, t + 2·TPR, ... (DPT of them, in registers), so a
@@ -27,54 +30,26 @@
 // before a block's first visible key and the query tiles past its last
 // reader, so the work is O(S · W).
 //
-// Head dims up to 256, in three register layouts (64, 128, 256). Speed is
-// not the point of this first version: it uses CUDA cores, not tensor cores.
+// Head dims up to 256, in three register layouts (64, 128, 256): the
+// kernels for head dims over 128, and for every head dim under
+// AttentionKernels::CudaCores.
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/cuda/KernelCommon.cuh"
+#include "runtime/cuda/AttentionCommon.cuh"
 #include "runtime/exec/Error.h"
+
+#include <cstdlib>
+#include <cstring>
 
 namespace mtrt::MT_KNS {
 
 namespace {
 
-constexpr int kMaxAlibiHeads = 256;
-
-/// What turns a scaled dot product into a score: the soft cap (none when
-/// 0) and per-head ALiBi slopes; heads past `heads` (all of them without
-/// ALiBi) have slope 0.
-struct ScoreForm {
-  float softcap = 0.f;
-  int heads = 0;
-  float slope[kMaxAlibiHeads] = {};
-
-  __device__ __forceinline__ float slope_of(int64_t h) const {
-    return h < heads ? slope[h] : 0.f;
-  }
-  __device__ __forceinline__ float capped(float s) const {
-    return softcap > 0.f ? softcap * tanhf(s / softcap) : s;
-  }
-  /// d capped(s) / ds at c = capped(s): 1 − tanh².
-  __device__ __forceinline__ float cap_slope(float c) const {
-    if (softcap <= 0.f)
-      return 1.f;
-    const float t = c / softcap;
-    return 1.f - t * t;
-  }
-};
-
-/// Whether query i sees key j: causal, and within the window if any.
-__device__ __forceinline__ bool visible(int64_t i, int64_t j, int64_t window) {
-  return j <= i && (window == 0 || i - j < window);
-}
-
-/// The first key tile (a multiple of `tile`) holding a key that query q0
-/// sees.
-__device__ __forceinline__ int64_t first_key_tile(int64_t q0, int64_t window,
-                                                  int tile) {
-  return window == 0 ? 0 : max64(q0 - window + 1, 0) / tile * tile;
-}
+using attn::first_key_tile;
+using attn::kMaxAlibiHeads;
+using attn::ScoreForm;
+using attn::visible;
 
 template <int TPR> __device__ __forceinline__ float row_sum(float v) {
 #pragma unroll
@@ -418,6 +393,16 @@ ScoreForm score_form(const char *op, float softcap, const float *slopes,
 
 } // namespace
 
+AttentionKernels attention_kernels_from_env() {
+  const char *s = std::getenv("MEGATRAIN_CUDA_ATTENTION");
+  if (!s || !*s || std::strcmp(s, "tensor-cores") == 0)
+    return AttentionKernels::TensorCores;
+  if (std::strcmp(s, "cuda-cores") == 0)
+    return AttentionKernels::CudaCores;
+  fail("MEGATRAIN_CUDA_ATTENTION=", s,
+       ": expected tensor-cores (the default) or cuda-cores");
+}
+
 void CudaKernels::attention_forward(void *y, const void *q, const void *k,
                                     const void *v, int64_t Bn, int64_t H,
                                     int64_t Hkv, int64_t S, int64_t D,
@@ -428,7 +413,11 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
   check_shape("attention_forward", H, Hkv, D);
   const ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   const cudaStream_t s = cudaStream_t(stream_);
-  if (D <= 64)
+  if (attention_ == AttentionKernels::TensorCores &&
+      D <= attn::kTensorCoreMaxDim)
+    attn::tensor_core_forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
+                              window, a, s);
+  else if (D <= 64)
     Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                          window, a, s);
   else if (D <= 128)
@@ -454,7 +443,12 @@ void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
   float *lse = static_cast<float *>(scratch(2 * rows * int64_t(sizeof(float))));
   float *delta = lse + rows;
   const cudaStream_t s = cudaStream_t(stream_);
-  if (D <= 64)
+  if (attention_ == AttentionKernels::TensorCores &&
+      D <= attn::kTensorCoreMaxDim)
+    attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
+                               lse, delta, Bn, H, Hkv, S, D, scale, window, a,
+                               s);
+  else if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
                           delta, Bn, H, Hkv, S, D, scale, window, a, s);
   else if (D <= 128)

@@ -8,7 +8,8 @@
 // (MockCuda.h: streams as threads, events, copies). The emulated build is
 // what checks the kernels' indexing and math and the backend's ordering on
 // machines without a GPU; kernels may use only __syncthreads, __syncwarp,
-// __shfl_xor_sync over full warps and static __shared__ arrays.
+// __shfl_xor_sync over full warps, the warp MMA of Mma.cuh and static
+// __shared__ arrays.
 //
 // Everything lives in namespace mtrt::MT_KNS: `cuda` for the real build,
 // `cudaemu` for the emulated one, so both can link into one test.
@@ -35,6 +36,7 @@
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 
 namespace mtrt::cudaemu {
 

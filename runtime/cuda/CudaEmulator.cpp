@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <ucontext.h>
 #include <vector>
@@ -33,7 +34,8 @@ ucontext_t scheduler;
 std::vector<Fiber> fibers;
 int current = -1;
 const std::function<void()> *body_fn = nullptr;
-double exchange[1024]; // one slot per thread, for shuffles
+double exchange[1024];                   // one slot per thread, for shuffles
+uint32_t mma_a[1024][4], mma_b[1024][2]; // each thread's MMA fragments
 
 void entry() {
   (*body_fn)();
@@ -163,5 +165,45 @@ double shfl_xor(double v, int mask) {
 }
 
 float shfl_xor(float v, int mask) { return float(shfl_xor(double(v), mask)); }
+
+namespace {
+float bf16_bits(uint32_t word, int half) {
+  const uint32_t u = (half ? word >> 16 : word & 0xffffu) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+} // namespace
+
+void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],
+                       const uint32_t (&b)[2]) {
+  const int t = current;
+  const int lane = t % 32, warp0 = t / 32 * 32;
+  if (warp0 + 32 > int(fibers.size()))
+    deadlock("mma in a warp of fewer than 32 threads");
+  for (int r = 0; r < 4; ++r)
+    mma_a[t][r] = a[r];
+  mma_b[t][0] = b[0];
+  mma_b[t][1] = b[1];
+  sync_warp();
+  // A[row][k] sits in lane (row % 8)·4 + (k % 8)/2, word row/8 + 2·(k/8);
+  // B[k][n] in lane n·4 + (k % 8)/2, word k/8; odd k in the high half.
+  auto A = [&](int row, int k) {
+    return bf16_bits(
+        mma_a[warp0 + row % 8 * 4 + k % 8 / 2][row / 8 + 2 * (k / 8)], k % 2);
+  };
+  auto B = [&](int k, int n) {
+    return bf16_bits(mma_b[warp0 + n * 4 + k % 8 / 2][k / 8], k % 2);
+  };
+  const int g = lane / 4, c = lane % 4 * 2;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e / 2), col = c + e % 2;
+    float acc = d[e];
+    for (int k = 0; k < 16; ++k)
+      acc += A(row, k) * B(k, col);
+    d[e] = acc;
+  }
+  sync_warp();
+}
 
 } // namespace mtrt::emu

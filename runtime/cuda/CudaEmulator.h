@@ -13,6 +13,7 @@
 #ifndef MEGATRAIN_RUNTIME_CUDA_CUDAEMULATOR_H
 #define MEGATRAIN_RUNTIME_CUDA_CUDAEMULATOR_H
 
+#include <cstdint>
 #include <functional>
 
 namespace mtrt::emu {
@@ -38,6 +39,10 @@ void sync_block();
 void sync_warp();
 float shfl_xor(float v, int mask);
 double shfl_xor(double v, int mask);
+/// The warp's m16n8k16 bf16 multiply-add, d += a · b, from every lane's
+/// fragments in the layout of Mma.cuh; all 32 lanes must call it.
+void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],
+                       const uint32_t (&b)[2]);
 
 } // namespace mtrt::emu
 

@@ -66,6 +66,15 @@ GemmSpec linear_dx_gemm(void *dx, const void *dy, const void *w, int64_t M,
 GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
                         int64_t K, int64_t N, bool w_in_out);
 
+/// Which kernels run attention (AttentionCommon.cuh): tensor cores for head
+/// dims up to 128 (larger ones on CUDA cores), or CUDA cores for every head
+/// dim, all math in f32 (slower; a reference for the tensor-core kernels).
+enum class AttentionKernels { TensorCores, CudaCores };
+
+/// The family MEGATRAIN_CUDA_ATTENTION names ("tensor-cores", the default,
+/// or "cuda-cores"); throws Error naming the variable for anything else.
+AttentionKernels attention_kernels_from_env();
+
 class CudaKernels final : public DeviceKernels {
 public:
   /// Creates the cuBLASLt handle and its workspace on the current device.
@@ -79,6 +88,7 @@ public:
   void *stream() const { return stream_; }
   /// The most scratch any call has needed so far, bytes.
   int64_t scratch_peak() const { return scratch_bytes_; }
+  void set_attention_kernels(AttentionKernels k) { attention_ = k; }
 
   int64_t storage_size() const override { return 2; }
 
@@ -196,6 +206,7 @@ private:
   void *scratch_ = nullptr;
   int64_t scratch_bytes_ = 0;
   int sm_count_ = 108;
+  AttentionKernels attention_ = AttentionKernels::TensorCores;
 
   struct Lt; // cuBLASLt handle, workspace, cached plans (device build only)
   std::unique_ptr<Lt> lt_;

@@ -1,0 +1,229 @@
+//===- attention_bench.cpp - the CUDA attention kernels' throughput -------===//
+//
+// Times CudaKernels::attention_forward and attention_backward on shapes of
+// the decoders we train (causal, grouped KV heads, one with a sliding
+// window), on tensor cores and on CUDA cores (AttentionKernels), and
+// reports TFLOPS the way FlashAttention's benchmarks count
+// them: 4·B·H·pairs·D for the forward, 2.5 times that for the backward,
+// where pairs is the number of visible (query, key) pairs. (Our backward
+// does more: its statistics pass runs the forward again.)
+//
+//   attention_bench [--json FILE] [--iters N]
+//
+// bench/attention_torch.py times PyTorch's scaled_dot_product_attention on
+// the shapes this writes to FILE.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/CudaKernels.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Shape {
+  const char *name;
+  int64_t B, H, Hkv, S, D, window;
+};
+
+// Llama 2 7B, Llama 3 8B (GQA), a 1B-class head dim of 64, a long
+// sequence, and Mistral's window.
+const Shape kShapes[] = {
+    {"llama2-7b S4096", 1, 32, 32, 4096, 128, 0},
+    {"llama3-8b S4096", 1, 32, 8, 4096, 128, 0},
+    {"d64 S4096", 2, 32, 8, 4096, 64, 0},
+    {"llama3-8b S16384", 1, 32, 8, 16384, 128, 0},
+    {"mistral-7b S16384 W4096", 1, 32, 8, 16384, 128, 4096},
+};
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "error: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+/// Uniform bf16 in [-1, 1): one host pool, drawn once; each array is a
+/// copy of it from another offset.
+class RandomPool {
+public:
+  explicit RandomPool(int64_t n) : h_(size_t(n) + 64) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (auto &x : h_) {
+      const float f = u(rng);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      x = uint16_t(bits >> 16);
+    }
+  }
+  void *device(int64_t n, int offset) const {
+    void *d = nullptr;
+    check(cudaMalloc(&d, size_t(n) * 2), "cudaMalloc");
+    check(cudaMemcpy(d, h_.data() + offset, size_t(n) * 2,
+                     cudaMemcpyHostToDevice),
+          "upload");
+    return d;
+  }
+
+private:
+  std::vector<uint16_t> h_;
+};
+
+double visible_pairs(int64_t S, int64_t window) {
+  const double s = double(S);
+  const double w = window > 0 && window < S ? double(window) : s;
+  return s * w - w * (w - 1) / 2;
+}
+
+/// Milliseconds per call of f, the median of `iters` timed calls after one
+/// untimed.
+template <class F> double time_ms(cudaStream_t stream, int iters, F f) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  f();
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) {
+    check(cudaEventRecord(a, stream), "record");
+    f();
+    check(cudaEventRecord(b, stream), "record");
+    check(cudaEventSynchronize(b), "kernel");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "elapsed");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+bool all_finite(const void *d, int64_t n) {
+  std::vector<uint16_t> h(static_cast<size_t>(n));
+  check(cudaMemcpy(h.data(), d, size_t(n) * 2, cudaMemcpyDeviceToHost),
+        "download");
+  for (uint16_t x : h)
+    if ((x & 0x7f80u) == 0x7f80u)
+      return false;
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string json;
+  int iters = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else if (a == "--iters" && i + 1 < argc) {
+      iters = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: attention_bench [--json FILE] [--iters N]\n"
+                   "error: unknown argument '%s'\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  if (iters < 1) {
+    std::fprintf(stderr, "error: --iters must be at least 1\n");
+    return 2;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "error: no CUDA device\n");
+    return 1;
+  }
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  mtrt::cuda::CudaKernels k;
+  k.set_stream(stream);
+
+  std::printf("| shape | B H Hkv S D W | fwd ms | fwd TFLOPS | bwd ms | bwd "
+              "TFLOPS | CUDA cores: fwd / bwd TFLOPS |\n"
+              "|---|---|---|---|---|---|---|\n");
+  std::string rows;
+  bool ok = true;
+  int64_t most = 0;
+  for (const Shape &s : kShapes)
+    most = std::max(most, s.B * s.H * s.S * s.D);
+  const RandomPool pool(most);
+  for (const Shape &s : kShapes) {
+    const int64_t nq = s.B * s.H * s.S * s.D, nk = s.B * s.Hkv * s.S * s.D;
+    void *q = pool.device(nq, 1), *kk = pool.device(nk, 2),
+         *v = pool.device(nk, 3), *dy = pool.device(nq, 4);
+    void *y = pool.device(nq, 5), *dq = pool.device(nq, 6),
+         *dk = pool.device(nk, 7), *dv = pool.device(nk, 8);
+    const float scale = 1.f / std::sqrt(float(s.D));
+    const double flops =
+        4.0 * double(s.B * s.H) * visible_pairs(s.S, s.window) * double(s.D);
+    struct Timing {
+      double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
+      bool finite;
+    };
+    auto measure = [&](mtrt::cuda::AttentionKernels family) {
+      k.set_attention_kernels(family);
+      Timing t;
+      t.fwd_ms = time_ms(stream, iters, [&] {
+        k.attention_forward(y, q, kk, v, s.B, s.H, s.Hkv, s.S, s.D, scale,
+                            s.window, 0.f, nullptr);
+      });
+      t.finite = all_finite(y, nq);
+      t.bwd_ms = time_ms(stream, iters, [&] {
+        k.attention_backward(dq, dk, dv, dy, q, kk, v, s.B, s.H, s.Hkv, s.S,
+                             s.D, scale, s.window, 0.f, nullptr);
+      });
+      t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
+      t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;
+      return t;
+    };
+    const Timing tc = measure(mtrt::cuda::AttentionKernels::TensorCores);
+    const Timing cc = measure(mtrt::cuda::AttentionKernels::CudaCores);
+    std::printf("| %s | %lld %lld %lld %lld %lld %lld | %.3f | %.1f | %.3f | "
+                "%.1f | %.1f / %.1f |%s\n",
+                s.name, (long long)s.B, (long long)s.H, (long long)s.Hkv,
+                (long long)s.S, (long long)s.D, (long long)s.window, tc.fwd_ms,
+                tc.fwd_tflops, tc.bwd_ms, tc.bwd_tflops, cc.fwd_tflops,
+                cc.bwd_tflops,
+                tc.finite && cc.finite ? "" : " NON-FINITE OUTPUT");
+    ok &= tc.finite && cc.finite;
+    char row[640];
+    std::snprintf(row, sizeof row,
+                  "%s{\"name\": \"%s\", \"B\": %lld, \"H\": %lld, \"Hkv\": "
+                  "%lld, \"S\": %lld, \"D\": %lld, \"window\": %lld, "
+                  "\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, "
+                  "\"bwd_tflops\": %.2f, \"cuda_cores_fwd_tflops\": %.2f, "
+                  "\"cuda_cores_bwd_tflops\": %.2f, \"finite\": %s}",
+                  rows.empty() ? "" : ",\n ", s.name, (long long)s.B,
+                  (long long)s.H, (long long)s.Hkv, (long long)s.S,
+                  (long long)s.D, (long long)s.window, tc.fwd_ms, tc.bwd_ms,
+                  tc.fwd_tflops, tc.bwd_tflops, cc.fwd_tflops, cc.bwd_tflops,
+                  tc.finite && cc.finite ? "true" : "false");
+    rows += row;
+    for (void *p : {q, kk, v, dy, y, dq, dk, dv})
+      cudaFree(p);
+  }
+  if (!json.empty()) {
+    FILE *f = std::fopen(json.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "error: cannot write %s\n", json.c_str());
+      return 1;
+    }
+    std::fprintf(f, "[%s]\n", rows.c_str());
+    std::fclose(f);
+  }
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,79 @@
+//===- AttentionCommon.cuh - what both attention kernel families share -*-
+// C++ -*-===//
+//
+// The attention kernels come in two families over the same (B, H, S, D)
+// head-major layout, grouped KV heads, causal mask with an optional sliding
+// window, soft cap and ALiBi:
+//  - AttentionTensorCore.cu: head dims up to 128, products on tensor cores
+//    (Mma.cuh), bf16 operands with f32 accumulation;
+//  - AttentionKernels.cu: head dims up to 256 on CUDA cores, all math f32,
+//    for the head dims the tensor-core kernels do not take (and for all of
+//    them under AttentionKernels::CudaCores); it also holds the entry
+//    points that choose between the two.
+// Both keep O(S) state: no S×S matrix is ever stored.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MEGATRAIN_RUNTIME_CUDA_ATTENTIONCOMMON_CUH
+#define MEGATRAIN_RUNTIME_CUDA_ATTENTIONCOMMON_CUH
+
+#include "runtime/cuda/KernelCommon.cuh"
+
+namespace mtrt::MT_KNS::attn {
+
+constexpr int kMaxAlibiHeads = 256;
+
+/// What turns a scaled dot product into a score: the soft cap (none when
+/// 0) and per-head ALiBi slopes; heads past `heads` (all of them without
+/// ALiBi) have slope 0. Travels by value in the launch parameters.
+struct ScoreForm {
+  float softcap = 0.f;
+  int heads = 0;
+  float slope[kMaxAlibiHeads] = {};
+
+  __device__ __forceinline__ float slope_of(int64_t h) const {
+    return h < heads ? slope[h] : 0.f;
+  }
+  __device__ __forceinline__ float capped(float s) const {
+    return softcap > 0.f ? softcap * tanhf(s / softcap) : s;
+  }
+  /// d capped(s) / ds at c = capped(s): 1 − tanh².
+  __device__ __forceinline__ float cap_slope(float c) const {
+    if (softcap <= 0.f)
+      return 1.f;
+    const float t = c / softcap;
+    return 1.f - t * t;
+  }
+};
+
+/// Whether query i sees key j: causal, and within the window if any.
+__device__ __forceinline__ bool visible(int64_t i, int64_t j, int64_t window) {
+  return j <= i && (window == 0 || i - j < window);
+}
+
+/// The first key tile (a multiple of `tile`) holding a key that query q0
+/// sees.
+__device__ __forceinline__ int64_t first_key_tile(int64_t q0, int64_t window,
+                                                  int tile) {
+  return window == 0 ? 0 : max64(q0 - window + 1, 0) / tile * tile;
+}
+
+/// The attention kernels on tensor cores (AttentionTensorCore.cu), for head
+/// dims D <= kTensorCoreMaxDim. The backward's lse and delta are f32 scratch
+/// of B·H·S floats each.
+constexpr int64_t kTensorCoreMaxDim = 128;
+
+void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
+                         int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
+                         int64_t D, float scale, int64_t window,
+                         const ScoreForm &form, cudaStream_t stream);
+
+void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
+                          const bf16 *q, const bf16 *k, const bf16 *v,
+                          float *lse, float *delta, int64_t Bn, int64_t H,
+                          int64_t Hkv, int64_t S, int64_t D, float scale,
+                          int64_t window, const ScoreForm &form,
+                          cudaStream_t stream);
+
+} // namespace mtrt::MT_KNS::attn
+
+#endif // MEGATRAIN_RUNTIME_CUDA_ATTENTIONCOMMON_CUH

@@ -1,0 +1,513 @@
+//===- AttentionTensorCore.cu - flash attention on tensor cores ----------===//
+//
+// Head dims up to 128 (zero-padded to DM = 64 or 128), the scheme of
+// AttentionKernels.cu (forward; backward as statistics, dK/dV and dQ, all
+// deterministic) with every product on tensor cores (Mma.cuh: bf16
+// operands, f32 accumulation). A block is four warps; each warp owns 16
+// rows of the block's 64 and keeps them in registers in the MMA layout:
+//
+//  - Forward: rows are queries. S = Q·Kᵀ for a key tile of 64, the online
+//    softmax on S's fragments (each row's max and sum over the four lanes
+//    that hold it), then O += P·V with P rounded to bf16 straight from S's
+//    fragments (D's layout is A's).
+//  - dQ: rows are queries, key tiles of 32: S = Q·Kᵀ and dP = dY·Vᵀ, then
+//    dS = P ∘ (dP − δ) and dQ += dS·K.
+//  - dK/dV: rows are keys, query tiles of 16: Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ,
+//    then dV += Pᵀ·dY and dK += dSᵀ·Q, over every query head of the group.
+//
+// Tiles live in shared memory as rows of DM + 8 bf16: the 16-byte pad puts
+// the eight rows a fragment load touches on different banks. A B operand
+// that runs along the tile's rows (V in P·V, K in dS·K, Q and dY in the
+// dK/dV products) is read as two bf16 from consecutive rows.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/AttentionCommon.cuh"
+#include "runtime/cuda/Mma.cuh"
+
+namespace mtrt::MT_KNS::attn {
+
+namespace {
+
+constexpr int kWarps = 4, kBlockThreads = 32 * kWarps;
+constexpr int kRows = 16 * kWarps; // a block's query (or key) rows
+
+/// Eight bf16 from 16-byte aligned global memory to shared memory.
+__device__ __forceinline__ void copy8(bf16 *dst, const bf16 *src) {
+#ifdef MEGATRAIN_CUDA_EMULATION
+  std::memcpy(dst, src, 16);
+#else
+  *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+#endif
+}
+
+/// Rows [r0, r0 + ROWS) of a (S, D) matrix into a tile of DM (+ 8 pad)
+/// columns, zero past S and past D; 16-byte loads where rows allow.
+template <int ROWS, int DM>
+__device__ __forceinline__ void stage(bf16 (*tile)[DM + 8], const bf16 *m,
+                                      int64_t r0, int64_t S, int64_t D) {
+  const bool vec = D % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0;
+  for (int idx = threadIdx.x; idx < ROWS * (DM / 8); idx += blockDim.x) {
+    const int rr = idx / (DM / 8), c = idx % (DM / 8) * 8;
+    const int64_t row = r0 + rr;
+    bf16 *dst = &tile[rr][c];
+    if (vec && row < S && c + 8 <= D) {
+      copy8(dst, m + row * D + c);
+    } else {
+      for (int e = 0; e < 8; ++e)
+        dst[e] = row < S && c + e < D ? m[row * D + c + e] : f2bf(0.f);
+    }
+  }
+}
+
+__device__ __forceinline__ bf16 at(const bf16 *m, int64_t row, int64_t col,
+                                   int64_t S, int64_t D) {
+  return row < S && col < D ? m[row * D + col] : f2bf(0.f);
+}
+
+/// A-operand fragments of a warp's 16 rows [r0, r0 + 16) of a (S, D)
+/// matrix in global memory, 16 columns per k-step.
+template <int KS>
+__device__ __forceinline__ void load_a(uint32_t (&f)[KS][4], const bf16 *m,
+                                       int64_t r0, int64_t S, int64_t D) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t row = r0 + g + 8 * (r % 2);
+      const int64_t col = kk * 16 + 2 * t + 8 * (r / 2);
+      f[kk][r] = pack_bf16(at(m, row, col, S, D), at(m, row, col + 1, S, D));
+    }
+}
+
+/// A-operand fragments of rows [r0, r0 + 16) of a shared tile, k-step kk.
+template <int DM>
+__device__ __forceinline__ void
+tile_a(uint32_t (&a)[4], const bf16 (*tile)[DM + 8], int r0, int kk) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int c = kk * 16 + 2 * t;
+  a[0] = load_pair(&tile[r0 + g][c]);
+  a[1] = load_pair(&tile[r0 + g + 8][c]);
+  a[2] = load_pair(&tile[r0 + g][c + 8]);
+  a[3] = load_pair(&tile[r0 + g + 8][c + 8]);
+}
+
+/// B operand = a tile's rows [n0, n0 + 8) as columns (B[k][n] = tile[n0 +
+/// n][kk·16 + k]): the product with the tile transposed.
+template <int DM>
+__device__ __forceinline__ void
+tile_bt(uint32_t (&b)[2], const bf16 (*tile)[DM + 8], int n0, int kk) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  b[0] = load_pair(&tile[n0 + g][kk * 16 + 2 * t]);
+  b[1] = load_pair(&tile[n0 + g][kk * 16 + 8 + 2 * t]);
+}
+
+/// B operand = the tile itself, rows [k0, k0 + 16) by columns [n0, n0 + 8).
+template <int DM>
+__device__ __forceinline__ void
+tile_b(uint32_t (&b)[2], const bf16 (*tile)[DM + 8], int k0, int n0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int k = k0 + 2 * t, n = n0 + g;
+  b[0] = pack_bf16(tile[k][n], tile[k + 1][n]);
+  b[1] = pack_bf16(tile[k + 8][n], tile[k + 9][n]);
+}
+
+/// The A operand for k-step kk of a product whose left side is an earlier
+/// product's result `c` (16 rows × 8·N columns, D layout), rounded to bf16.
+template <int N>
+__device__ __forceinline__ void result_a(uint32_t (&a)[4],
+                                         const float (&c)[N][4], int kk) {
+  a[0] = pack_f32(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = pack_f32(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack_f32(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = pack_f32(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+/// Sum (or max) over the four lanes holding one row of a D fragment.
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+/// Whether none of a warp's query rows [w0, w0 + 16) sees any key of
+/// [j0, j0 + keys).
+__device__ __forceinline__ bool warp_sees_none(int64_t w0, int64_t j0, int keys,
+                                               int64_t window) {
+  return j0 > w0 + 15 || (window != 0 && j0 + keys - 1 <= w0 - window);
+}
+
+/// Forward (Stats = false: writes y) or the backward's statistics pass
+/// (Stats = true: writes lse and delta = dy · y per row). Grid (ceil(S/64),
+/// H, B), 128 threads.
+template <int DM, bool Stats>
+__global__ void __launch_bounds__(kBlockThreads)
+    forward_kernel(bf16 *y, float *lse, float *delta, const bf16 *dy,
+                   const bf16 *q, const bf16 *k, const bf16 *v, int64_t H,
+                   int64_t Hkv, int64_t S, int64_t D, float scale,
+                   int64_t window, ScoreForm form) {
+  constexpr int BC = 64, KS = DM / 16, NT = DM / 8, ST = BC / 8;
+  __shared__ __align__(16) bf16 ks[BC][DM + 8];
+  __shared__ __align__(16) bf16 vs[BC][DM + 8];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
+  const int64_t q0 = int64_t(blockIdx.x) * kRows, w0 = q0 + 16 * warp;
+  const int64_t rows[2] = {w0 + g, w0 + g + 8};
+  const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
+  const bf16 *kh = k + (b * Hkv + grp) * S * D,
+             *vh = v + (b * Hkv + grp) * S * D;
+  const float slope = form.slope_of(h);
+
+  uint32_t qf[KS][4];
+  load_a<KS>(qf, q + base * D, w0, S, D);
+  float o[NT][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  const int64_t keys = min64(q0 + kRows, S);
+  for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
+    __syncthreads();
+    stage<BC, DM>(ks, kh, j0, S, D);
+    stage<BC, DM>(vs, vh, j0, S, D);
+    __syncthreads();
+    if (warp_sees_none(w0, j0, BC, window))
+      continue;
+    float s[ST][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int nt = 0; nt < ST; ++nt) {
+        uint32_t bf[2];
+        tile_bt<DM>(bf, ks, nt * 8, kk);
+        mma_bf16(s[nt], qf[kk], bf);
+      }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
+        s[nt][e] = visible(i, j, window)
+                       ? form.capped(scale * s[nt][e]) + slope * float(j - i)
+                       : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // -inf only before the row's first visible key: nothing to add yet.
+      const float m_new = fmaxf(m[r], quad_max(mx[r]));
+      corr[r] = m_new == -INFINITY ? 1.f : expf(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        o[nt][e] *= corr[e / 2];
+#pragma unroll
+    for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float mr = m[e / 2];
+        const float p = mr == -INFINITY ? 0.f : expf(s[nt][e] - mr);
+        s[nt][e] = p;
+        l[e / 2] += p;
+      }
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t a[4];
+      result_a<ST>(a, s, kk);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        uint32_t bf[2];
+        tile_b<DM>(bf, vs, kk * 16, nt * 8);
+        mma_bf16(o[nt], a, bf);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    l[r] = quad_sum(l[r]);
+  if (Stats) {
+    float d[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = rows[e / 2], col = nt * 8 + 2 * t + e % 2;
+        if (i < S && col < D)
+          d[e / 2] += bf2f(dy[(base + i) * D + col]) * (o[nt][e] / l[e / 2]);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      d[r] = quad_sum(d[r]);
+      if (t == 0 && rows[r] < S) {
+        lse[base + rows[r]] = m[r] + logf(l[r]);
+        delta[base + rows[r]] = d[r];
+      }
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = rows[e / 2], col = nt * 8 + 2 * t + e % 2;
+        if (i < S && col < D)
+          y[(base + i) * D + col] = f2bf(o[nt][e] / l[e / 2]);
+      }
+  }
+}
+
+/// dQ of 64 query rows. Grid (ceil(S/64), H, B), 128 threads.
+template <int DM>
+__global__ void __launch_bounds__(kBlockThreads)
+    dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
+              const bf16 *v, const float *lse, const float *delta, int64_t H,
+              int64_t Hkv, int64_t S, int64_t D, float scale, int64_t window,
+              ScoreForm form) {
+  constexpr int BC = 32, KS = DM / 16, NT = DM / 8, ST = BC / 8;
+  __shared__ __align__(16) bf16 ks[BC][DM + 8];
+  __shared__ __align__(16) bf16 vs[BC][DM + 8];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
+  const int64_t q0 = int64_t(blockIdx.x) * kRows, w0 = q0 + 16 * warp;
+  const int64_t rows[2] = {w0 + g, w0 + g + 8};
+  const int64_t base = (b * H + h) * S;
+  const bf16 *kh = k + (b * Hkv + grp) * S * D,
+             *vh = v + (b * Hkv + grp) * S * D;
+  const float slope = form.slope_of(h);
+
+  uint32_t qf[KS][4], dyf[KS][4];
+  load_a<KS>(qf, q + base * D, w0, S, D);
+  load_a<KS>(dyf, dy + base * D, w0, S, D);
+  float L[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    L[r] = rows[r] < S ? lse[base + rows[r]] : 0.f;
+    dl[r] = rows[r] < S ? delta[base + rows[r]] : 0.f;
+  }
+  float acc[NT][4] = {};
+
+  const int64_t keys = min64(q0 + kRows, S);
+  for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
+    __syncthreads();
+    stage<BC, DM>(ks, kh, j0, S, D);
+    stage<BC, DM>(vs, vh, j0, S, D);
+    __syncthreads();
+    if (warp_sees_none(w0, j0, BC, window))
+      continue;
+    float s[ST][4] = {}, dp[ST][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int nt = 0; nt < ST; ++nt) {
+        uint32_t bf[2];
+        tile_bt<DM>(bf, ks, nt * 8, kk);
+        mma_bf16(s[nt], qf[kk], bf);
+        tile_bt<DM>(bf, vs, nt * 8, kk);
+        mma_bf16(dp[nt], dyf[kk], bf);
+      }
+#pragma unroll
+    for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
+        const float c = form.capped(scale * s[nt][e]);
+        const float p = visible(i, j, window)
+                            ? expf(c + slope * float(j - i) - L[e / 2])
+                            : 0.f;
+        s[nt][e] = p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c);
+      }
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t a[4];
+      result_a<ST>(a, s, kk);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        uint32_t bf[2];
+        tile_b<DM>(bf, ks, kk * 16, nt * 8);
+        mma_bf16(acc[nt], a, bf);
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = rows[e / 2], col = nt * 8 + 2 * t + e % 2;
+      if (i < S && col < D)
+        add_store(dq, (base + i) * D + col, scale * acc[nt][e]);
+    }
+}
+
+/// dK and dV of 64 key rows of one KV head. Grid (ceil(S/64), Hkv, B), 128
+/// threads.
+template <int DM>
+__global__ void __launch_bounds__(kBlockThreads)
+    dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
+                const bf16 *k, const bf16 *v, const float *lse,
+                const float *delta, int64_t H, int64_t Hkv, int64_t S,
+                int64_t D, float scale, int64_t window, ScoreForm form) {
+  constexpr int BQ = 16, KS = DM / 16, NT = DM / 8, ST = BQ / 8;
+  __shared__ __align__(16) bf16 ks[kRows][DM + 8];
+  __shared__ __align__(16) bf16 vs[kRows][DM + 8];
+  __shared__ __align__(16) bf16 qs[BQ][DM + 8];
+  __shared__ __align__(16) bf16 dys[BQ][DM + 8];
+  __shared__ float ls[BQ], dls[BQ];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t b = blockIdx.z, grp = blockIdx.y, group = H / Hkv;
+  const int64_t j0 = int64_t(blockIdx.x) * kRows, w0 = j0 + 16 * warp;
+  const int64_t keys[2] = {w0 + g, w0 + g + 8};
+  const int64_t kvbase = (b * Hkv + grp) * S;
+  stage<kRows, DM>(ks, k + kvbase * D, j0, S, D);
+  stage<kRows, DM>(vs, v + kvbase * D, j0, S, D);
+  float dka[NT][4] = {}, dva[NT][4] = {};
+
+  // The block's keys are read by queries up to j0 + 63 + window − 1.
+  const int64_t readers = window == 0 ? S : min64(S, j0 + kRows - 1 + window);
+  for (int64_t h = grp * group; h < (grp + 1) * group; ++h) {
+    const int64_t base = (b * H + h) * S;
+    const float slope = form.slope_of(h);
+    for (int64_t i0 = j0; i0 < readers; i0 += BQ) {
+      __syncthreads();
+      stage<BQ, DM>(qs, q + base * D, i0, S, D);
+      stage<BQ, DM>(dys, dy + base * D, i0, S, D);
+      for (int ii = threadIdx.x; ii < BQ; ii += blockDim.x) {
+        const bool in = i0 + ii < S;
+        ls[ii] = in ? lse[base + i0 + ii] : 0.f;
+        dls[ii] = in ? delta[base + i0 + ii] : 0.f;
+      }
+      __syncthreads();
+      // Skip when every query of the tile comes before the warp's keys or
+      // past their window.
+      if (i0 + BQ - 1 < w0 || (window != 0 && i0 - (w0 + 15) >= window))
+        continue;
+      float st[ST][4] = {}, dpt[ST][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        uint32_t ak[4], av[4];
+        tile_a<DM>(ak, ks, 16 * warp, kk);
+        tile_a<DM>(av, vs, 16 * warp, kk);
+#pragma unroll
+        for (int nt = 0; nt < ST; ++nt) {
+          uint32_t bf[2];
+          tile_bt<DM>(bf, qs, nt * 8, kk);
+          mma_bf16(st[nt], ak, bf);
+          tile_bt<DM>(bf, dys, nt * 8, kk);
+          mma_bf16(dpt[nt], av, bf);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int ii = nt * 8 + 2 * t + e % 2;
+          const int64_t i = i0 + ii, j = keys[e / 2];
+          const float c = form.capped(scale * st[nt][e]);
+          const float p = i < S && visible(i, j, window)
+                              ? expf(c + slope * float(j - i) - ls[ii])
+                              : 0.f;
+          st[nt][e] = p;
+          dpt[nt][e] = p * (dpt[nt][e] - dls[ii]) * form.cap_slope(c);
+        }
+      uint32_t ap[4], ads[4];
+      result_a<ST>(ap, st, 0);
+      result_a<ST>(ads, dpt, 0);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        uint32_t bf[2];
+        tile_b<DM>(bf, dys, 0, nt * 8);
+        mma_bf16(dva[nt], ap, bf);
+        tile_b<DM>(bf, qs, 0, nt * 8);
+        mma_bf16(dka[nt], ads, bf);
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t j = keys[e / 2], col = nt * 8 + 2 * t + e % 2;
+      if (j >= S || col >= D)
+        continue;
+      if (dk)
+        add_store(dk, (kvbase + j) * D + col, scale * dka[nt][e]);
+      if (dv)
+        add_store(dv, (kvbase + j) * D + col, dva[nt][e]);
+    }
+}
+
+template <int DM>
+void forward_dm(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
+                int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                float scale, int64_t window, const ScoreForm &form,
+                cudaStream_t stream) {
+  launch_kernel(
+      "attention_tc_forward_kernel", forward_kernel<DM, false>,
+      dim3(unsigned((S + kRows - 1) / kRows), unsigned(H), unsigned(Bn)),
+      dim3(kBlockThreads), stream, y, static_cast<float *>(nullptr),
+      static_cast<float *>(nullptr), static_cast<const bf16 *>(nullptr), q, k,
+      v, H, Hkv, S, D, scale, window, form);
+}
+
+template <int DM>
+void backward_dm(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
+                 const bf16 *k, const bf16 *v, float *lse, float *delta,
+                 int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                 float scale, int64_t window, const ScoreForm &form,
+                 cudaStream_t stream) {
+  const unsigned tiles = unsigned((S + kRows - 1) / kRows);
+  launch_kernel("attention_tc_stats_kernel", forward_kernel<DM, true>,
+                dim3(tiles, unsigned(H), unsigned(Bn)), dim3(kBlockThreads),
+                stream, static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v,
+                H, Hkv, S, D, scale, window, form);
+  if (dk || dv)
+    launch_kernel("attention_tc_dkdv_kernel", dkdv_kernel<DM>,
+                  dim3(tiles, unsigned(Hkv), unsigned(Bn)), dim3(kBlockThreads),
+                  stream, dk, dv, dy, q, k, v, static_cast<const float *>(lse),
+                  static_cast<const float *>(delta), H, Hkv, S, D, scale,
+                  window, form);
+  if (dq)
+    launch_kernel("attention_tc_dq_kernel", dq_kernel<DM>,
+                  dim3(tiles, unsigned(H), unsigned(Bn)), dim3(kBlockThreads),
+                  stream, dq, dy, q, k, v, static_cast<const float *>(lse),
+                  static_cast<const float *>(delta), H, Hkv, S, D, scale,
+                  window, form);
+}
+
+} // namespace
+
+void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
+                         int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
+                         int64_t D, float scale, int64_t window,
+                         const ScoreForm &form, cudaStream_t stream) {
+  if (D <= 64)
+    forward_dm<64>(y, q, k, v, Bn, H, Hkv, S, D, scale, window, form, stream);
+  else
+    forward_dm<128>(y, q, k, v, Bn, H, Hkv, S, D, scale, window, form, stream);
+}
+
+void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
+                          const bf16 *q, const bf16 *k, const bf16 *v,
+                          float *lse, float *delta, int64_t Bn, int64_t H,
+                          int64_t Hkv, int64_t S, int64_t D, float scale,
+                          int64_t window, const ScoreForm &form,
+                          cudaStream_t stream) {
+  if (D <= 64)
+    backward_dm<64>(dq, dk, dv, dy, q, k, v, lse, delta, Bn, H, Hkv, S, D,
+                    scale, window, form, stream);
+  else
+    backward_dm<128>(dq, dk, dv, dy, q, k, v, lse, delta, Bn, H, Hkv, S, D,
+                     scale, window, form, stream);
+}
+
+} // namespace mtrt::MT_KNS::attn
