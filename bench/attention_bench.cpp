@@ -37,13 +37,14 @@ struct Shape {
 };
 
 // Llama 2 7B, Llama 3 8B (GQA), a 1B-class head dim of 64, a long
-// sequence, and Mistral's window.
+// sequence, Mistral's window and Gemma's head dim of 256.
 const Shape kShapes[] = {
     {"llama2-7b S4096", 1, 32, 32, 4096, 128, 0},
     {"llama3-8b S4096", 1, 32, 8, 4096, 128, 0},
     {"d64 S4096", 2, 32, 8, 4096, 64, 0},
     {"llama3-8b S16384", 1, 32, 8, 16384, 128, 0},
     {"mistral-7b S16384 W4096", 1, 32, 8, 16384, 128, 4096},
+    {"gemma-7b S4096", 1, 16, 16, 4096, 256, 0},
 };
 
 void check(cudaError_t e, const char *what) {

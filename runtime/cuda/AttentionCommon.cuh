@@ -4,12 +4,12 @@
 // The attention kernels come in two families over the same (B, H, S, D)
 // head-major layout, grouped KV heads, causal mask with an optional sliding
 // window, soft cap and ALiBi:
-//  - AttentionTensorCore.cu: head dims up to 128, products on tensor cores
-//    (Mma.cuh), bf16 operands with f32 accumulation;
-//  - AttentionKernels.cu: head dims up to 256 on CUDA cores, all math f32,
-//    for the head dims the tensor-core kernels do not take (and for all of
-//    them under AttentionKernels::CudaCores); it also holds the entry
-//    points that choose between the two.
+//  - AttentionTensorCore.cu: products on tensor cores (Mma.cuh), bf16
+//    operands with f32 accumulation, the default;
+//  - AttentionKernels.cu: on CUDA cores, all math f32, under
+//    AttentionKernels::CudaCores; it also holds the entry points that
+//    choose between the two.
+// Both take head dims up to 256.
 // Both keep O(S) state: no S×S matrix is ever stored.
 //
 //===----------------------------------------------------------------------===//
@@ -58,9 +58,8 @@ __device__ __forceinline__ int64_t first_key_tile(int64_t q0, int64_t window,
 }
 
 /// The attention kernels on tensor cores (AttentionTensorCore.cu), for head
-/// dims D <= kTensorCoreMaxDim. The backward's lse and delta are f32 scratch
-/// of B·H·S floats each.
-constexpr int64_t kTensorCoreMaxDim = 128;
+/// dims up to 256. The backward's lse and delta are f32 scratch of B·H·S
+/// floats each.
 
 void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                          int64_t Bn, int64_t H, int64_t Hkv, int64_t S,

@@ -1,9 +1,9 @@
 //===- AttentionKernels.cu - causal flash attention with grouped KV heads -===//
 //
-// The attention entry points (at the bottom: head dims up to 128 go to the
-// tensor-core kernels of AttentionTensorCore.cu unless CudaKernels was set
-// to AttentionKernels::CudaCores) and the kernels on CUDA cores for head dims
-// up to 256. Both families follow the scheme below.
+// The attention entry points (at the bottom: they run the tensor-core
+// kernels of AttentionTensorCore.cu unless CudaKernels was set to
+// AttentionKernels::CudaCores) and the kernels on CUDA cores. Both families
+// follow the scheme below, for head dims up to 256.
 //
 // Layout: a query (or key) row is owned by TPR consecutive lanes, lane t
 // holding dims t, t + TPR, t + 2·TPR, ... (DPT of them, in registers), so a
@@ -30,9 +30,7 @@
 // before a block's first visible key and the query tiles past its last
 // reader, so the work is O(S · W).
 //
-// Head dims up to 256, in three register layouts (64, 128, 256): the
-// kernels for head dims over 128, and for every head dim under
-// AttentionKernels::CudaCores.
+// Head dims up to 256, in three register layouts (64, 128, 256).
 //
 //===----------------------------------------------------------------------===//
 
@@ -413,8 +411,7 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
   check_shape("attention_forward", H, Hkv, D);
   const ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ == AttentionKernels::TensorCores &&
-      D <= attn::kTensorCoreMaxDim)
+  if (attention_ == AttentionKernels::TensorCores)
     attn::tensor_core_forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                               window, a, s);
   else if (D <= 64)
@@ -443,8 +440,7 @@ void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
   float *lse = static_cast<float *>(scratch(2 * rows * int64_t(sizeof(float))));
   float *delta = lse + rows;
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ == AttentionKernels::TensorCores &&
-      D <= attn::kTensorCoreMaxDim)
+  if (attention_ == AttentionKernels::TensorCores)
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
                                lse, delta, Bn, H, Hkv, S, D, scale, window, a,
                                s);

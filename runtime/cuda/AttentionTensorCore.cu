@@ -1,24 +1,27 @@
 //===- AttentionTensorCore.cu - flash attention on tensor cores ----------===//
 //
-// Head dims up to 128 (zero-padded to DM = 64 or 128), the scheme of
+// Head dims up to 256 (zero-padded to DM = 64, 128 or 256), the scheme of
 // AttentionKernels.cu (forward; backward as statistics, dK/dV and dQ, all
 // deterministic) with every product on tensor cores (Mma.cuh: bf16
 // operands, f32 accumulation). A block is four warps; each warp owns 16
 // rows of the block's 64 and keeps them in registers in the MMA layout:
 //
-//  - Forward: rows are queries. S = Q·Kᵀ for a key tile of 64, the online
+//  - Forward: rows are queries. S = Q·Kᵀ for a key tile of 64 (32 at
+//    DM = 256), the online
 //    softmax on S's fragments (each row's max and sum over the four lanes
 //    that hold it), then O += P·V with P rounded to bf16 straight from S's
 //    fragments (D's layout is A's).
-//  - dQ: rows are queries, key tiles of 32: S = Q·Kᵀ and dP = dY·Vᵀ, then
+//  - dQ: rows are queries, key tiles of 32 (16): S = Q·Kᵀ and dP = dY·Vᵀ, then
 //    dS = P ∘ (dP − δ) and dQ += dS·K.
-//  - dK/dV: rows are keys, query tiles of 16: Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ,
-//    then dV += Pᵀ·dY and dK += dSᵀ·Q, over every query head of the group.
+//  - dK/dV: rows are keys (64 a block, 32 at DM = 256, whose output dims
+//    two warps split), query tiles of 16: Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then
+//    dV += Pᵀ·dY and dK += dSᵀ·Q, over every query head of the group.
 //
-// Tiles live in shared memory as rows of DM + 8 bf16: the 16-byte pad puts
-// the eight rows a fragment load touches on different banks. A B operand
-// that runs along the tile's rows (V in P·V, K in dS·K, Q and dY in the
-// dK/dV products) is read as two bf16 from consecutive rows.
+// At DM = 256 the tiles shrink and a warp's rows stay in shared memory
+// (Config below). Tiles live in dynamic shared memory as rows of DM + 8 bf16:
+// the 16-byte pad puts the eight rows a fragment load touches on different
+// banks. A B operand that runs along the tile's rows (V in P·V, K in dS·K, Q
+// and dY in the dK/dV products) is read as two bf16 from consecutive rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -141,18 +144,65 @@ __device__ __forceinline__ bool warp_sees_none(int64_t w0, int64_t j0, int keys,
   return j0 > w0 + 15 || (window != 0 && j0 + keys - 1 <= w0 - window);
 }
 
+/// A-operand fragments of a warp's 16 rows at k-step kk, from registers
+/// (DM <= 128: held for the whole kernel) or from a shared tile (DM = 256).
+template <int DM, int KS>
+__device__ __forceinline__ void
+rows_a(uint32_t (&a)[4], const uint32_t (&held)[KS][4],
+       const bf16 (*tile)[DM + 8], int r0, int kk) {
+  if constexpr (DM > 128) {
+    tile_a<DM>(a, tile, r0, kk);
+  } else {
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      a[r] = held[kk][r];
+  }
+}
+
+/// Tile sizes per padded head dim DM. Up to 128 a warp holds its 16 query
+/// rows (and dY's) in registers; at 256 they stay in shared memory, the key
+/// tiles shrink, and dK/dV split their output dims over two warps (each
+/// computes the same scores) so that the accumulators fit in registers.
+/// Shared memory stays under 99 KiB, what sm_86 and sm_89 allow a block.
+template <int DM> struct Config {
+  static constexpr bool kWide = DM > 128;
+  static constexpr int kRow = DM + 8;              // a tile row, padded
+  static constexpr int kFwdKeys = kWide ? 32 : 64; // forward key tile
+  static constexpr int kDqKeys = kWide ? 16 : 32;  // dQ key tile
+  static constexpr int kSplit = kWide ? 2 : 1;     // warps per 16 keys
+  static constexpr int kDkdvKeys = 16 * kWarps / kSplit;
+  static constexpr int kQueryTile = 16; // dK/dV's query tile
+
+  static constexpr size_t tiles(int rows) {
+    return size_t(rows) * kRow * sizeof(bf16);
+  }
+  static constexpr size_t forward_shared() {
+    return tiles(2 * kFwdKeys + (kWide ? kRows : 0));
+  }
+  static constexpr size_t dq_shared() {
+    return tiles(2 * kDqKeys + (kWide ? 2 * kRows : 0));
+  }
+  static constexpr size_t dkdv_shared() {
+    return tiles(2 * kDkdvKeys + 2 * kQueryTile) +
+           2 * kQueryTile * sizeof(float);
+  }
+};
+
 /// Forward (Stats = false: writes y) or the backward's statistics pass
 /// (Stats = true: writes lse and delta = dy · y per row). Grid (ceil(S/64),
-/// H, B), 128 threads.
+/// H, B), 128 threads, Config::forward_shared() bytes.
 template <int DM, bool Stats>
 __global__ void __launch_bounds__(kBlockThreads)
     forward_kernel(bf16 *y, float *lse, float *delta, const bf16 *dy,
                    const bf16 *q, const bf16 *k, const bf16 *v, int64_t H,
                    int64_t Hkv, int64_t S, int64_t D, float scale,
                    int64_t window, ScoreForm form) {
-  constexpr int BC = 64, KS = DM / 16, NT = DM / 8, ST = BC / 8;
-  __shared__ __align__(16) bf16 ks[BC][DM + 8];
-  __shared__ __align__(16) bf16 vs[BC][DM + 8];
+  using C = Config<DM>;
+  constexpr int BC = C::kFwdKeys, KS = DM / 16, NT = DM / 8, ST = BC / 8;
+  MT_DYNAMIC_SHARED(smem);
+  auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
+  auto *vs = ks + BC;
+  auto *qs = vs + BC; // the block's queries when wide
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
@@ -163,8 +213,11 @@ __global__ void __launch_bounds__(kBlockThreads)
              *vh = v + (b * Hkv + grp) * S * D;
   const float slope = form.slope_of(h);
 
-  uint32_t qf[KS][4];
-  load_a<KS>(qf, q + base * D, w0, S, D);
+  uint32_t qf[C::kWide ? 1 : KS][4];
+  if constexpr (C::kWide)
+    stage<kRows, DM>(qs, q + base * D, q0, S, D); // read after a barrier
+  else
+    load_a<KS>(qf, q + base * D, w0, S, D);
   float o[NT][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
@@ -178,13 +231,16 @@ __global__ void __launch_bounds__(kBlockThreads)
       continue;
     float s[ST][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
+    for (int kk = 0; kk < KS; ++kk) {
+      uint32_t aq[4];
+      rows_a<DM>(aq, qf, qs, 16 * warp, kk);
 #pragma unroll
       for (int nt = 0; nt < ST; ++nt) {
         uint32_t bf[2];
         tile_bt<DM>(bf, ks, nt * 8, kk);
-        mma_bf16(s[nt], qf[kk], bf);
+        mma_bf16(s[nt], aq, bf);
       }
+    }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
@@ -265,16 +321,21 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-/// dQ of 64 query rows. Grid (ceil(S/64), H, B), 128 threads.
+/// dQ of 64 query rows. Grid (ceil(S/64), H, B), 128 threads,
+/// Config::dq_shared() bytes.
 template <int DM>
 __global__ void __launch_bounds__(kBlockThreads)
     dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
               const bf16 *v, const float *lse, const float *delta, int64_t H,
               int64_t Hkv, int64_t S, int64_t D, float scale, int64_t window,
               ScoreForm form) {
-  constexpr int BC = 32, KS = DM / 16, NT = DM / 8, ST = BC / 8;
-  __shared__ __align__(16) bf16 ks[BC][DM + 8];
-  __shared__ __align__(16) bf16 vs[BC][DM + 8];
+  using C = Config<DM>;
+  constexpr int BC = C::kDqKeys, KS = DM / 16, NT = DM / 8, ST = BC / 8;
+  MT_DYNAMIC_SHARED(smem);
+  auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
+  auto *vs = ks + BC;
+  auto *qs = vs + BC; // the block's queries and their dY, when wide
+  auto *dys = qs + kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
@@ -285,9 +346,14 @@ __global__ void __launch_bounds__(kBlockThreads)
              *vh = v + (b * Hkv + grp) * S * D;
   const float slope = form.slope_of(h);
 
-  uint32_t qf[KS][4], dyf[KS][4];
-  load_a<KS>(qf, q + base * D, w0, S, D);
-  load_a<KS>(dyf, dy + base * D, w0, S, D);
+  uint32_t qf[C::kWide ? 1 : KS][4], dyf[C::kWide ? 1 : KS][4];
+  if constexpr (C::kWide) {
+    stage<kRows, DM>(qs, q + base * D, q0, S, D); // read after a barrier
+    stage<kRows, DM>(dys, dy + base * D, q0, S, D);
+  } else {
+    load_a<KS>(qf, q + base * D, w0, S, D);
+    load_a<KS>(dyf, dy + base * D, w0, S, D);
+  }
   float L[2], dl[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -306,15 +372,19 @@ __global__ void __launch_bounds__(kBlockThreads)
       continue;
     float s[ST][4] = {}, dp[ST][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
+    for (int kk = 0; kk < KS; ++kk) {
+      uint32_t aq[4], ady[4];
+      rows_a<DM>(aq, qf, qs, 16 * warp, kk);
+      rows_a<DM>(ady, dyf, dys, 16 * warp, kk);
 #pragma unroll
       for (int nt = 0; nt < ST; ++nt) {
         uint32_t bf[2];
         tile_bt<DM>(bf, ks, nt * 8, kk);
-        mma_bf16(s[nt], qf[kk], bf);
+        mma_bf16(s[nt], aq, bf);
         tile_bt<DM>(bf, vs, nt * 8, kk);
-        mma_bf16(dp[nt], dyf[kk], bf);
+        mma_bf16(dp[nt], ady, bf);
       }
+    }
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
@@ -348,32 +418,39 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
 }
 
-/// dK and dV of 64 key rows of one KV head. Grid (ceil(S/64), Hkv, B), 128
-/// threads.
+/// dK and dV of Config::kDkdvKeys key rows of one KV head. Grid
+/// (ceil(S/kDkdvKeys), Hkv, B), 128 threads, Config::dkdv_shared() bytes.
 template <int DM>
 __global__ void __launch_bounds__(kBlockThreads)
     dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                 const bf16 *k, const bf16 *v, const float *lse,
                 const float *delta, int64_t H, int64_t Hkv, int64_t S,
                 int64_t D, float scale, int64_t window, ScoreForm form) {
-  constexpr int BQ = 16, KS = DM / 16, NT = DM / 8, ST = BQ / 8;
-  __shared__ __align__(16) bf16 ks[kRows][DM + 8];
-  __shared__ __align__(16) bf16 vs[kRows][DM + 8];
-  __shared__ __align__(16) bf16 qs[BQ][DM + 8];
-  __shared__ __align__(16) bf16 dys[BQ][DM + 8];
-  __shared__ float ls[BQ], dls[BQ];
+  using C = Config<DM>;
+  constexpr int KEYS = C::kDkdvKeys, BQ = C::kQueryTile, KS = DM / 16,
+                ST = BQ / 8;
+  // Each warp owns 16 key rows and DO of the output dims.
+  constexpr int DO = DM / C::kSplit, NTO = DO / 8;
+  MT_DYNAMIC_SHARED(smem);
+  auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
+  auto *vs = ks + KEYS;
+  auto *qs = vs + KEYS;
+  auto *dys = qs + BQ;
+  auto *ls = reinterpret_cast<float *>(dys + BQ), *dls = ls + BQ;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
+  const int kr = 16 * (warp % (kWarps / C::kSplit)); // the warp's key rows
+  const int col0 = DO * (warp / (kWarps / C::kSplit));
   const int64_t b = blockIdx.z, grp = blockIdx.y, group = H / Hkv;
-  const int64_t j0 = int64_t(blockIdx.x) * kRows, w0 = j0 + 16 * warp;
+  const int64_t j0 = int64_t(blockIdx.x) * KEYS, w0 = j0 + kr;
   const int64_t keys[2] = {w0 + g, w0 + g + 8};
   const int64_t kvbase = (b * Hkv + grp) * S;
-  stage<kRows, DM>(ks, k + kvbase * D, j0, S, D);
-  stage<kRows, DM>(vs, v + kvbase * D, j0, S, D);
-  float dka[NT][4] = {}, dva[NT][4] = {};
+  stage<KEYS, DM>(ks, k + kvbase * D, j0, S, D);
+  stage<KEYS, DM>(vs, v + kvbase * D, j0, S, D);
+  float dka[NTO][4] = {}, dva[NTO][4] = {};
 
-  // The block's keys are read by queries up to j0 + 63 + window − 1.
-  const int64_t readers = window == 0 ? S : min64(S, j0 + kRows - 1 + window);
+  // The block's keys are read by queries up to j0 + KEYS − 1 + window − 1.
+  const int64_t readers = window == 0 ? S : min64(S, j0 + KEYS - 1 + window);
   for (int64_t h = grp * group; h < (grp + 1) * group; ++h) {
     const int64_t base = (b * H + h) * S;
     const float slope = form.slope_of(h);
@@ -395,8 +472,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
       for (int kk = 0; kk < KS; ++kk) {
         uint32_t ak[4], av[4];
-        tile_a<DM>(ak, ks, 16 * warp, kk);
-        tile_a<DM>(av, vs, 16 * warp, kk);
+        tile_a<DM>(ak, ks, kr, kk);
+        tile_a<DM>(av, vs, kr, kk);
 #pragma unroll
         for (int nt = 0; nt < ST; ++nt) {
           uint32_t bf[2];
@@ -423,20 +500,20 @@ __global__ void __launch_bounds__(kBlockThreads)
       result_a<ST>(ap, st, 0);
       result_a<ST>(ads, dpt, 0);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
+      for (int nt = 0; nt < NTO; ++nt) {
         uint32_t bf[2];
-        tile_b<DM>(bf, dys, 0, nt * 8);
+        tile_b<DM>(bf, dys, 0, col0 + nt * 8);
         mma_bf16(dva[nt], ap, bf);
-        tile_b<DM>(bf, qs, 0, nt * 8);
+        tile_b<DM>(bf, qs, 0, col0 + nt * 8);
         mma_bf16(dka[nt], ads, bf);
       }
     }
   }
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NTO; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int64_t j = keys[e / 2], col = nt * 8 + 2 * t + e % 2;
+      const int64_t j = keys[e / 2], col = col0 + nt * 8 + 2 * t + e % 2;
       if (j >= S || col >= D)
         continue;
       if (dk)
@@ -446,15 +523,19 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
 }
 
+unsigned tiles_of(int64_t S, int rows) {
+  return unsigned((S + rows - 1) / rows);
+}
+
 template <int DM>
 void forward_dm(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                 int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                 float scale, int64_t window, const ScoreForm &form,
                 cudaStream_t stream) {
-  launch_kernel(
+  launch_kernel_shared(
       "attention_tc_forward_kernel", forward_kernel<DM, false>,
-      dim3(unsigned((S + kRows - 1) / kRows), unsigned(H), unsigned(Bn)),
-      dim3(kBlockThreads), stream, y, static_cast<float *>(nullptr),
+      dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)), dim3(kBlockThreads),
+      Config<DM>::forward_shared(), stream, y, static_cast<float *>(nullptr),
       static_cast<float *>(nullptr), static_cast<const bf16 *>(nullptr), q, k,
       v, H, Hkv, S, D, scale, window, form);
 }
@@ -465,23 +546,25 @@ void backward_dm(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                  int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                  float scale, int64_t window, const ScoreForm &form,
                  cudaStream_t stream) {
-  const unsigned tiles = unsigned((S + kRows - 1) / kRows);
-  launch_kernel("attention_tc_stats_kernel", forward_kernel<DM, true>,
-                dim3(tiles, unsigned(H), unsigned(Bn)), dim3(kBlockThreads),
-                stream, static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v,
-                H, Hkv, S, D, scale, window, form);
+  using C = Config<DM>;
+  const dim3 rows(tiles_of(S, kRows), unsigned(H), unsigned(Bn));
+  launch_kernel_shared("attention_tc_stats_kernel", forward_kernel<DM, true>,
+                       rows, dim3(kBlockThreads), C::forward_shared(), stream,
+                       static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v, H,
+                       Hkv, S, D, scale, window, form);
   if (dk || dv)
-    launch_kernel("attention_tc_dkdv_kernel", dkdv_kernel<DM>,
-                  dim3(tiles, unsigned(Hkv), unsigned(Bn)), dim3(kBlockThreads),
-                  stream, dk, dv, dy, q, k, v, static_cast<const float *>(lse),
-                  static_cast<const float *>(delta), H, Hkv, S, D, scale,
-                  window, form);
+    launch_kernel_shared(
+        "attention_tc_dkdv_kernel", dkdv_kernel<DM>,
+        dim3(tiles_of(S, C::kDkdvKeys), unsigned(Hkv), unsigned(Bn)),
+        dim3(kBlockThreads), C::dkdv_shared(), stream, dk, dv, dy, q, k, v,
+        static_cast<const float *>(lse), static_cast<const float *>(delta), H,
+        Hkv, S, D, scale, window, form);
   if (dq)
-    launch_kernel("attention_tc_dq_kernel", dq_kernel<DM>,
-                  dim3(tiles, unsigned(H), unsigned(Bn)), dim3(kBlockThreads),
-                  stream, dq, dy, q, k, v, static_cast<const float *>(lse),
-                  static_cast<const float *>(delta), H, Hkv, S, D, scale,
-                  window, form);
+    launch_kernel_shared("attention_tc_dq_kernel", dq_kernel<DM>, rows,
+                         dim3(kBlockThreads), C::dq_shared(), stream, dq, dy, q,
+                         k, v, static_cast<const float *>(lse),
+                         static_cast<const float *>(delta), H, Hkv, S, D, scale,
+                         window, form);
 }
 
 } // namespace
@@ -492,8 +575,10 @@ void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                          const ScoreForm &form, cudaStream_t stream) {
   if (D <= 64)
     forward_dm<64>(y, q, k, v, Bn, H, Hkv, S, D, scale, window, form, stream);
-  else
+  else if (D <= 128)
     forward_dm<128>(y, q, k, v, Bn, H, Hkv, S, D, scale, window, form, stream);
+  else
+    forward_dm<256>(y, q, k, v, Bn, H, Hkv, S, D, scale, window, form, stream);
 }
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
@@ -505,8 +590,11 @@ void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
   if (D <= 64)
     backward_dm<64>(dq, dk, dv, dy, q, k, v, lse, delta, Bn, H, Hkv, S, D,
                     scale, window, form, stream);
-  else
+  else if (D <= 128)
     backward_dm<128>(dq, dk, dv, dy, q, k, v, lse, delta, Bn, H, Hkv, S, D,
+                     scale, window, form, stream);
+  else
+    backward_dm<256>(dq, dk, dv, dy, q, k, v, lse, delta, Bn, H, Hkv, S, D,
                      scale, window, form, stream);
 }
 

@@ -8,8 +8,8 @@
 // (MockCuda.h: streams as threads, events, copies). The emulated build is
 // what checks the kernels' indexing and math and the backend's ordering on
 // machines without a GPU; kernels may use only __syncthreads, __syncwarp,
-// __shfl_xor_sync over full warps, the warp MMA of Mma.cuh and static
-// __shared__ arrays.
+// __shfl_xor_sync over full warps, the warp MMA of Mma.cuh, static
+// __shared__ arrays and MT_DYNAMIC_SHARED.
 //
 // Everything lives in namespace mtrt::MT_KNS: `cuda` for the real build,
 // `cudaemu` for the emulated one, so both can link into one test.
@@ -88,6 +88,16 @@ void launch_kernel(const char *, void (*kernel)(P...), dim3 grid, dim3 block,
   mock_enqueue(stream,
                [=] { emu::run_grid(grid, block, [&] { kernel(args...); }); });
 }
+/// The same with `shared_bytes` of dynamic shared memory per block.
+template <class... P, class... A>
+void launch_kernel_shared(const char *, void (*kernel)(P...), dim3 grid,
+                          dim3 block, size_t shared_bytes, cudaStream_t stream,
+                          A &&...args) {
+  mock_enqueue(stream, [=] {
+    emu::run_grid(
+        grid, block, [&] { kernel(args...); }, shared_bytes);
+  });
+}
 
 } // namespace mtrt::cudaemu
 
@@ -113,9 +123,30 @@ void launch_kernel(const char *name, void (*kernel)(P...), dim3 grid,
   kernel<<<grid, block, 0, stream>>>(static_cast<P>(args)...);
   check_launch(name);
 }
+/// The same with `shared_bytes` of dynamic shared memory per block; over
+/// 48 KiB the kernel must opt in first (a failure surfaces as the launch's).
+template <class... P, class... A>
+void launch_kernel_shared(const char *name, void (*kernel)(P...), dim3 grid,
+                          dim3 block, size_t shared_bytes, cudaStream_t stream,
+                          A &&...args) {
+  if (shared_bytes > 48 * 1024)
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(shared_bytes));
+  kernel<<<grid, block, shared_bytes, stream>>>(static_cast<P>(args)...);
+  check_launch(name);
+}
 
 } // namespace mtrt::cuda
 
+#endif
+
+/// The block's dynamic shared memory as `unsigned char name[]`, 16-byte
+/// aligned.
+#ifdef MEGATRAIN_CUDA_EMULATION
+#define MT_DYNAMIC_SHARED(name) unsigned char *name = emu::dynamic_shared()
+#else
+#define MT_DYNAMIC_SHARED(name)                                                \
+  extern __shared__ __align__(16) unsigned char name[]
 #endif
 
 /// Launches a kernel by name: LAUNCH(kernel, grid, block, stream, args...).

@@ -36,6 +36,10 @@ int current = -1;
 const std::function<void()> *body_fn = nullptr;
 double exchange[1024];                   // one slot per thread, for shuffles
 uint32_t mma_a[1024][4], mma_b[1024][2]; // each thread's MMA fragments
+struct alignas(16) Words16 {
+  unsigned char bytes[16];
+};
+std::vector<Words16> dynamic; // the grid's dynamic shared memory
 
 void entry() {
   (*body_fn)();
@@ -128,8 +132,10 @@ void run_block(uint3 block_index, unsigned n) {
 
 } // namespace
 
-void run_grid(dim3 grid, dim3 block, const std::function<void()> &body) {
+void run_grid(dim3 grid, dim3 block, const std::function<void()> &body,
+              size_t shared_bytes) {
   std::lock_guard<std::mutex> lock(grid_mutex);
+  dynamic.assign((shared_bytes + 15) / 16, Words16{});
   const unsigned n = block.x * block.y * block.z;
   if (n == 0 || n > 1024) {
     std::fprintf(stderr, "cuda emulator: bad block size %u\n", n);
@@ -146,6 +152,10 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()> &body) {
       for (unsigned bx = 0; bx < grid.x; ++bx)
         run_block({bx, by, bz}, n);
   current = -1;
+}
+
+unsigned char *dynamic_shared() {
+  return dynamic.empty() ? nullptr : dynamic.front().bytes;
 }
 
 void sync_block() { block_until(State::AtBlockBarrier); }

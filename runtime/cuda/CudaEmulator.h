@@ -13,6 +13,7 @@
 #ifndef MEGATRAIN_RUNTIME_CUDA_CUDAEMULATOR_H
 #define MEGATRAIN_RUNTIME_CUDA_CUDAEMULATOR_H
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -33,7 +34,12 @@ extern uint3 blockIdx;
 extern dim3 blockDim;
 extern dim3 gridDim;
 
-void run_grid(dim3 grid, dim3 block, const std::function<void()> &body);
+/// Runs body as every thread of every block; `shared_bytes` of dynamic
+/// shared memory (dynamic_shared()) for each block.
+void run_grid(dim3 grid, dim3 block, const std::function<void()> &body,
+              size_t shared_bytes = 0);
+/// The running block's dynamic shared memory, 16-byte aligned.
+unsigned char *dynamic_shared();
 
 void sync_block();
 void sync_warp();

@@ -66,9 +66,9 @@ GemmSpec linear_dx_gemm(void *dx, const void *dy, const void *w, int64_t M,
 GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
                         int64_t K, int64_t N, bool w_in_out);
 
-/// Which kernels run attention (AttentionCommon.cuh): tensor cores for head
-/// dims up to 128 (larger ones on CUDA cores), or CUDA cores for every head
-/// dim, all math in f32 (slower; a reference for the tensor-core kernels).
+/// Which kernels run attention (AttentionCommon.cuh): tensor cores, or CUDA
+/// cores with all math in f32 (slower; a reference for the tensor-core
+/// kernels).
 enum class AttentionKernels { TensorCores, CudaCores };
 
 /// The family MEGATRAIN_CUDA_ATTENTION names ("tensor-cores", the default,
