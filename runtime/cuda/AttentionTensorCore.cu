@@ -19,9 +19,10 @@
 //
 // At DM = 256 the tiles shrink and a warp's rows stay in shared memory
 // (Config below). Tiles live in dynamic shared memory as rows of DM + 8 bf16:
-// the 16-byte pad puts the eight rows a fragment load touches on different
-// banks. A B operand that runs along the tile's rows (V in P·V, K in dS·K, Q
-// and dY in the dK/dV products) is read as two bf16 from consecutive rows.
+// the 16-byte pad puts the eight rows an ldmatrix phase reads on different
+// banks. Fragments come from the tiles by ldmatrix (Mma.cuh); a B operand
+// that runs along the tile's rows (V in P·V, K in dS·K, Q and dY in the
+// dK/dV products) is loaded transposed.
 //
 //===----------------------------------------------------------------------===//
 
@@ -84,36 +85,36 @@ __device__ __forceinline__ void load_a(uint32_t (&f)[KS][4], const bf16 *m,
     }
 }
 
-/// A-operand fragments of rows [r0, r0 + 16) of a shared tile, k-step kk.
+/// A-operand fragments of rows [r0, r0 + 16) of a shared tile, k-step kk:
+/// matrices (rows, cols) (r0, c), (r0 + 8, c), (r0, c + 8), (r0 + 8, c + 8).
 template <int DM>
 __device__ __forceinline__ void
 tile_a(uint32_t (&a)[4], const bf16 (*tile)[DM + 8], int r0, int kk) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int c = kk * 16 + 2 * t;
-  a[0] = load_pair(&tile[r0 + g][c]);
-  a[1] = load_pair(&tile[r0 + g + 8][c]);
-  a[2] = load_pair(&tile[r0 + g][c + 8]);
-  a[3] = load_pair(&tile[r0 + g + 8][c + 8]);
+  const int lane = threadIdx.x % 32, m = lane / 8;
+  ldmatrix_x4<false>(a, &tile[r0 + m % 2 * 8 + lane % 8][kk * 16 + m / 2 * 8]);
 }
 
-/// B operand = a tile's rows [n0, n0 + 8) as columns (B[k][n] = tile[n0 +
-/// n][kk·16 + k]): the product with the tile transposed.
+/// B operands of two n-tiles, the tile's rows [n0, n0 + 8) and [n0 + 8,
+/// n0 + 16) as columns (B[k][n] = tile[n0 + n][kk·16 + k]): the product
+/// with the tile transposed. b[0] for n0, b[1] for n0 + 8.
 template <int DM>
 __device__ __forceinline__ void
-tile_bt(uint32_t (&b)[2], const bf16 (*tile)[DM + 8], int n0, int kk) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  b[0] = load_pair(&tile[n0 + g][kk * 16 + 2 * t]);
-  b[1] = load_pair(&tile[n0 + g][kk * 16 + 8 + 2 * t]);
+tile_bt2(uint32_t (&b)[2][2], const bf16 (*tile)[DM + 8], int n0, int kk) {
+  const int lane = threadIdx.x % 32, m = lane / 8;
+  uint32_t r[4];
+  ldmatrix_x4<false>(r, &tile[n0 + m / 2 * 8 + lane % 8][kk * 16 + m % 2 * 8]);
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
-/// B operand = the tile itself, rows [k0, k0 + 16) by columns [n0, n0 + 8).
+/// B operands of two n-tiles of the tile itself: rows [k0, k0 + 16) by
+/// columns [n0, n0 + 8) (b[0]) and [n0 + 8, n0 + 16) (b[1]).
 template <int DM>
 __device__ __forceinline__ void
-tile_b(uint32_t (&b)[2], const bf16 (*tile)[DM + 8], int k0, int n0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int k = k0 + 2 * t, n = n0 + g;
-  b[0] = pack_bf16(tile[k][n], tile[k + 1][n]);
-  b[1] = pack_bf16(tile[k + 8][n], tile[k + 9][n]);
+tile_b2(uint32_t (&b)[2][2], const bf16 (*tile)[DM + 8], int k0, int n0) {
+  const int lane = threadIdx.x % 32, m = lane / 8;
+  uint32_t r[4];
+  ldmatrix_x4<true>(r, &tile[k0 + m % 2 * 8 + lane % 8][n0 + m / 2 * 8]);
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
 /// The A operand for k-step kk of a product whose left side is an earlier
@@ -235,10 +236,11 @@ __global__ void __launch_bounds__(kBlockThreads)
       uint32_t aq[4];
       rows_a<DM>(aq, qf, qs, 16 * warp, kk);
 #pragma unroll
-      for (int nt = 0; nt < ST; ++nt) {
-        uint32_t bf[2];
-        tile_bt<DM>(bf, ks, nt * 8, kk);
-        mma_bf16(s[nt], aq, bf);
+      for (int nt = 0; nt < ST; nt += 2) {
+        uint32_t bf[2][2];
+        tile_bt2<DM>(bf, ks, nt * 8, kk);
+        mma_bf16(s[nt], aq, bf[0]);
+        mma_bf16(s[nt + 1], aq, bf[1]);
       }
     }
     float mx[2] = {-INFINITY, -INFINITY};
@@ -280,10 +282,11 @@ __global__ void __launch_bounds__(kBlockThreads)
       uint32_t a[4];
       result_a<ST>(a, s, kk);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        uint32_t bf[2];
-        tile_b<DM>(bf, vs, kk * 16, nt * 8);
-        mma_bf16(o[nt], a, bf);
+      for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t bf[2][2];
+        tile_b2<DM>(bf, vs, kk * 16, nt * 8);
+        mma_bf16(o[nt], a, bf[0]);
+        mma_bf16(o[nt + 1], a, bf[1]);
       }
     }
   }
@@ -377,12 +380,14 @@ __global__ void __launch_bounds__(kBlockThreads)
       rows_a<DM>(aq, qf, qs, 16 * warp, kk);
       rows_a<DM>(ady, dyf, dys, 16 * warp, kk);
 #pragma unroll
-      for (int nt = 0; nt < ST; ++nt) {
-        uint32_t bf[2];
-        tile_bt<DM>(bf, ks, nt * 8, kk);
-        mma_bf16(s[nt], aq, bf);
-        tile_bt<DM>(bf, vs, nt * 8, kk);
-        mma_bf16(dp[nt], ady, bf);
+      for (int nt = 0; nt < ST; nt += 2) {
+        uint32_t bf[2][2];
+        tile_bt2<DM>(bf, ks, nt * 8, kk);
+        mma_bf16(s[nt], aq, bf[0]);
+        mma_bf16(s[nt + 1], aq, bf[1]);
+        tile_bt2<DM>(bf, vs, nt * 8, kk);
+        mma_bf16(dp[nt], ady, bf[0]);
+        mma_bf16(dp[nt + 1], ady, bf[1]);
       }
     }
 #pragma unroll
@@ -401,10 +406,11 @@ __global__ void __launch_bounds__(kBlockThreads)
       uint32_t a[4];
       result_a<ST>(a, s, kk);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        uint32_t bf[2];
-        tile_b<DM>(bf, ks, kk * 16, nt * 8);
-        mma_bf16(acc[nt], a, bf);
+      for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t bf[2][2];
+        tile_b2<DM>(bf, ks, kk * 16, nt * 8);
+        mma_bf16(acc[nt], a, bf[0]);
+        mma_bf16(acc[nt + 1], a, bf[1]);
       }
     }
   }
@@ -475,12 +481,14 @@ __global__ void __launch_bounds__(kBlockThreads)
         tile_a<DM>(ak, ks, kr, kk);
         tile_a<DM>(av, vs, kr, kk);
 #pragma unroll
-        for (int nt = 0; nt < ST; ++nt) {
-          uint32_t bf[2];
-          tile_bt<DM>(bf, qs, nt * 8, kk);
-          mma_bf16(st[nt], ak, bf);
-          tile_bt<DM>(bf, dys, nt * 8, kk);
-          mma_bf16(dpt[nt], av, bf);
+        for (int nt = 0; nt < ST; nt += 2) {
+          uint32_t bf[2][2];
+          tile_bt2<DM>(bf, qs, nt * 8, kk);
+          mma_bf16(st[nt], ak, bf[0]);
+          mma_bf16(st[nt + 1], ak, bf[1]);
+          tile_bt2<DM>(bf, dys, nt * 8, kk);
+          mma_bf16(dpt[nt], av, bf[0]);
+          mma_bf16(dpt[nt + 1], av, bf[1]);
         }
       }
 #pragma unroll
@@ -500,12 +508,14 @@ __global__ void __launch_bounds__(kBlockThreads)
       result_a<ST>(ap, st, 0);
       result_a<ST>(ads, dpt, 0);
 #pragma unroll
-      for (int nt = 0; nt < NTO; ++nt) {
-        uint32_t bf[2];
-        tile_b<DM>(bf, dys, 0, col0 + nt * 8);
-        mma_bf16(dva[nt], ap, bf);
-        tile_b<DM>(bf, qs, 0, col0 + nt * 8);
-        mma_bf16(dka[nt], ads, bf);
+      for (int nt = 0; nt < NTO; nt += 2) {
+        uint32_t bf[2][2];
+        tile_b2<DM>(bf, dys, 0, col0 + nt * 8);
+        mma_bf16(dva[nt], ap, bf[0]);
+        mma_bf16(dva[nt + 1], ap, bf[1]);
+        tile_b2<DM>(bf, qs, 0, col0 + nt * 8);
+        mma_bf16(dka[nt], ads, bf[0]);
+        mma_bf16(dka[nt + 1], ads, bf[1]);
       }
     }
   }

@@ -36,6 +36,7 @@ int current = -1;
 const std::function<void()> *body_fn = nullptr;
 double exchange[1024];                   // one slot per thread, for shuffles
 uint32_t mma_a[1024][4], mma_b[1024][2]; // each thread's MMA fragments
+const void *row_address[1024];           // each thread's ldmatrix row
 struct alignas(16) Words16 {
   unsigned char bytes[16];
 };
@@ -184,6 +185,31 @@ float bf16_bits(uint32_t word, int half) {
   return f;
 }
 } // namespace
+
+void ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans) {
+  const int t = current;
+  const int lane = t % 32, warp0 = t / 32 * 32;
+  if (warp0 + 32 > int(fibers.size()))
+    deadlock("ldmatrix in a warp of fewer than 32 threads");
+  row_address[t] = row;
+  sync_warp();
+  // Element (row, col) of matrix i: row `row` comes from lane 8·i + row.
+  auto element = [&](int i, int rw, int col) {
+    uint16_t v;
+    std::memcpy(&v,
+                static_cast<const char *>(row_address[warp0 + 8 * i + rw]) +
+                    2 * col,
+                2);
+    return uint32_t(v);
+  };
+  for (int i = 0; i < 4; ++i) {
+    const int a = trans ? 2 * (lane % 4) : lane / 4;
+    const int b = trans ? lane / 4 : 2 * (lane % 4);
+    r[i] = trans ? element(i, a, b) | element(i, a + 1, b) << 16
+                 : element(i, a, b) | element(i, a, b + 1) << 16;
+  }
+  sync_warp();
+}
 
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],
                        const uint32_t (&b)[2]) {

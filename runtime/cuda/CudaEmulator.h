@@ -45,6 +45,10 @@ void sync_block();
 void sync_warp();
 float shfl_xor(float v, int mask);
 double shfl_xor(double v, int mask);
+/// The warp's ldmatrix .x4 (Trans: .trans) of 16-bit elements, each lane
+/// passing one row's address, in the layout of Mma.cuh; all 32 lanes must
+/// call it.
+void ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans);
 /// The warp's m16n8k16 bf16 multiply-add, d += a · b, from every lane's
 /// fragments in the layout of Mma.cuh; all 32 lanes must call it.
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],

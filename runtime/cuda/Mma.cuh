@@ -45,12 +45,31 @@ __device__ __forceinline__ uint32_t pack_f32(float lo, float hi) {
   return pack_bf16(f2bf(lo), f2bf(hi));
 }
 
-/// The two consecutive bf16 at p (4-byte aligned) as one word.
-__device__ __forceinline__ uint32_t load_pair(const bf16 *p) {
+/// Four 8×8 bf16 matrices from shared memory into one register each
+/// (PTX `ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16`): lane l passes
+/// the address of row l % 8 of matrix l / 8 (8 bf16, 16-byte aligned);
+/// register i of lane l receives matrix i's row l / 4, elements 2·(l % 4)
+/// and 2·(l % 4) + 1 — with Trans, its column l / 4, rows 2·(l % 4) and
+/// 2·(l % 4) + 1. So one call loads an A fragment, or B fragments for two
+/// n-tiles, in the layout above. All 32 lanes must call it together.
+template <bool Trans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16 *row) {
 #ifdef MEGATRAIN_CUDA_EMULATION
-  return pack_bf16(p[0], p[1]);
+  emu::ldmatrix_x4(r, row, Trans);
 #else
-  return *reinterpret_cast<const uint32_t *>(p);
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
 #endif
 }
 
