@@ -2,6 +2,7 @@
 
 #include "runtime/cuda/CudaEmulator.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -191,6 +192,14 @@ void ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans) {
   const int lane = t % 32, warp0 = t / 32 * 32;
   if (warp0 + 32 > int(fibers.size()))
     deadlock("ldmatrix in a warp of fewer than 32 threads");
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    // The hardware requires it; a misaligned tile row would fault there.
+    std::fprintf(stderr,
+                 "cuda emulator: ldmatrix row address %p is not 16-byte "
+                 "aligned (block (%u,%u,%u), thread %d)\n",
+                 row, blockIdx.x, blockIdx.y, blockIdx.z, t);
+    std::abort();
+  }
   row_address[t] = row;
   sync_warp();
   // Element (row, col) of matrix i: row `row` comes from lane 8·i + row.

@@ -1,4 +1,4 @@
-//===- Mma.cuh - one warp's 16x8x16 bf16 tensor-core multiply-add -*- C++
+//===- Mma.cuh - a warp's tensor-core multiply-add and its loads --*- C++
 //-*-===//
 //
 // D += A · B for A 16×16 (row-major), B 16×8 (column-major), bf16 inputs and
@@ -17,8 +17,9 @@
 // result (scores) feed the next product's A operand without a trip through
 // shared memory.
 //
-// The emulated build computes the same from every lane's fragments
-// (CudaEmulator.cpp), in f32, k in order.
+// ldmatrix_x4 loads such fragments from shared memory. The emulated build
+// computes both from every lane's fragments or row addresses
+// (CudaEmulator.cpp), the products in f32, k in order.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MEGATRAIN_RUNTIME_CUDA_MMA_CUH
