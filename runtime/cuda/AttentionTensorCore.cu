@@ -128,6 +128,41 @@ __device__ __forceinline__ void result_a(uint32_t (&a)[4],
   a[3] = pack_f32(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
+/// c[nt] += a · (the tile's rows [8·nt, 8·nt + 8))ᵀ at k-step kk, for the
+/// N n-tiles of a warp's 16 rows against the tile's first 8·N rows.
+template <int DM, int N>
+__device__ __forceinline__ void mma_tile_t(float (&c)[N][4],
+                                           const uint32_t (&a)[4],
+                                           const bf16 (*tile)[DM + 8], int kk) {
+#pragma unroll
+  for (int nt = 0; nt < N; nt += 2) {
+    uint32_t bf[2][2];
+    tile_bt2<DM>(bf, tile, nt * 8, kk);
+    mma_bf16(c[nt], a, bf[0]);
+    mma_bf16(c[nt + 1], a, bf[1]);
+  }
+}
+
+/// acc += r · tile[0, 8·K)[n0, n0 + 8·N): an earlier product's result r
+/// (16 rows × 8·K, rounded to bf16) times the tile's first 8·K rows.
+template <int DM, int K, int N>
+__device__ __forceinline__ void
+mma_result_tile(float (&acc)[N][4], const float (&r)[K][4],
+                const bf16 (*tile)[DM + 8], int n0) {
+#pragma unroll
+  for (int kk = 0; kk < K / 2; ++kk) {
+    uint32_t a[4];
+    result_a<K>(a, r, kk);
+#pragma unroll
+    for (int nt = 0; nt < N; nt += 2) {
+      uint32_t bf[2][2];
+      tile_b2<DM>(bf, tile, kk * 16, n0 + nt * 8);
+      mma_bf16(acc[nt], a, bf[0]);
+      mma_bf16(acc[nt + 1], a, bf[1]);
+    }
+  }
+}
+
 /// Sum (or max) over the four lanes holding one row of a D fragment.
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -235,13 +270,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int kk = 0; kk < KS; ++kk) {
       uint32_t aq[4];
       rows_a<DM>(aq, qf, qs, 16 * warp, kk);
-#pragma unroll
-      for (int nt = 0; nt < ST; nt += 2) {
-        uint32_t bf[2][2];
-        tile_bt2<DM>(bf, ks, nt * 8, kk);
-        mma_bf16(s[nt], aq, bf[0]);
-        mma_bf16(s[nt + 1], aq, bf[1]);
-      }
+      mma_tile_t<DM>(s, aq, ks, kk);
     }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -277,18 +306,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         s[nt][e] = p;
         l[e / 2] += p;
       }
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk) {
-      uint32_t a[4];
-      result_a<ST>(a, s, kk);
-#pragma unroll
-      for (int nt = 0; nt < NT; nt += 2) {
-        uint32_t bf[2][2];
-        tile_b2<DM>(bf, vs, kk * 16, nt * 8);
-        mma_bf16(o[nt], a, bf[0]);
-        mma_bf16(o[nt + 1], a, bf[1]);
-      }
-    }
+    mma_result_tile<DM>(o, s, vs, 0);
   }
 
 #pragma unroll
@@ -379,16 +397,8 @@ __global__ void __launch_bounds__(kBlockThreads)
       uint32_t aq[4], ady[4];
       rows_a<DM>(aq, qf, qs, 16 * warp, kk);
       rows_a<DM>(ady, dyf, dys, 16 * warp, kk);
-#pragma unroll
-      for (int nt = 0; nt < ST; nt += 2) {
-        uint32_t bf[2][2];
-        tile_bt2<DM>(bf, ks, nt * 8, kk);
-        mma_bf16(s[nt], aq, bf[0]);
-        mma_bf16(s[nt + 1], aq, bf[1]);
-        tile_bt2<DM>(bf, vs, nt * 8, kk);
-        mma_bf16(dp[nt], ady, bf[0]);
-        mma_bf16(dp[nt + 1], ady, bf[1]);
-      }
+      mma_tile_t<DM>(s, aq, ks, kk);
+      mma_tile_t<DM>(dp, ady, vs, kk);
     }
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
@@ -401,18 +411,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                             : 0.f;
         s[nt][e] = p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c);
       }
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk) {
-      uint32_t a[4];
-      result_a<ST>(a, s, kk);
-#pragma unroll
-      for (int nt = 0; nt < NT; nt += 2) {
-        uint32_t bf[2][2];
-        tile_b2<DM>(bf, ks, kk * 16, nt * 8);
-        mma_bf16(acc[nt], a, bf[0]);
-        mma_bf16(acc[nt + 1], a, bf[1]);
-      }
-    }
+    mma_result_tile<DM>(acc, s, ks, 0);
   }
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -480,16 +479,8 @@ __global__ void __launch_bounds__(kBlockThreads)
         uint32_t ak[4], av[4];
         tile_a<DM>(ak, ks, kr, kk);
         tile_a<DM>(av, vs, kr, kk);
-#pragma unroll
-        for (int nt = 0; nt < ST; nt += 2) {
-          uint32_t bf[2][2];
-          tile_bt2<DM>(bf, qs, nt * 8, kk);
-          mma_bf16(st[nt], ak, bf[0]);
-          mma_bf16(st[nt + 1], ak, bf[1]);
-          tile_bt2<DM>(bf, dys, nt * 8, kk);
-          mma_bf16(dpt[nt], av, bf[0]);
-          mma_bf16(dpt[nt + 1], av, bf[1]);
-        }
+        mma_tile_t<DM>(st, ak, qs, kk);
+        mma_tile_t<DM>(dpt, av, dys, kk);
       }
 #pragma unroll
       for (int nt = 0; nt < ST; ++nt)
@@ -504,19 +495,8 @@ __global__ void __launch_bounds__(kBlockThreads)
           st[nt][e] = p;
           dpt[nt][e] = p * (dpt[nt][e] - dls[ii]) * form.cap_slope(c);
         }
-      uint32_t ap[4], ads[4];
-      result_a<ST>(ap, st, 0);
-      result_a<ST>(ads, dpt, 0);
-#pragma unroll
-      for (int nt = 0; nt < NTO; nt += 2) {
-        uint32_t bf[2][2];
-        tile_b2<DM>(bf, dys, 0, col0 + nt * 8);
-        mma_bf16(dva[nt], ap, bf[0]);
-        mma_bf16(dva[nt + 1], ap, bf[1]);
-        tile_b2<DM>(bf, qs, 0, col0 + nt * 8);
-        mma_bf16(dka[nt], ads, bf[0]);
-        mma_bf16(dka[nt + 1], ads, bf[1]);
-      }
+      mma_result_tile<DM>(dva, st, dys, col0);
+      mma_result_tile<DM>(dka, dpt, qs, col0);
     }
   }
 #pragma unroll
