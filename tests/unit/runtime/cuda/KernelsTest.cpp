@@ -388,10 +388,18 @@ void PrintTo(const AttentionShape &s, std::ostream *os) {
       << s.softcap;
 }
 
-using mtrt::MT_KNS::AttentionKernels;
+} // namespace
+
+// Beside the enum, where gtest's printer finds it.
+namespace mtrt::MT_KNS {
 void PrintTo(AttentionKernels k, std::ostream *os) {
   *os << (k == AttentionKernels::TensorCores ? "tensor cores" : "CUDA cores");
 }
+} // namespace mtrt::MT_KNS
+
+namespace {
+
+using mtrt::MT_KNS::AttentionKernels;
 
 class AttentionTest : public CudaKernelsTest,
                       public ::testing::WithParamInterface<
