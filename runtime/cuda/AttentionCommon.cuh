@@ -57,6 +57,19 @@ __device__ __forceinline__ int64_t first_key_tile(int64_t q0, int64_t window,
   return window == 0 ? 0 : max64(q0 - window + 1, 0) / tile * tile;
 }
 
+/// Rows [i0, i0 + n) of one head's log-sum-exp and delta (row index `base`
+/// of the head's first row) into shared arrays, 0 past S; the block's
+/// threads share the work.
+__device__ __forceinline__ void
+stage_row_stats(float *ls, float *ds, const float *lse, const float *delta,
+                int64_t base, int64_t i0, int64_t S, int n) {
+  for (int ii = threadIdx.x; ii < n; ii += blockDim.x) {
+    const bool in = i0 + ii < S;
+    ls[ii] = in ? lse[base + i0 + ii] : 0.f;
+    ds[ii] = in ? delta[base + i0 + ii] : 0.f;
+  }
+}
+
 /// The attention kernels on tensor cores (AttentionTensorCore.cu), for head
 /// dims up to 256. The backward's lse and delta are f32 scratch of B·H·S
 /// floats each.

@@ -207,11 +207,7 @@ __global__ void __launch_bounds__(BC *TPR)
       __syncthreads();
       load_tile<BR, DM>(qs, q + base * D, i0, S, D);
       load_tile<BR, DM>(dys, dy + base * D, i0, S, D);
-      for (int ii = threadIdx.x; ii < BR; ii += blockDim.x) {
-        const bool in = i0 + ii < S;
-        ls[ii] = in ? lse[base + i0 + ii] : 0.f;
-        ds[ii] = in ? delta[base + i0 + ii] : 0.f;
-      }
+      attn::stage_row_stats(ls, ds, lse, delta, base, i0, S, BR);
       __syncthreads();
       for (int ii = 0; ii < BR; ++ii) {
         float s = 0.f, dp = 0.f;

@@ -463,11 +463,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       __syncthreads();
       stage<BQ, DM>(qs, q + base * D, i0, S, D);
       stage<BQ, DM>(dys, dy + base * D, i0, S, D);
-      for (int ii = threadIdx.x; ii < BQ; ii += blockDim.x) {
-        const bool in = i0 + ii < S;
-        ls[ii] = in ? lse[base + i0 + ii] : 0.f;
-        dls[ii] = in ? delta[base + i0 + ii] : 0.f;
-      }
+      stage_row_stats(ls, dls, lse, delta, base, i0, S, BQ);
       __syncthreads();
       // Skip when every query of the tile comes before the warp's keys or
       // past their window.
