@@ -6,7 +6,7 @@
 // reports TFLOPS the way FlashAttention's benchmarks count
 // them: 4·B·H·pairs·D for the forward, 2.5 times that for the backward,
 // where pairs is the number of visible (query, key) pairs. (Our backward
-// does more: its statistics pass runs the forward again.)
+// does more, 3.5 times: its dQ pass computes the scores and dY·Vᵀ again.)
 //
 //   attention_bench [--json FILE] [--iters N]
 //
@@ -184,8 +184,8 @@ int main(int argc, char **argv) {
       });
       t.finite = all_finite(y, nq);
       t.bwd_ms = time_ms(stream, n, [&] {
-        k.attention_backward(dq, dk, dv, dy, q, kk, v, s.B, s.H, s.Hkv, s.S,
-                             s.D, scale, s.window, 0.f, nullptr);
+        k.attention_backward(dq, dk, dv, dy, q, kk, v, y, s.B, s.H, s.Hkv,
+                             s.S, s.D, scale, s.window, 0.f, nullptr);
       });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;

@@ -287,7 +287,7 @@ private:
                   dv = grad(g.getDv());
       os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv << ", "
           << ref(g.getDy()) << ", " << ref(g.getQ()) << ", " << ref(g.getK())
-          << ", " << ref(g.getV()) << ", "
+          << ", " << ref(g.getV()) << ", " << ref(g.getY()) << ", "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
           << ", " << g.getWindow().value_or(0) << ", "
           << softcap(g.getSoftcapAttr()) << ", " << slopes << ");\n";

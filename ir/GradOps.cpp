@@ -92,7 +92,8 @@ LogicalResult RopeGradOp::verify() {
 }
 
 LogicalResult AttentionGradOp::verify() {
-  if (failed(sameType(*this, getDy(), getQ(), "dy")))
+  if (failed(sameType(*this, getDy(), getQ(), "dy")) ||
+      failed(sameType(*this, getY(), getQ(), "y")))
     return failure();
   if (auto slopes = getAlibiSlopes();
       slopes && int64_t(slopes->size()) !=

@@ -80,12 +80,15 @@ def Mt_RopeGradOp : Mt_GradOp<"rope_grad"> {
 def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
   let summary = "dq, dk, dv of mt.attention, recomputing the scores";
   let description = [{
+    `y` is the forward's output: each query row's δ = dy · y is what the
+    softmax's backward subtracts, so no pass over the keys is needed for it.
+
     ```mlir
-    %dq, %dk, %dv = mt.attention_grad %dy, %q, %k, %v {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>)
+    %dq, %dk, %dv = mt.attention_grad %dy, %q, %k, %v, %y {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>)
     ```
   }];
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$q, Mt_GradTensor:$k,
-                       Mt_GradTensor:$v, F64Attr:$scale,
+                       Mt_GradTensor:$v, Mt_GradTensor:$y, F64Attr:$scale,
                        OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
                        OptionalAttr<I64Attr>:$window,
                        OptionalAttr<F64Attr>:$softcap);

@@ -1,7 +1,7 @@
 //===- ShortenLifetimes.cpp - hold each value of a layer briefly ----------===//
 //
 // A layer's scratch is its widest cut of live values, so the order of its
-// ops and what it keeps matter. Two rewrites, both free in compute:
+// ops and what it keeps matter. Three rewrites, all but free in compute:
 // - every op moves to just before its first user (last op first, so chains
 //   move together): mt-derive-backward recomputes a whole block before its
 //   gradients, so a parallel-residual MLP's recompute would otherwise be
@@ -11,7 +11,9 @@
 //   weight gradients after attention_grad) is computed again before the
 //   late readers, when that shrinks the scratch: its input stays in the
 //   launch's input buffer anyway, and a norm costs one pass over B·S·D
-//   against attention's B·H·S²·D.
+//   against attention's B·H·S²·D;
+// - the attention's output, read by attention_grad, is rebuilt from the
+//   output projection's input rather than held (below).
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
@@ -49,6 +51,53 @@ bool recomputable(Operation &op) {
   return isa<RmsNormOp, LayerNormOp>(op) &&
          llvm::all_of(op.getOperands(),
                       [](Value v) { return isa<BlockArgument>(v); });
+}
+
+// attention_grad reads the attention's output y for δ = dy · y, late: y
+// would be held across the layer's MLP. The end of y's layout chain (the
+// output projection's input) is held until that projection's weight
+// gradient, just before attention_grad, so y is rebuilt from it there by
+// the inverse layout ops (one pass over B·S·hidden, bit-exact) when that
+// shrinks the scratch.
+void rebuildAttentionOutput(TemplateOp t, AttentionGradOp g) {
+  SmallVector<Operation *> chain;
+  Value end = g.getY();
+  for (bool extended = true; extended;) {
+    extended = false;
+    for (Operation *user : end.getUsers())
+      if (isa<TransposeOp, ReshapeOp>(user) && user->isBeforeInBlock(g)) {
+        chain.push_back(user);
+        end = user->getResult(0);
+        extended = true;
+        break;
+      }
+  }
+  if (chain.empty())
+    return;
+  int64_t before = planTemplate(t).workspaceElems;
+  OpBuilder b(g);
+  SmallVector<Operation *> rebuilt;
+  Value y = end;
+  for (Operation *op : llvm::reverse(chain)) {
+    Type to = op->getOperand(0).getType();
+    if (auto tr = dyn_cast<TransposeOp>(op)) {
+      SmallVector<int64_t> inverse(tr.getPerm().size());
+      for (auto [i, p] : llvm::enumerate(tr.getPerm()))
+        inverse[p] = int64_t(i);
+      rebuilt.push_back(b.create<TransposeOp>(op->getLoc(), to, y,
+                                              b.getDenseI64ArrayAttr(inverse)));
+    } else {
+      rebuilt.push_back(b.create<ReshapeOp>(op->getLoc(), to, y));
+    }
+    y = rebuilt.back()->getResult(0);
+  }
+  Value held = g.getY();
+  g.getYMutable().assign(y);
+  if (planTemplate(t).workspaceElems < before)
+    return;
+  g.getYMutable().assign(held);
+  for (Operation *op : llvm::reverse(rebuilt))
+    op->erase();
 }
 
 // Splits one recomputable op's readers in two where that shrinks the
@@ -100,6 +149,8 @@ struct ShortenLifetimesPass
           candidates.push_back(&op);
       for (Operation *op : candidates)
         recomputeForLateReaders(t, op);
+      for (auto g : llvm::to_vector(t.getBlock().getOps<AttentionGradOp>()))
+        rebuildAttentionOutput(t, g);
     }
   }
 };

@@ -114,7 +114,8 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
       if (op->getAttr(name))
         attrs.push_back(attr(name));
     Operation *g =
-        create(loc, "mt.attention_grad", {dy, a.getQ(), a.getK(), a.getV()},
+        create(loc, "mt.attention_grad",
+               {dy, a.getQ(), a.getK(), a.getV(), a.getY()},
                typesOf({a.getQ(), a.getK(), a.getV()}), attrs);
     addGradient(a.getQ(), g->getResult(0));
     addGradient(a.getK(), g->getResult(1));

@@ -81,7 +81,7 @@ void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                           const bf16 *q, const bf16 *k, const bf16 *v,
-                          float *lse, float *delta, int64_t Bn, int64_t H,
+                          const bf16 *y, float *lse, float *delta, int64_t Bn, int64_t H,
                           int64_t Hkv, int64_t S, int64_t D, float scale,
                           int64_t window, const ScoreForm &form,
                           cudaStream_t stream);

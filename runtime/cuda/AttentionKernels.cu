@@ -2,8 +2,10 @@
 //
 // The attention entry points (at the bottom: they run the tensor-core
 // kernels of AttentionTensorCore.cu unless CudaKernels was set to
-// AttentionKernels::CudaCores) and the kernels on CUDA cores. Both families
-// follow the scheme below, for head dims up to 256.
+// AttentionKernels::CudaCores) and the kernels on CUDA cores, in the scheme
+// below, for head dims up to 256. The tensor-core family differs in its
+// backward: two passes, dQ first, taking δ from the forward's y and the
+// log-sum-exp online, where this one reruns the forward for both.
 //
 // Layout: a query (or key) row is owned by TPR consecutive lanes, lane t
 // holding dims t, t + TPR, t + 2·TPR, ... (DPT of them, in registers), so a
@@ -423,10 +425,11 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
 
 void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
                                      const void *dy, const void *q,
-                                     const void *k, const void *v, int64_t Bn,
-                                     int64_t H, int64_t Hkv, int64_t S,
-                                     int64_t D, float scale, int64_t window,
-                                     float softcap, const float *alibi_slopes) {
+                                     const void *k, const void *v,
+                                     const void *y, int64_t Bn, int64_t H,
+                                     int64_t Hkv, int64_t S, int64_t D,
+                                     float scale, int64_t window, float softcap,
+                                     const float *alibi_slopes) {
   if (Bn * H * S * D <= 0 || (!dq && !dk && !dv))
     return;
   check_shape("attention_backward", H, Hkv, D);
@@ -438,7 +441,7 @@ void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ == AttentionKernels::TensorCores)
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
-                               lse, delta, Bn, H, Hkv, S, D, scale, window, a,
+                               B(y), lse, delta, Bn, H, Hkv, S, D, scale, window, a,
                                s);
   else if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,

@@ -1,10 +1,10 @@
 //===- AttentionTensorCore.cu - flash attention on tensor cores ----------===//
 //
-// Head dims up to 256 (zero-padded to DM = 64, 128 or 256), the scheme of
-// AttentionKernels.cu (forward; backward as statistics, dK/dV and dQ, all
-// deterministic) with every product on tensor cores (Mma.cuh: bf16
-// operands, f32 accumulation). A block is four warps; each warp owns 16
-// rows of the block's 64 and keeps them in registers in the MMA layout:
+// Head dims up to 256 (zero-padded to DM = 64, 128 or 256), every product
+// on tensor cores (Mma.cuh: bf16 operands, f32 accumulation); the backward
+// is two passes, dQ then dK/dV, both deterministic. A block is four warps;
+// each warp owns 16 rows of the block's 64 and keeps them in registers in
+// the MMA layout:
 //
 //  - Forward: rows are queries. S = Q·Kᵀ for a key tile of 64 (32 at
 //    DM = 256), the online
@@ -12,7 +12,11 @@
 //    that hold it), then O += P·V with P rounded to bf16 straight from S's
 //    fragments (D's layout is A's).
 //  - dQ: rows are queries, key tiles of 32 (16): S = Q·Kᵀ and dP = dY·Vᵀ, then
-//    dS = P ∘ (dP − δ) and dQ += dS·K.
+//    dS = P ∘ (dP − δ) and dQ += dS·K, with δ = dY · Y per row and P's
+//    max and sum running online as in the forward (the unnormalized sum
+//    rescales when the max grows); it leaves each row's log-sum-exp and δ
+//    for dK/dV. FlashAttention 2 gets dQ from the dK/dV pass with atomic
+//    adds instead: one pass fewer, but not deterministic.
 //  - dK/dV: rows are keys (64 a block, 32 at DM = 256, whose output dims
 //    two warps split), query tiles of 16: Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then
 //    dV += Pᵀ·dY and dK += dSᵀ·Q, over every query head of the group.
@@ -224,14 +228,12 @@ template <int DM> struct Config {
   }
 };
 
-/// Forward (Stats = false: writes y) or the backward's statistics pass
-/// (Stats = true: writes lse and delta = dy · y per row). Grid (ceil(S/64),
-/// H, B), 128 threads, Config::forward_shared() bytes.
-template <int DM, bool Stats>
+/// The forward. Grid (ceil(S/64), H, B), 128 threads,
+/// Config::forward_shared() bytes.
+template <int DM>
 __global__ void __launch_bounds__(kBlockThreads)
-    forward_kernel(bf16 *y, float *lse, float *delta, const bf16 *dy,
-                   const bf16 *q, const bf16 *k, const bf16 *v, int64_t H,
-                   int64_t Hkv, int64_t S, int64_t D, float scale,
+    forward_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
+                   int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
                    int64_t window, ScoreForm form) {
   using C = Config<DM>;
   constexpr int BC = C::kFwdKeys, KS = DM / 16, NT = DM / 8, ST = BC / 8;
@@ -312,44 +314,48 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r)
     l[r] = quad_sum(l[r]);
-  if (Stats) {
-    float d[2] = {0.f, 0.f};
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = rows[e / 2], col = nt * 8 + 2 * t + e % 2;
-        if (i < S && col < D)
-          d[e / 2] += bf2f(dy[(base + i) * D + col]) * (o[nt][e] / l[e / 2]);
-      }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      d[r] = quad_sum(d[r]);
-      if (t == 0 && rows[r] < S) {
-        lse[base + rows[r]] = m[r] + logf(l[r]);
-        delta[base + rows[r]] = d[r];
-      }
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = rows[e / 2], col = nt * 8 + 2 * t + e % 2;
+      if (i < S && col < D)
+        y[(base + i) * D + col] = f2bf(o[nt][e] / l[e / 2]);
     }
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = rows[e / 2], col = nt * 8 + 2 * t + e % 2;
-        if (i < S && col < D)
-          y[(base + i) * D + col] = f2bf(o[nt][e] / l[e / 2]);
-      }
-  }
 }
 
-/// dQ of 64 query rows. Grid (ceil(S/64), H, B), 128 threads,
+/// δ = dy · y of a warp's rows w0 + g and w0 + g + 8 (0 past S), each summed
+/// over the four lanes that share the row, in load_a's access pattern.
+template <int KS>
+__device__ __forceinline__ void row_deltas(float (&d)[2], const bf16 *dy,
+                                           const bf16 *y, int64_t w0,
+                                           int64_t S, int64_t D) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  d[0] = d[1] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t row = w0 + g + 8 * (r % 2);
+      const int64_t col = kk * 16 + 2 * t + 8 * (r / 2);
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        d[r % 2] += bf2f(at(dy, row, col + c, S, D)) *
+                    bf2f(at(y, row, col + c, S, D));
+    }
+  d[0] = quad_sum(d[0]);
+  d[1] = quad_sum(d[1]);
+}
+
+/// dQ of 64 query rows (none when dq is null), and their log-sum-exp and δ
+/// for dkdv_kernel. Grid (ceil(S/64), H, B), 128 threads,
 /// Config::dq_shared() bytes.
 template <int DM>
 __global__ void __launch_bounds__(kBlockThreads)
-    dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
-              const bf16 *v, const float *lse, const float *delta, int64_t H,
-              int64_t Hkv, int64_t S, int64_t D, float scale, int64_t window,
-              ScoreForm form) {
+    dq_kernel(bf16 *dq, float *lse, float *delta, const bf16 *dy,
+              const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *y,
+              int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
+              int64_t window, ScoreForm form) {
   using C = Config<DM>;
   constexpr int BC = C::kDqKeys, KS = DM / 16, NT = DM / 8, ST = BC / 8;
   MT_DYNAMIC_SHARED(smem);
@@ -375,13 +381,10 @@ __global__ void __launch_bounds__(kBlockThreads)
     load_a<KS>(qf, q + base * D, w0, S, D);
     load_a<KS>(dyf, dy + base * D, w0, S, D);
   }
-  float L[2], dl[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    L[r] = rows[r] < S ? lse[base + rows[r]] : 0.f;
-    dl[r] = rows[r] < S ? delta[base + rows[r]] : 0.f;
-  }
-  float acc[NT][4] = {};
+  float dl[2];
+  row_deltas<KS>(dl, dy + base * D, y + base * D, w0, S, D);
+  float acc[NT][4] = {}; // Σ_j p̃_ij (dP_ij − δ_i) k_j, p̃ under the max m
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
   const int64_t keys = min64(q0 + kRows, S);
   for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
@@ -400,26 +403,61 @@ __global__ void __launch_bounds__(kBlockThreads)
       mma_tile_t<DM>(s, aq, ks, kk);
       mma_tile_t<DM>(dp, ady, vs, kk);
     }
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-        const float c = form.capped(scale * s[nt][e]);
-        const float p = visible(i, j, window)
-                            ? expf(c + slope * float(j - i) - L[e / 2])
-                            : 0.f;
-        s[nt][e] = p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c);
+        s[nt][e] = visible(i, j, window)
+                       ? form.capped(scale * s[nt][e]) + slope * float(j - i)
+                       : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], quad_max(mx[r]));
+      corr[r] = m_new == -INFINITY ? 1.f : expf(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[nt][e] *= corr[e / 2];
+#pragma unroll
+    for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
+        const float p = s[nt][e] == -INFINITY ? 0.f : expf(s[nt][e] - m[e / 2]);
+        l[e / 2] += p;
+        // The capped score, the bias taken off again (registers are short).
+        const float c = s[nt][e] - slope * float(j - i);
+        s[nt][e] =
+            p > 0.f ? p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c) : 0.f;
       }
     mma_result_tile<DM>(acc, s, ks, 0);
   }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] = quad_sum(l[r]);
+    if (t == 0 && rows[r] < S) {
+      lse[base + rows[r]] = m[r] + logf(l[r]);
+      delta[base + rows[r]] = dl[r];
+    }
+  }
+  if (!dq)
+    return;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t i = rows[e / 2], col = nt * 8 + 2 * t + e % 2;
       if (i < S && col < D)
-        add_store(dq, (base + i) * D + col, scale * acc[nt][e]);
+        add_store(dq, (base + i) * D + col, scale * acc[nt][e] / l[e / 2]);
     }
 }
 
@@ -519,25 +557,25 @@ void forward_dm(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                 float scale, int64_t window, const ScoreForm &form,
                 cudaStream_t stream) {
   launch_kernel_shared(
-      "attention_tc_forward_kernel", forward_kernel<DM, false>,
+      "attention_tc_forward_kernel", forward_kernel<DM>,
       dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)), dim3(kBlockThreads),
-      Config<DM>::forward_shared(), stream, y, static_cast<float *>(nullptr),
-      static_cast<float *>(nullptr), static_cast<const bf16 *>(nullptr), q, k,
-      v, H, Hkv, S, D, scale, window, form);
+      Config<DM>::forward_shared(), stream, y, q, k, v, H, Hkv, S, D, scale,
+      window, form);
 }
 
 template <int DM>
 void backward_dm(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
-                 const bf16 *k, const bf16 *v, float *lse, float *delta,
-                 int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                 float scale, int64_t window, const ScoreForm &form,
+                 const bf16 *k, const bf16 *v, const bf16 *y, float *lse,
+                 float *delta, int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
+                 int64_t D, float scale, int64_t window, const ScoreForm &form,
                  cudaStream_t stream) {
   using C = Config<DM>;
-  const dim3 rows(tiles_of(S, kRows), unsigned(H), unsigned(Bn));
-  launch_kernel_shared("attention_tc_stats_kernel", forward_kernel<DM, true>,
-                       rows, dim3(kBlockThreads), C::forward_shared(), stream,
-                       static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v, H,
-                       Hkv, S, D, scale, window, form);
+  // dQ first: it leaves the statistics that dK/dV read.
+  launch_kernel_shared("attention_tc_dq_kernel", dq_kernel<DM>,
+                       dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)),
+                       dim3(kBlockThreads), C::dq_shared(), stream, dq, lse,
+                       delta, dy, q, k, v, y, H, Hkv, S, D, scale, window,
+                       form);
   if (dk || dv)
     launch_kernel_shared(
         "attention_tc_dkdv_kernel", dkdv_kernel<DM>,
@@ -545,12 +583,6 @@ void backward_dm(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
         dim3(kBlockThreads), C::dkdv_shared(), stream, dk, dv, dy, q, k, v,
         static_cast<const float *>(lse), static_cast<const float *>(delta), H,
         Hkv, S, D, scale, window, form);
-  if (dq)
-    launch_kernel_shared("attention_tc_dq_kernel", dq_kernel<DM>, rows,
-                         dim3(kBlockThreads), C::dq_shared(), stream, dq, dy, q,
-                         k, v, static_cast<const float *>(lse),
-                         static_cast<const float *>(delta), H, Hkv, S, D, scale,
-                         window, form);
 }
 
 } // namespace
@@ -569,19 +601,19 @@ void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                           const bf16 *q, const bf16 *k, const bf16 *v,
-                          float *lse, float *delta, int64_t Bn, int64_t H,
+                          const bf16 *y, float *lse, float *delta, int64_t Bn, int64_t H,
                           int64_t Hkv, int64_t S, int64_t D, float scale,
                           int64_t window, const ScoreForm &form,
                           cudaStream_t stream) {
   if (D <= 64)
-    backward_dm<64>(dq, dk, dv, dy, q, k, v, lse, delta, Bn, H, Hkv, S, D,
-                    scale, window, form, stream);
+    backward_dm<64>(dq, dk, dv, dy, q, k, v, y, lse, delta, Bn, H, Hkv, S,
+                    D, scale, window, form, stream);
   else if (D <= 128)
-    backward_dm<128>(dq, dk, dv, dy, q, k, v, lse, delta, Bn, H, Hkv, S, D,
-                     scale, window, form, stream);
+    backward_dm<128>(dq, dk, dv, dy, q, k, v, y, lse, delta, Bn, H, Hkv,
+                     S, D, scale, window, form, stream);
   else
-    backward_dm<256>(dq, dk, dv, dy, q, k, v, lse, delta, Bn, H, Hkv, S, D,
-                     scale, window, form, stream);
+    backward_dm<256>(dq, dk, dv, dy, q, k, v, y, lse, delta, Bn, H, Hkv,
+                     S, D, scale, window, form, stream);
 }
 
 } // namespace mtrt::MT_KNS::attn

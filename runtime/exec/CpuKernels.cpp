@@ -121,12 +121,14 @@ void CpuKernels::attention_forward(void *y, const void *q, const void *k,
 }
 void CpuKernels::attention_backward(void *dq, void *dk, void *dv,
                                     const void *dy, const void *q,
-                                    const void *k, const void *v, int64_t B,
-                                    int64_t H, int64_t Hkv, int64_t S,
-                                    int64_t D, float scale, int64_t window,
-                                    float softcap, const float *alibi_slopes) {
-  cpu::attention_backward(F(dq), F(dk), F(dv), F(dy), F(q), F(k), F(v), B, H,
-                          Hkv, S, D, scale, window, softcap, alibi_slopes);
+                                    const void *k, const void *v,
+                                    const void *y, int64_t B, int64_t H,
+                                    int64_t Hkv, int64_t S, int64_t D,
+                                    float scale, int64_t window, float softcap,
+                                    const float *alibi_slopes) {
+  cpu::attention_backward(F(dq), F(dk), F(dv), F(dy), F(q), F(k), F(v), F(y),
+                          B, H, Hkv, S, D, scale, window, softcap,
+                          alibi_slopes);
   store(dq, B * H * S * D);
   store(dk, B * Hkv * S * D);
   store(dv, B * Hkv * S * D);

@@ -105,7 +105,7 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
-                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                        const float *y, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                         float scale, int64_t window, float softcap,
                         const float *alibi_slopes) {
   if (!dq && !dk && !dv)
@@ -141,18 +141,17 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
             prob[j] = std::exp(prob[j] - row_max);
             sum += prob[j];
           }
-          // di = Σ_j p_j (dy_i · v_j) = dy_i · y_i
+          // Σ_j p_j (dy_i · v_j) = dy_i · y_i
           const float inv_sum = float(1.0 / sum);
-          double di = 0.0;
+          const float di = dot(dyi, y + r * D, D);
           for (int64_t j = first; j <= i; ++j) {
             prob[j] *= inv_sum;
             dprob[j] = dot(dyi, vh + j * D, D);
-            di += double(prob[j]) * dprob[j];
           }
           std::fill(dqi.begin(), dqi.end(), 0.f);
           for (int64_t j = first; j <= i; ++j) {
             // ds_j = d loss / d (scale · q_i · k_j)
-            const float ds = prob[j] * (dprob[j] - float(di)) * dcap[j];
+            const float ds = prob[j] * (dprob[j] - di) * dcap[j];
             if (dq)
               axpy(dqi.data(), ds, kh + j * D, D);
             if (dk)

@@ -68,9 +68,10 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                        float scale, int64_t window, float softcap,
                        const float *alibi_slopes);
+// y: the forward's output, whose rows give δ_i = dy_i · y_i.
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
-                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                        const float *y, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                         float scale, int64_t window, float softcap,
                         const float *alibi_slopes);
 

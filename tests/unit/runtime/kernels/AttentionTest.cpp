@@ -158,8 +158,8 @@ void check_kernels(const Dims &d, float range, double rtol) {
          dv = random_floats(in[2].size(), 58);
   const Floats dq0 = dq, dk0 = dk, dv0 = dv;
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
-                     in[1].data(), in[2].data(), d.B, d.H, d.Hkv, d.S, d.D,
-                     d.scale, d.window, d.softcap, d.slopes);
+                     in[1].data(), in[2].data(), y.data(), d.B, d.H, d.Hkv,
+                     d.S, d.D, d.scale, d.window, d.softcap, d.slopes);
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
   EXPECT_TRUE(close(added(dv, dv0), want[2], rtol)) << "dv, H=" << d.H;
@@ -228,10 +228,14 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   const Dims d = {2, 4, 2, 33, 8, 0.35f, kSlopes};
   const std::vector<Floats> in = inputs(d);
   const Floats dy = random_floats(in[0].size(), 59);
+  Floats y(in[0].size());
+  attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
+                    d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
+                    d.slopes);
   const auto backward = [&](float *dq, float *dk, float *dv) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
-                       in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
-                       d.window, d.softcap, d.slopes);
+                       in[2].data(), y.data(), d.B, d.H, d.Hkv, d.S, d.D,
+                       d.scale, d.window, d.softcap, d.slopes);
   };
   Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
   expect_accumulates({&dq, &dk, &dv},
