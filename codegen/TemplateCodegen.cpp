@@ -281,13 +281,21 @@ private:
                            at.getScale().convertToDouble())
           << ", " << at.getWindow().value_or(0) << ", "
           << softcap(at.getSoftcapAttr()) << ", " << slopes << ");\n";
+    } else if (auto d = dyn_cast<AttentionDeltaOp>(op)) {
+      int64_t D = shapeOf(d.getY()).back();
+      os_ << llvm::formatv(
+          "  k.attention_delta(static_cast<float *>({0}), {1}, {2}, {3}, "
+          "{4});\n",
+          ref(d.getDelta()), ref(d.getDy()), ref(d.getY()), count(d.getY()) / D,
+          D);
     } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
       std::string slopes = alibiSlopes(g.getAlibiSlopes());
       std::string dq = grad(g.getDq()), dk = grad(g.getDk()),
                   dv = grad(g.getDv());
       os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv << ", "
           << ref(g.getDy()) << ", " << ref(g.getQ()) << ", " << ref(g.getK())
-          << ", " << ref(g.getV()) << ", " << ref(g.getY()) << ", "
+          << ", " << ref(g.getV()) << ", static_cast<const float *>("
+          << ref(g.getDelta()) << "), "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
           << ", " << g.getWindow().value_or(0) << ", "
           << softcap(g.getSoftcapAttr()) << ", " << slopes << ");\n";

@@ -91,10 +91,29 @@ LogicalResult RopeGradOp::verify() {
   return success();
 }
 
-LogicalResult AttentionGradOp::verify() {
-  if (failed(sameType(*this, getDy(), getQ(), "dy")) ||
-      failed(sameType(*this, getY(), getQ(), "y")))
+// The shape of a [B, H, S, D] tensor's rows: [B, H, S].
+static RankedTensorType rowsOf(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  return RankedTensorType::get(t.getShape().drop_back(), t.getElementType());
+}
+
+LogicalResult AttentionDeltaOp::verify() {
+  if (cast<RankedTensorType>(getY().getType()).getRank() != 4)
+    return emitOpError("needs a 4-d y");
+  if (failed(sameType(*this, getDy(), getY(), "dy")))
     return failure();
+  if (getDelta().getType() != rowsOf(getY()))
+    return emitOpError("delta has type ")
+           << getDelta().getType() << ", expected " << rowsOf(getY());
+  return success();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  if (failed(sameType(*this, getDy(), getQ(), "dy")))
+    return failure();
+  if (getDelta().getType() != rowsOf(getQ()))
+    return emitOpError("delta has type ")
+           << getDelta().getType() << ", expected " << rowsOf(getQ());
   if (auto slopes = getAlibiSlopes();
       slopes && int64_t(slopes->size()) !=
                     cast<RankedTensorType>(getQ().getType()).getDimSize(1))

@@ -77,18 +77,33 @@ def Mt_RopeGradOp : Mt_GradOp<"rope_grad"> {
   let results = (outs Mt_GradTensor:$dx);
 }
 
+def Mt_AttentionDeltaOp : Mt_GradOp<"attention_delta"> {
+  let summary = "δ = dy · y per query row, for mt.attention_grad";
+  let description = [{
+    The row term the softmax's backward subtracts, Σ_j p_ij (dy_i · v_j),
+    from the forward's output y: dy and y are [B, H, S, D], δ is [B, H, S].
+    It is kept in f32 wherever it lives (dp − δ cancels), and it is small,
+    so y need not be held until attention_grad.
+
+    ```mlir
+    %delta = mt.attention_delta %dy, %y : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16xf32>
+    ```
+  }];
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$y);
+  let results = (outs Mt_GradTensor:$delta);
+}
+
 def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
   let summary = "dq, dk, dv of mt.attention, recomputing the scores";
   let description = [{
-    `y` is the forward's output: each query row's δ = dy · y is what the
-    softmax's backward subtracts, so no pass over the keys is needed for it.
+    `delta` is mt.attention_delta's δ of each query row.
 
     ```mlir
-    %dq, %dk, %dv = mt.attention_grad %dy, %q, %k, %v, %y {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>)
+    %dq, %dk, %dv = mt.attention_grad %dy, %q, %k, %v, %delta {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>)
     ```
   }];
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$q, Mt_GradTensor:$k,
-                       Mt_GradTensor:$v, Mt_GradTensor:$y, F64Attr:$scale,
+                       Mt_GradTensor:$v, Mt_GradTensor:$delta, F64Attr:$scale,
                        OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
                        OptionalAttr<I64Attr>:$window,
                        OptionalAttr<F64Attr>:$softcap);

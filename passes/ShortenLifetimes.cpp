@@ -12,7 +12,7 @@
 //   late readers, when that shrinks the scratch: its input stays in the
 //   launch's input buffer anyway, and a norm costs one pass over B·S·D
 //   against attention's B·H·S²·D;
-// - the attention's output, read by attention_grad, is rebuilt from the
+// - the attention's output, read by attention_delta, is rebuilt from the
 //   output projection's input rather than held (below).
 //
 //===----------------------------------------------------------------------===//
@@ -53,13 +53,13 @@ bool recomputable(Operation &op) {
                       [](Value v) { return isa<BlockArgument>(v); });
 }
 
-// attention_grad reads the attention's output y for δ = dy · y, late: y
-// would be held across the layer's MLP. The end of y's layout chain (the
-// output projection's input) is held until that projection's weight
-// gradient, just before attention_grad, so y is rebuilt from it there by
-// the inverse layout ops (one pass over B·S·hidden, bit-exact) when that
-// shrinks the scratch.
-void rebuildAttentionOutput(TemplateOp t, AttentionGradOp g) {
+// attention_delta reads the attention's output y, late (just before
+// attention_grad): y would be held across the layer's MLP. The end of y's
+// layout chain (the output projection's input) is held until that
+// projection's weight gradient, just before, so y is rebuilt from it there
+// by the inverse layout ops (one pass over B·S·hidden, bit-exact) when
+// that shrinks the scratch.
+void rebuildAttentionOutput(TemplateOp t, AttentionDeltaOp g) {
   SmallVector<Operation *> chain;
   Value end = g.getY();
   for (bool extended = true; extended;) {
@@ -149,8 +149,8 @@ struct ShortenLifetimesPass
           candidates.push_back(&op);
       for (Operation *op : candidates)
         recomputeForLateReaders(t, op);
-      for (auto g : llvm::to_vector(t.getBlock().getOps<AttentionGradOp>()))
-        rebuildAttentionOutput(t, g);
+      for (auto d : llvm::to_vector(t.getBlock().getOps<AttentionDeltaOp>()))
+        rebuildAttentionOutput(t, d);
     }
   }
 };

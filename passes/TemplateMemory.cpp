@@ -21,6 +21,10 @@ bool writesParamGradient(Operation *op, unsigned i) {
   return isa<EmbedGradOp, PositionEmbedGradOp, EmbedPieceGradOp>(op);
 }
 
+int64_t storageWidth(Value v) {
+  return v.getDefiningOp<AttentionDeltaOp>() ? 2 : 1;
+}
+
 namespace {
 
 // Scratch offsets keep 64-element (128 B in bf16) alignment.
@@ -132,9 +136,10 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
       int64_t end = position[&op];
       for (Operation *user : r.getUsers())
         end = std::max(end, position[user]);
-      Interval iv{r, position[&op], end, type.getNumElements()};
+      Interval iv{r, position[&op], end,
+                  type.getNumElements() * storageWidth(r)};
       if (chunks) {
-        iv.size = chunks->scratchElements(r);
+        iv.size = chunks->scratchElements(r) * storageWidth(r);
         // A value the chunked stretch touches but does not hold locally is
         // read or written by every chunk: it lives across the whole loop.
         bool touched = chunks->contains(iv.start) ||

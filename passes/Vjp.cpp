@@ -113,9 +113,13 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     for (StringRef name : {"alibi_slopes", "window", "softcap"})
       if (op->getAttr(name))
         attrs.push_back(attr(name));
+    auto q = cast<RankedTensorType>(a.getQ().getType());
+    Operation *delta = create(
+        loc, "mt.attention_delta", {dy, a.getY()},
+        {RankedTensorType::get(q.getShape().drop_back(), q.getElementType())});
     Operation *g =
         create(loc, "mt.attention_grad",
-               {dy, a.getQ(), a.getK(), a.getV(), a.getY()},
+               {dy, a.getQ(), a.getK(), a.getV(), delta->getResult(0)},
                typesOf({a.getQ(), a.getK(), a.getV()}), attrs);
     addGradient(a.getQ(), g->getResult(0));
     addGradient(a.getK(), g->getResult(1));

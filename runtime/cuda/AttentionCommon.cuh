@@ -71,8 +71,8 @@ stage_row_stats(float *ls, float *ds, const float *lse, const float *delta,
 }
 
 /// The attention kernels on tensor cores (AttentionTensorCore.cu), for head
-/// dims up to 256. The backward's lse and delta are f32 scratch of B·H·S
-/// floats each.
+/// dims up to 256. The backward reads attention_delta's δ and uses lse,
+/// f32 scratch of B·H·S floats.
 
 void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                          int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
@@ -81,7 +81,7 @@ void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                           const bf16 *q, const bf16 *k, const bf16 *v,
-                          const bf16 *y, float *lse, float *delta, int64_t Bn, int64_t H,
+                          const float *delta, float *lse, int64_t Bn, int64_t H,
                           int64_t Hkv, int64_t S, int64_t D, float scale,
                           int64_t window, const ScoreForm &form,
                           cudaStream_t stream);

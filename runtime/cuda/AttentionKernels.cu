@@ -4,7 +4,7 @@
 // kernels of AttentionTensorCore.cu unless CudaKernels was set to
 // AttentionKernels::CudaCores) and the kernels on CUDA cores, in the scheme
 // below, for head dims up to 256. The tensor-core family differs in its
-// backward: two passes, dQ first, taking δ from the forward's y and the
+// backward: two passes, dQ first, taking δ from attention_delta and the
 // log-sum-exp online, where this one reruns the forward for both.
 //
 // Layout: a query (or key) row is owned by TPR consecutive lanes, lane t
@@ -357,6 +357,20 @@ template <int TPR, int DPT, int Rows> struct Attention {
   }
 };
 
+/// δ of one row per warp: the lanes stride over D, then a shuffle tree.
+__global__ void attention_delta_kernel(float *delta, const bf16 *dy,
+                                       const bf16 *y, int64_t rows, int64_t D) {
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows) // the whole warp
+    return;
+  float s = 0.f;
+  for (int64_t d = threadIdx.x % 32; d < D; d += 32)
+    s += bf2f(dy[r * D + d]) * bf2f(y[r * D + d]);
+  s = warp_sum(s);
+  if (threadIdx.x % 32 == 0)
+    delta[r] = s;
+}
+
 using Attention64 = Attention<4, 16, 64>;
 using Attention128 = Attention<4, 32, 64>;
 using Attention256 = Attention<8, 32, 32>;
@@ -423,10 +437,21 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
                           window, a, s);
 }
 
+void CudaKernels::attention_delta(float *delta, const void *dy, const void *y,
+                                  int64_t rows, int64_t D) {
+  if (rows <= 0)
+    return;
+  constexpr int kThreads = 256;
+  launch_kernel("attention_delta_kernel", attention_delta_kernel,
+                dim3(unsigned((rows + kThreads / 32 - 1) / (kThreads / 32))),
+                dim3(kThreads), cudaStream_t(stream_), delta, B(dy), B(y), rows,
+                D);
+}
+
 void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
                                      const void *dy, const void *q,
                                      const void *k, const void *v,
-                                     const void *y, int64_t Bn, int64_t H,
+                                     const float *delta, int64_t Bn, int64_t H,
                                      int64_t Hkv, int64_t S, int64_t D,
                                      float scale, int64_t window, float softcap,
                                      const float *alibi_slopes) {
@@ -436,22 +461,26 @@ void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
   const ScoreForm a =
       score_form("attention_backward", softcap, alibi_slopes, H);
   const int64_t rows = Bn * H * S;
-  float *lse = static_cast<float *>(scratch(2 * rows * int64_t(sizeof(float))));
-  float *delta = lse + rows;
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ == AttentionKernels::TensorCores)
+  if (attention_ == AttentionKernels::TensorCores) {
+    float *lse = static_cast<float *>(scratch(rows * int64_t(sizeof(float))));
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
-                               B(y), lse, delta, Bn, H, Hkv, S, D, scale, window, a,
+                               delta, lse, Bn, H, Hkv, S, D, scale, window, a,
                                s);
-  else if (D <= 64)
+    return;
+  }
+  // The CUDA-core kernels find their own δ (and log-sum-exp).
+  float *lse = static_cast<float *>(scratch(2 * rows * int64_t(sizeof(float))));
+  float *own = lse + rows;
+  if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                          delta, Bn, H, Hkv, S, D, scale, window, a, s);
+                          own, Bn, H, Hkv, S, D, scale, window, a, s);
   else if (D <= 128)
     Attention128::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           delta, Bn, H, Hkv, S, D, scale, window, a, s);
+                           own, Bn, H, Hkv, S, D, scale, window, a, s);
   else
     Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           delta, Bn, H, Hkv, S, D, scale, window, a, s);
+                           own, Bn, H, Hkv, S, D, scale, window, a, s);
 }
 
 } // namespace mtrt::MT_KNS

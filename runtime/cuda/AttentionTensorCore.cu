@@ -12,10 +12,10 @@
 //    that hold it), then O += P·V with P rounded to bf16 straight from S's
 //    fragments (D's layout is A's).
 //  - dQ: rows are queries, key tiles of 32 (16): S = Q·Kᵀ and dP = dY·Vᵀ, then
-//    dS = P ∘ (dP − δ) and dQ += dS·K, with δ = dY · Y per row and P's
+//    dS = P ∘ (dP − δ) and dQ += dS·K, with δ from attention_delta and P's
 //    max and sum running online as in the forward (the unnormalized sum
-//    rescales when the max grows); it leaves each row's log-sum-exp and δ
-//    for dK/dV. FlashAttention 2 gets dQ from the dK/dV pass with atomic
+//    rescales when the max grows); it leaves each row's log-sum-exp for
+//    dK/dV. FlashAttention 2 gets dQ from the dK/dV pass with atomic
 //    adds instead: one pass fewer, but not deterministic.
 //  - dK/dV: rows are keys (64 a block, 32 at DM = 256, whose output dims
 //    two warps split), query tiles of 16: Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then
@@ -324,38 +324,15 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
 }
 
-/// δ = dy · y of a warp's rows w0 + g and w0 + g + 8 (0 past S), each summed
-/// over the four lanes that share the row, in load_a's access pattern.
-template <int KS>
-__device__ __forceinline__ void row_deltas(float (&d)[2], const bf16 *dy,
-                                           const bf16 *y, int64_t w0,
-                                           int64_t S, int64_t D) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  d[0] = d[1] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < KS; ++kk)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int64_t row = w0 + g + 8 * (r % 2);
-      const int64_t col = kk * 16 + 2 * t + 8 * (r / 2);
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-        d[r % 2] += bf2f(at(dy, row, col + c, S, D)) *
-                    bf2f(at(y, row, col + c, S, D));
-    }
-  d[0] = quad_sum(d[0]);
-  d[1] = quad_sum(d[1]);
-}
-
-/// dQ of 64 query rows (none when dq is null), and their log-sum-exp and δ
-/// for dkdv_kernel. Grid (ceil(S/64), H, B), 128 threads,
-/// Config::dq_shared() bytes.
+/// dQ of 64 query rows (none when dq is null), and their log-sum-exp for
+/// dkdv_kernel. Grid (ceil(S/64), H, B), 128 threads, Config::dq_shared()
+/// bytes.
 template <int DM>
 __global__ void __launch_bounds__(kBlockThreads)
-    dq_kernel(bf16 *dq, float *lse, float *delta, const bf16 *dy,
-              const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *y,
-              int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
-              int64_t window, ScoreForm form) {
+    dq_kernel(bf16 *dq, float *lse, const bf16 *dy, const bf16 *q,
+              const bf16 *k, const bf16 *v, const float *delta, int64_t H,
+              int64_t Hkv, int64_t S, int64_t D, float scale, int64_t window,
+              ScoreForm form) {
   using C = Config<DM>;
   constexpr int BC = C::kDqKeys, KS = DM / 16, NT = DM / 8, ST = BC / 8;
   MT_DYNAMIC_SHARED(smem);
@@ -382,7 +359,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     load_a<KS>(dyf, dy + base * D, w0, S, D);
   }
   float dl[2];
-  row_deltas<KS>(dl, dy + base * D, y + base * D, w0, S, D);
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    dl[r] = rows[r] < S ? delta[base + rows[r]] : 0.f;
   float acc[NT][4] = {}; // Σ_j p̃_ij (dP_ij − δ_i) k_j, p̃ under the max m
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
@@ -444,10 +423,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] = quad_sum(l[r]);
-    if (t == 0 && rows[r] < S) {
+    if (t == 0 && rows[r] < S)
       lse[base + rows[r]] = m[r] + logf(l[r]);
-      delta[base + rows[r]] = dl[r];
-    }
   }
   if (!dq)
     return;
@@ -556,33 +533,31 @@ void forward_dm(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                 int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                 float scale, int64_t window, const ScoreForm &form,
                 cudaStream_t stream) {
-  launch_kernel_shared(
-      "attention_tc_forward_kernel", forward_kernel<DM>,
-      dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)), dim3(kBlockThreads),
-      Config<DM>::forward_shared(), stream, y, q, k, v, H, Hkv, S, D, scale,
-      window, form);
+  launch_kernel_shared("attention_tc_forward_kernel", forward_kernel<DM>,
+                       dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)),
+                       dim3(kBlockThreads), Config<DM>::forward_shared(),
+                       stream, y, q, k, v, H, Hkv, S, D, scale, window, form);
 }
 
 template <int DM>
 void backward_dm(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
-                 const bf16 *k, const bf16 *v, const bf16 *y, float *lse,
-                 float *delta, int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                 int64_t D, float scale, int64_t window, const ScoreForm &form,
+                 const bf16 *k, const bf16 *v, const float *delta, float *lse,
+                 int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                 float scale, int64_t window, const ScoreForm &form,
                  cudaStream_t stream) {
   using C = Config<DM>;
-  // dQ first: it leaves the statistics that dK/dV read.
+  // dQ first: it leaves the log-sum-exp that dK/dV read.
   launch_kernel_shared("attention_tc_dq_kernel", dq_kernel<DM>,
                        dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)),
-                       dim3(kBlockThreads), C::dq_shared(), stream, dq, lse,
-                       delta, dy, q, k, v, y, H, Hkv, S, D, scale, window,
-                       form);
+                       dim3(kBlockThreads), C::dq_shared(), stream, dq, lse, dy,
+                       q, k, v, delta, H, Hkv, S, D, scale, window, form);
   if (dk || dv)
     launch_kernel_shared(
         "attention_tc_dkdv_kernel", dkdv_kernel<DM>,
         dim3(tiles_of(S, C::kDkdvKeys), unsigned(Hkv), unsigned(Bn)),
         dim3(kBlockThreads), C::dkdv_shared(), stream, dk, dv, dy, q, k, v,
-        static_cast<const float *>(lse), static_cast<const float *>(delta), H,
-        Hkv, S, D, scale, window, form);
+        static_cast<const float *>(lse), delta, H, Hkv, S, D, scale, window,
+        form);
 }
 
 } // namespace
@@ -601,19 +576,19 @@ void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                           const bf16 *q, const bf16 *k, const bf16 *v,
-                          const bf16 *y, float *lse, float *delta, int64_t Bn, int64_t H,
+                          const float *delta, float *lse, int64_t Bn, int64_t H,
                           int64_t Hkv, int64_t S, int64_t D, float scale,
                           int64_t window, const ScoreForm &form,
                           cudaStream_t stream) {
   if (D <= 64)
-    backward_dm<64>(dq, dk, dv, dy, q, k, v, y, lse, delta, Bn, H, Hkv, S,
-                    D, scale, window, form, stream);
+    backward_dm<64>(dq, dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
+                    scale, window, form, stream);
   else if (D <= 128)
-    backward_dm<128>(dq, dk, dv, dy, q, k, v, y, lse, delta, Bn, H, Hkv,
-                     S, D, scale, window, form, stream);
+    backward_dm<128>(dq, dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
+                     scale, window, form, stream);
   else
-    backward_dm<256>(dq, dk, dv, dy, q, k, v, y, lse, delta, Bn, H, Hkv,
-                     S, D, scale, window, form, stream);
+    backward_dm<256>(dq, dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
+                     scale, window, form, stream);
 }
 
 } // namespace mtrt::MT_KNS::attn

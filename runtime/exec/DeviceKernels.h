@@ -77,12 +77,17 @@ public:
                                  int64_t Hkv, int64_t S, int64_t D, float scale,
                                  int64_t window, float softcap,
                                  const float *alibi_slopes) = 0;
-  // y: the forward's output (its rows give the softmax backward's δ).
+  // δ_r = dy_r · y_r for `rows` rows of D: the row term of the softmax's
+  // backward, from the forward's output y; f32 whatever the storage.
+  virtual void attention_delta(float *delta, const void *dy, const void *y,
+                               int64_t rows, int64_t D) = 0;
+  // delta: attention_delta's, B·H·S floats.
   virtual void attention_backward(void *dq, void *dk, void *dv, const void *dy,
                                   const void *q, const void *k, const void *v,
-                                  const void *y, int64_t B, int64_t H, int64_t Hkv, int64_t S,
-                                  int64_t D, float scale, int64_t window,
-                                  float softcap, const float *alibi_slopes) = 0;
+                                  const float *delta, int64_t B, int64_t H,
+                                  int64_t Hkv, int64_t S, int64_t D,
+                                  float scale, int64_t window, float softcap,
+                                  const float *alibi_slopes) = 0;
   virtual void relu_forward(void *y, const void *x, int64_t n) = 0;
   virtual void relu_backward(void *dx, const void *dy, const void *x,
                              int64_t n) = 0;

@@ -103,11 +103,18 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
   }
 }
 
+void attention_delta(float *delta, const float *dy, const float *y,
+                     int64_t rows, int64_t D) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    delta[r] = dot(dy + r * D, y + r * D, D);
+}
+
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
-                        const float *y, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale, int64_t window, float softcap,
-                        const float *alibi_slopes) {
+                        const float *delta, int64_t B, int64_t H, int64_t Hkv,
+                        int64_t S, int64_t D, float scale, int64_t window,
+                        float softcap, const float *alibi_slopes) {
   if (!dq && !dk && !dv)
     return;
   const int64_t group = H / Hkv;
@@ -143,7 +150,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
           }
           // Σ_j p_j (dy_i · v_j) = dy_i · y_i
           const float inv_sum = float(1.0 / sum);
-          const float di = dot(dyi, y + r * D, D);
+          const float di = delta[r];
           for (int64_t j = first; j <= i; ++j) {
             prob[j] *= inv_sum;
             dprob[j] = dot(dyi, vh + j * D, D);

@@ -68,12 +68,15 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                        float scale, int64_t window, float softcap,
                        const float *alibi_slopes);
-// y: the forward's output, whose rows give δ_i = dy_i · y_i.
+// δ_r = dy_r · y_r for `rows` rows of D (y the forward's output): the row
+// term of the softmax's backward, which attention_backward reads.
+void attention_delta(float *delta, const float *dy, const float *y,
+                     int64_t rows, int64_t D);
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
-                        const float *y, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale, int64_t window, float softcap,
-                        const float *alibi_slopes);
+                        const float *delta, int64_t B, int64_t H, int64_t Hkv,
+                        int64_t S, int64_t D, float scale, int64_t window,
+                        float softcap, const float *alibi_slopes);
 
 // ---- activations (n elements) ---------------------------------------------
 void relu_forward(float *y, const float *x, int64_t n);

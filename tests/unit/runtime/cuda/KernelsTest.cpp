@@ -426,15 +426,20 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   Tensor dy = Tensor::random(nq, 63);
   Tensor dq = Tensor::grad(nq, 64), dk = Tensor::grad(nk, 65),
          dv = Tensor::grad(nk, 66);
-  // Each side's backward reads its own forward's y, as in a step.
+  // Each side's δ and backward read its own forward's y, as in a step.
+  const int64_t rows = nq / s.D;
+  Tensor delta = Tensor::f32(rows, 67);
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, s.D);
+  cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
   k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                         k.dev(), v.dev(), y.dev(), s.B, s.H, s.Hkv, s.S, s.D,
-                         scale, s.window, s.softcap, alibi);
+                         k.dev(), v.dev(), delta.dev_f32(), s.B, s.H, s.Hkv,
+                         s.S, s.D, scale, s.window, s.softcap, alibi);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
-                          k.host(), v.host(), y.host(), s.B, s.H, s.Hkv, s.S,
-                          s.D, scale, s.window, s.softcap, alibi);
+                          k.host(), v.host(), delta.host(), s.B, s.H, s.Hkv,
+                          s.S, s.D, scale, s.window, s.softcap, alibi);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
+  EXPECT_TRUE(near(delta.fetch(), delta.h, kUlp, kAttention)) << "delta";
   EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kAttention)) << "dq";
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention)) << "dk";
   EXPECT_TRUE(near(dv.fetch(), dv.h, kUlp, kAttention)) << "dv";
@@ -502,17 +507,21 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
          k = Tensor::random(B * Hkv * S * D, 71);
   Tensor v = Tensor::random(B * Hkv * S * D, 72),
          dy = Tensor::random(B * H * S * D, 73);
-  Tensor dk = Tensor::grad(B * Hkv * S * D, 74), y = Tensor::output(B * H * S * D);
+  Tensor dk = Tensor::grad(B * Hkv * S * D, 74),
+         y = Tensor::output(B * H * S * D);
+  Tensor delta = Tensor::f32(B * H * S, 75);
   k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), B, H, Hkv, S, D,
                         0.25f, 0, 0.f, nullptr);
   cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), B, H, Hkv, S,
                          D, 0.25f, 0, 0.f, nullptr);
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
+  cpu_.attention_delta(delta.host(), dy.host(), y.host(), B * H * S, D);
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
-                         v.dev(), y.dev(), B, H, Hkv, S, D, 0.25f, 0, 0.f,
-                         nullptr);
+                         v.dev(), delta.dev_f32(), B, H, Hkv, S, D, 0.25f, 0,
+                         0.f, nullptr);
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
-                          k.host(), v.host(), y.host(), B, H, Hkv, S, D, 0.25f,
-                          0, 0.f, nullptr);
+                          k.host(), v.host(), delta.host(), B, H, Hkv, S, D,
+                          0.25f, 0, 0.f, nullptr);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
@@ -886,6 +895,7 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
   Tensor v = Tensor::random(B * Hkv * S * D, 142),
          dy = Tensor::random(B * H * S * D, 143),
          y = Tensor::random(B * H * S * D, 146);
+  Tensor delta = Tensor::f32(B * H * S, 147);
   std::vector<int32_t> ids(N);
   for (int64_t n = 0; n < N; ++n)
     ids[n] = int32_t(n % 3);
@@ -895,13 +905,14 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
     Tensor dq = Tensor::zeros(B * H * S * D),
            dk = Tensor::zeros(B * Hkv * S * D);
     Tensor dv = Tensor::zeros(B * Hkv * S * D), dt = Tensor::f32(V * D, 145);
+    k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                           k.dev(), v.dev(), y.dev(), B, H, Hkv, S, D, 0.2f, 0,
-                           0.f, nullptr);
+                           k.dev(), v.dev(), delta.dev_f32(), B, H, Hkv, S, D,
+                           0.2f, 0, 0.f, nullptr);
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();
     std::vector<float> all = dq.fetch();
-    for (const Tensor *x : {&dk, &dv, &dt}) {
+    for (const Tensor *x : {&delta, &dk, &dv, &dt}) {
       std::vector<float> f = x->fetch();
       all.insert(all.end(), f.begin(), f.end());
     }

@@ -157,8 +157,11 @@ void check_kernels(const Dims &d, float range, double rtol) {
          dk = random_floats(in[1].size(), 57),
          dv = random_floats(in[2].size(), 58);
   const Floats dq0 = dq, dk0 = dk, dv0 = dv;
+  Floats delta(y.size() / d.D);
+  attention_delta(delta.data(), dy.data(), y.data(), int64_t(delta.size()),
+                  d.D);
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
-                     in[1].data(), in[2].data(), y.data(), d.B, d.H, d.Hkv,
+                     in[1].data(), in[2].data(), delta.data(), d.B, d.H, d.Hkv,
                      d.S, d.D, d.scale, d.window, d.softcap, d.slopes);
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
@@ -224,17 +227,33 @@ TEST(Attention, SoftcapMatchesReference) {
     }
 }
 
+// δ of rows of 70 (a tail the vector loop leaves) against a double loop.
+TEST(Attention, DeltaMatchesNaiveLoop) {
+  const int64_t rows = 9, D = 70;
+  const Floats dy = random_floats(rows * D, 80),
+               y = random_floats(rows * D, 81);
+  Floats delta(rows);
+  attention_delta(delta.data(), dy.data(), y.data(), rows, D);
+  Doubles want(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < D; ++e)
+      want[r] += double(dy[r * D + e]) * y[r * D + e];
+  EXPECT_TRUE(close(delta, want, 1e-6));
+}
+
 TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   const Dims d = {2, 4, 2, 33, 8, 0.35f, kSlopes};
   const std::vector<Floats> in = inputs(d);
   const Floats dy = random_floats(in[0].size(), 59);
-  Floats y(in[0].size());
+  Floats y(in[0].size()), delta(in[0].size() / d.D);
   attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
                     d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
                     d.slopes);
+  attention_delta(delta.data(), dy.data(), y.data(), int64_t(delta.size()),
+                  d.D);
   const auto backward = [&](float *dq, float *dk, float *dv) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
-                       in[2].data(), y.data(), d.B, d.H, d.Hkv, d.S, d.D,
+                       in[2].data(), delta.data(), d.B, d.H, d.Hkv, d.S, d.D,
                        d.scale, d.window, d.softcap, d.slopes);
   };
   Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
