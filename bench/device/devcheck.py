@@ -269,8 +269,8 @@ def cmd_report(work, out):
     L += ["", "## Benchmarks (--init random, median over steps after the first)", "",
           "| model | params | M×B×S tokens/step | tokens/s (sim) | model TFLOPS (sim) | step s (sim) "
           "| GPU busy (sim) | h2d GB/s busy / per step | d2h GB/s busy / per step "
-          "| device peak GiB (plan) | host RSS GiB | rc |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| device peak GiB (plan) | host RSS GiB | sim kernels GEMM / attention / other s | rc |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for b in benches:
         p = b["prediction"]
         L.append(
@@ -282,7 +282,9 @@ def cmd_report(work, out):
             f"| {fmt(b.get('h2d_gb_per_s_busy'))} / {fmt(b.get('h2d_gb_per_s_step'))} "
             f"| {fmt(b.get('d2h_gb_per_s_busy'))} / {fmt(b.get('d2h_gb_per_s_step'))} "
             f"| {fmt(b.get('device_used_peak_bytes'), '.1f', 2**30)} ({fmt(b.get('plan_device_bytes'), '.1f', 2**30)}) "
-            f"| {fmt(b.get('host_peak_rss_bytes'), '.1f', 2**30)} | {b.get('rc')} |")
+            f"| {fmt(b.get('host_peak_rss_bytes'), '.1f', 2**30)} "
+            f"| {fmt(p.get('gemm_s'), '.2f')} / {fmt(p.get('attention_s'), '.2f')} / {fmt(p.get('other_kernels_s'), '.2f')} "
+            f"| {b.get('rc')} |")
     L += ["", "Device peak: total minus the least free memory cudaMemGetInfo reported at a step's end "
           "(context, arenas, kernel scratch, cuBLASLt workspace). GB/s busy: bytes over the time "
           "the copy engine ran copies (from --trace's timing events); per step: bytes over step time.",

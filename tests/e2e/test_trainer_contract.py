@@ -59,6 +59,9 @@ class TrainerContract(unittest.TestCase):
         for part in plan["device_memory"]["breakdown"]:
             self.assertRegex(shown, rf"(?m)^  {part} +\d")
         self.assertIn("predicted on h200-pcie5: step", shown)
+        pred = plan["prediction"]
+        self.assertIn(f"kernels per step: GEMMs {pred['gemm_s']:.3f} s", shown)
+        self.assertIn(f"attention {pred['attention_s']:.3f} s", shown)
         self.assertEqual(json.loads(run([MEGATRAIN, "inspect", self.plan, "--json"]).stdout),
                          plan)
         missing = run([MEGATRAIN, "inspect", self.w("no-such-plan")], check=False)

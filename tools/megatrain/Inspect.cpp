@@ -145,6 +145,15 @@ int runInspect(const std::vector<std::string> &args) {
                       100 * number(*pred, "compute_busy_fraction"),
                       100 * number(*pred, "d2h_busy_fraction"),
                       100 * number(*pred, "host_busy_fraction"));
+  double gemm = number(*pred, "gemm_s"), attention = number(*pred, "attention_s"),
+         other = number(*pred, "other_kernels_s");
+  if (double kernels = gemm + attention + other; kernels > 0)
+    os << llvm::formatv("kernels per step: GEMMs {0:F3} s ({1:F0}%), "
+                        "attention {2:F3} s ({3:F0}%), other {4:F3} s "
+                        "({5:F0}%)\n",
+                        gemm, 100 * gemm / kernels, attention,
+                        100 * attention / kernels, other,
+                        100 * other / kernels);
   double link = number(*pred, "link_bound_fraction");
   if (link > 0.05) {
     // Weights arrive late because the link is slow, or because the host
