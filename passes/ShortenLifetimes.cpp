@@ -59,13 +59,13 @@ bool recomputable(Operation &op) {
 // projection's weight gradient, just before, so y is rebuilt from it there
 // by the inverse layout ops (one pass over B·S·hidden, bit-exact) when
 // that shrinks the scratch.
-void rebuildAttentionOutput(TemplateOp t, AttentionDeltaOp g) {
+void rebuildAttentionOutput(TemplateOp t, AttentionDeltaOp d) {
   SmallVector<Operation *> chain;
-  Value end = g.getY();
+  Value end = d.getY();
   for (bool extended = true; extended;) {
     extended = false;
     for (Operation *user : end.getUsers())
-      if (isa<TransposeOp, ReshapeOp>(user) && user->isBeforeInBlock(g)) {
+      if (isa<TransposeOp, ReshapeOp>(user) && user->isBeforeInBlock(d)) {
         chain.push_back(user);
         end = user->getResult(0);
         extended = true;
@@ -75,7 +75,7 @@ void rebuildAttentionOutput(TemplateOp t, AttentionDeltaOp g) {
   if (chain.empty())
     return;
   int64_t before = planTemplate(t).workspaceElems;
-  OpBuilder b(g);
+  OpBuilder b(d);
   SmallVector<Operation *> rebuilt;
   Value y = end;
   for (Operation *op : llvm::reverse(chain)) {
@@ -91,11 +91,11 @@ void rebuildAttentionOutput(TemplateOp t, AttentionDeltaOp g) {
     }
     y = rebuilt.back()->getResult(0);
   }
-  Value held = g.getY();
-  g.getYMutable().assign(y);
+  Value held = d.getY();
+  d.getYMutable().assign(y);
   if (planTemplate(t).workspaceElems < before)
     return;
-  g.getYMutable().assign(held);
+  d.getYMutable().assign(held);
   for (Operation *op : llvm::reverse(rebuilt))
     op->erase();
 }

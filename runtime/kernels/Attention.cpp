@@ -148,9 +148,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
             prob[j] = std::exp(prob[j] - row_max);
             sum += prob[j];
           }
-          // Σ_j p_j (dy_i · v_j) = dy_i · y_i
           const float inv_sum = float(1.0 / sum);
-          const float di = delta[r];
+          const float di = delta[r]; // Σ_j p_j (dy_i · v_j) = dy_i · y_i
           for (int64_t j = first; j <= i; ++j) {
             prob[j] *= inv_sum;
             dprob[j] = dot(dyi, vh + j * D, D);

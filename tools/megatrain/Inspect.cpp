@@ -145,7 +145,8 @@ int runInspect(const std::vector<std::string> &args) {
                       100 * number(*pred, "compute_busy_fraction"),
                       100 * number(*pred, "d2h_busy_fraction"),
                       100 * number(*pred, "host_busy_fraction"));
-  double gemm = number(*pred, "gemm_s"), attention = number(*pred, "attention_s"),
+  double gemm = number(*pred, "gemm_s"),
+         attention = number(*pred, "attention_s"),
          other = number(*pred, "other_kernels_s");
   if (double kernels = gemm + attention + other; kernels > 0)
     os << llvm::formatv("kernels per step: GEMMs {0:F3} s ({1:F0}%), "
