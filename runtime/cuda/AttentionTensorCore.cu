@@ -184,6 +184,59 @@ __device__ __forceinline__ bool warp_sees_none(int64_t w0, int64_t j0, int keys,
   return j0 > w0 + 15 || (window != 0 && j0 + keys - 1 <= w0 - window);
 }
 
+/// A warp's products s = q·k against key tile j0 (rows[r] its lane's two
+/// query rows) as scores: capped, ALiBi's bias added, -inf where the query
+/// does not see the key.
+template <int ST>
+__device__ __forceinline__ void
+score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
+           int64_t window, float scale, float slope, const ScoreForm &form) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
+      s[nt][e] = visible(i, j, window)
+                     ? form.capped(scale * s[nt][e]) + slope * float(j - i)
+                     : -INFINITY;
+    }
+}
+
+/// The online softmax's step over a tile of scores s: raises each row's
+/// running max m to the tile's, rescaling the running sum l and the
+/// accumulator acc (summed under the old max) to it.
+template <int ST, int NT>
+__device__ __forceinline__ void raise_max(float (&m)[2], float (&l)[2],
+                                          float (&acc)[NT][4],
+                                          const float (&s)[ST][4]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+  float corr[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // -inf only before the row's first visible key: nothing to add yet.
+    const float m_new = fmaxf(m[r], quad_max(mx[r]));
+    corr[r] = m_new == -INFINITY ? 1.f : expf(m[r] - m_new);
+    m[r] = m_new;
+    l[r] *= corr[r];
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[nt][e] *= corr[e / 2];
+}
+
+/// exp(score − max), 0 for a row that has seen no key yet (max −inf).
+__device__ __forceinline__ float unnormalized(float score, float max) {
+  return max == -INFINITY ? 0.f : expf(score - max);
+}
+
 /// A-operand fragments of a warp's 16 rows at k-step kk, from registers
 /// (DM <= 128: held for the whole kernel) or from a shared tile (DM = 256).
 template <int DM, int KS>
@@ -274,39 +327,14 @@ __global__ void __launch_bounds__(kBlockThreads)
       rows_a<DM>(aq, qf, qs, 16 * warp, kk);
       mma_tile_t<DM>(s, aq, ks, kk);
     }
-    float mx[2] = {-INFINITY, -INFINITY};
+    score_tile<ST>(s, rows, j0, window, scale, slope, form);
+    raise_max(m, l, o, s);
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-        s[nt][e] = visible(i, j, window)
-                       ? form.capped(scale * s[nt][e]) + slope * float(j - i)
-                       : -INFINITY;
-        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-      }
-    float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      // -inf only before the row's first visible key: nothing to add yet.
-      const float m_new = fmaxf(m[r], quad_max(mx[r]));
-      corr[r] = m_new == -INFINITY ? 1.f : expf(m[r] - m_new);
-      m[r] = m_new;
-      l[r] *= corr[r];
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        o[nt][e] *= corr[e / 2];
-#pragma unroll
-    for (int nt = 0; nt < ST; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float mr = m[e / 2];
-        const float p = mr == -INFINITY ? 0.f : expf(s[nt][e] - mr);
-        s[nt][e] = p;
-        l[e / 2] += p;
+        s[nt][e] = unnormalized(s[nt][e], m[e / 2]);
+        l[e / 2] += s[nt][e];
       }
     mma_result_tile<DM>(o, s, vs, 0);
   }
@@ -382,36 +410,14 @@ __global__ void __launch_bounds__(kBlockThreads)
       mma_tile_t<DM>(s, aq, ks, kk);
       mma_tile_t<DM>(dp, ady, vs, kk);
     }
-    float mx[2] = {-INFINITY, -INFINITY};
+    score_tile<ST>(s, rows, j0, window, scale, slope, form);
+    raise_max(m, l, acc, s);
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-        s[nt][e] = visible(i, j, window)
-                       ? form.capped(scale * s[nt][e]) + slope * float(j - i)
-                       : -INFINITY;
-        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-      }
-    float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m[r], quad_max(mx[r]));
-      corr[r] = m_new == -INFINITY ? 1.f : expf(m[r] - m_new);
-      m[r] = m_new;
-      l[r] *= corr[r];
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[nt][e] *= corr[e / 2];
-#pragma unroll
-    for (int nt = 0; nt < ST; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-        const float p = s[nt][e] == -INFINITY ? 0.f : expf(s[nt][e] - m[e / 2]);
+        const float p = unnormalized(s[nt][e], m[e / 2]);
         l[e / 2] += p;
         // The capped score, the bias taken off again (registers are short).
         const float c = s[nt][e] - slope * float(j - i);
