@@ -141,6 +141,15 @@ int64_t toInt(double v) {
   return static_cast<int64_t>(v);
 }
 
+bool sameValues(const Const &a, const Const &b) {
+  if (a.numel != b.numel)
+    return false;
+  for (int64_t i = 0; i < a.numel; ++i)
+    if (a.at(i) != b.at(i))
+      return false;
+  return true;
+}
+
 std::vector<int64_t> toInts(const Const &c) {
   if (c.numel > (int64_t(1) << 20))
     fail("a {}-element constant is used where a shape or index list is "

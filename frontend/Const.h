@@ -48,6 +48,9 @@ ConstPtr lazyConst(DType dtype, Shape shape, std::function<double(int64_t)> fn);
 /// The initializer's data as a Const; null when it carries none.
 ConstPtr initializerConst(const InitializerBytes &bytes);
 
+/// Whether a and b hold the same elements (of equal counts).
+bool sameValues(const Const &a, const Const &b);
+
 /// All elements as integers (for shapes, axes, indices); throws on a
 /// non-integral value or a tensor too large to be a shape.
 std::vector<int64_t> toInts(const Const &c);

@@ -3,7 +3,9 @@
 // After the idioms, what is left on the activation path must map one to one
 // onto a primitive: residual and bias Adds, scalings, elementwise products
 // and squares, reshapes, transposes and slices (a fused QKV projection split
-// three ways).
+// three ways). A tensor the export computes at compile time and multiplies
+// or adds to an activation (Ministral 3's per-position query scaling) is a
+// frozen table, or nothing where it is all ones (Mul) or all zeros (Add).
 // Anything else is left for fuseIdioms to report.
 //
 //===----------------------------------------------------------------------===//
@@ -25,12 +27,49 @@ Value *operand(Value *v) {
   return nullptr;
 }
 
+// The frozen tables of compile-time operands, one per distinct value.
+using Tables = std::vector<Value *>;
+
+// A compile-time tensor c applied elementwise to an activation x without
+// growing it: a frozen table of c's values (shared with an equal one).
+Value *tableOf(Graph &g, Tables &tables, Value *c) {
+  for (Value *t : tables)
+    if (t->shape == c->shape && sameValues(*t->constant, *c->constant))
+      return t;
+  Value *t = g.newValue("mt.const." + c->name, DType::F32, c->shape);
+  t->constant = c->constant;
+  tables.push_back(t);
+  return t;
+}
+
 // Leaves the node alone when an operand fits no primitive: fuseIdioms then
 // reports the first unexplained node, usually where an idiom broke.
-void lowerBinary(Graph &g, Node *n, const char *prim) {
+// `identity` is the element that makes the op a no-op (1 for mt.mul, 0 for
+// mt.add).
+void lowerBinary(Graph &g, Tables &tables, Node *n, const char *prim,
+                 double identity) {
   Value *a = operand(n->in(0)), *b = operand(n->in(1));
-  if (a && b)
+  if (a && b) {
     replaceWithPrimitive(g, n, prim, {a, b}, n->out()->shape);
+    return;
+  }
+  auto computed = commuted(n, [](Value *c) {
+    return c->constant && !operand(c) && c->rank() >= 1 &&
+           c->constant->numel <= kMaterializeLimit;
+  });
+  if (!computed || !isActivation(computed->second) ||
+      computed->second->shape != n->out()->shape)
+    return;
+  auto [c, x] = *computed;
+  const Const &k = *c->constant;
+  bool noop = true;
+  for (int64_t i = 0; i < k.numel && noop; ++i)
+    noop = k.at(i) == identity;
+  if (noop)
+    g.replaceAllUses(n->out(), x);
+  else
+    replaceWithPrimitive(g, n, prim, {x, tableOf(g, tables, c)},
+                         n->out()->shape);
 }
 
 void lowerScale(Graph &g, Node *n, Value *x, double factor) {
@@ -94,17 +133,17 @@ void lowerGather(Graph &g, Node *n, Value *x, int64_t axis, const Const &idx) {
   g.replaceAllUses(n->out(), sliced);
 }
 
-void lower(Graph &g, Node *n) {
+void lower(Graph &g, Tables &tables, Node *n) {
   const std::string &op = n->op;
   Value *x = n->in(0);
   if (op == "Add") {
-    lowerBinary(g, n, "mt.add");
+    lowerBinary(g, tables, n, "mt.add", 0.0);
   } else if (op == "Mul") {
     auto scalar = commuted(n, [](Value *c) { return constScalar(c).has_value(); });
     if (scalar && isActivation(scalar->second))
       lowerScale(g, n, scalar->second, *constScalar(scalar->first));
     else
-      lowerBinary(g, n, "mt.mul");
+      lowerBinary(g, tables, n, "mt.mul", 1.0);
   } else if (op == "Pow" && isActivation(x) && isScalar(n->in(1), 2.0)) {
     // A square (the dynamo exporter's squared ReLU) is a product.
     replaceWithPrimitive(g, n, "mt.mul", {x, x}, n->out()->shape);
@@ -157,9 +196,10 @@ void lowerRemaining(Graph &g) {
   for (auto &n : g.nodes())
     if (!n->isPrimitive() && !n->outputs.empty() && isActivation(n->out()))
       todo.push_back(n.get());
+  Tables tables;
   for (Node *n : todo)
     if (n->domain.empty())
-      lower(g, n);
+      lower(g, tables, n);
 }
 
 } // namespace mt::onnx_import

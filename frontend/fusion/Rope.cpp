@@ -2,7 +2,8 @@
 //
 // Recognized form, x 4-d ([B, H, S, D] or [B, S, H, D]):
 //   x · cos + rotate_half(x) · sin,   rotate_half(x) = Concat(-x2, x1) on the
-//   last dim, with x1, x2 the halves of x as two Slices or one Split;
+//   last dim, with x1, x2 the halves of x as two Slices or one Split, or
+//   Concat(x2, -x1) (NanoChat: the rotation the other way, sin negated);
 //   or x · cos + rotate_every_two(x) · sin (GPT-J, CodeGen), with
 //   rotate_every_two(x) = Reshape(Concat(Unsqueeze(-x[..., 1::2], -1),
 //   Unsqueeze(x[..., ::2], -1), last dim)) interleaving the rotated pairs;
@@ -38,15 +39,25 @@ Value *lastDimSliceOf(Value *v, int64_t start, int64_t size, int64_t step = 1) {
   return ok ? x : nullptr;
 }
 
-// rotate_half(x) = Concat(-x[..., h:], x[..., :h]); returns x.
-Value *rotateHalfOf(Value *v) {
+// rotate_half(x) = Concat(-x[..., h:], x[..., :h]), or the rotation the
+// other way, Concat(x[..., h:], -x[..., :h]) (sets *flipped); returns x.
+Value *rotateHalfOf(Value *v, bool *flipped) {
   Node *cat = producer(v, "Concat");
   if (!cat || cat->inputs.size() != 2 || cat->getInt("axis", 0) != v->rank() - 1)
     return nullptr;
-  Node *neg = producer(cat->in(0), "Neg");
-  if (!neg)
+  // x2 is the upper half, x1 the lower; one of the two is negated.
+  Value *x2, *x1;
+  if (Node *neg = producer(cat->in(0), "Neg")) {
+    x2 = neg->in(0);
+    x1 = cat->in(1);
+    *flipped = false;
+  } else if (Node *neg = producer(cat->in(1), "Neg")) {
+    x2 = cat->in(0);
+    x1 = neg->in(0);
+    *flipped = true;
+  } else {
     return nullptr;
-  Value *x2 = neg->in(0), *x1 = cat->in(1);
+  }
   int64_t h = x1->dim(-1);
   if (Node *split = producer(x1, "Split"); split && split == x2->producer) {
     bool halves = split->outputs.size() == 2 && split->out(0) == x1 &&
@@ -107,7 +118,8 @@ private:
       if (!direct || !rotated || direct->first->rank() != 4)
         continue;
       bool interleaved = rotateEveryTwoOf(rotated->first) == direct->first;
-      if (!interleaved && rotateHalfOf(rotated->first) != direct->first)
+      bool flipped = false;
+      if (!interleaved && rotateHalfOf(rotated->first, &flipped) != direct->first)
         continue;
       Value *x = direct->first;
       int64_t r = x->dim(-1);
@@ -115,7 +127,8 @@ private:
       if (seqAxis < 0 || seqAxisOf(*rotated->second->constant, x->shape) != seqAxis)
         return;
       Value *cos = table(add, direct->second->constant, x->shape, seqAxis, "cos");
-      Value *sin = table(add, rotated->second->constant, x->shape, seqAxis, "sin");
+      Value *sin = table(add, rotated->second->constant, x->shape, seqAxis,
+                         "sin", flipped ? -1.0 : 1.0);
       // Partial rotary: x is x0[..., :R], and the result is concatenated with
       // x0[..., R:].
       Node *root = add;
@@ -157,10 +170,12 @@ private:
     return on2 && s[2] != x[2] ? -1 : 2;
   }
 
-  // The [S, R] table of t; the same Value for the same source constant.
+  // The [S, R] table of sign · t; the same Value for the same source
+  // constant and sign.
   Value *table(Node *at, const ConstPtr &t, const Shape &x, int seqAxis,
-               const char *kind) {
-    auto it = tables_.find(t.get());
+               const char *kind, double sign = 1.0) {
+    auto key = std::make_pair(t.get(), sign);
+    auto it = tables_.find(key);
     if (it != tables_.end())
       return it->second;
     int64_t seq = x[seqAxis], r = x[3];
@@ -179,34 +194,28 @@ private:
                "positions 0..S-1 in every row are supported",
                at->describe(), kind);
     ConstPtr src = t;
-    ConstPtr data = lazyConst(DType::F32, {seq, r}, [src, index, r](int64_t i) {
-      return src->at(index(0, i / r, i % r));
-    });
+    ConstPtr data =
+        lazyConst(DType::F32, {seq, r}, [src, index, r, sign](int64_t i) {
+          return sign * src->at(index(0, i / r, i % r));
+        });
     // Exports that recompute the tables in every layer yield equal tables:
     // share one frozen param.
     for (Value *known : kinds_[kind])
       if (known->shape == Shape{seq, r} && sameValues(*known->constant, *data))
-        return tables_[t.get()] = known;
+        return tables_[key] = known;
     int &count = kindCount_[kind];
     std::string name = count ? fmt::format("mt.rope.{}.{}", kind, count)
                              : fmt::format("mt.rope.{}", kind);
     ++count;
     Value *v = g_.newValue(name, DType::F32, {seq, r});
     v->constant = data;
-    tables_[t.get()] = v;
+    tables_[key] = v;
     kinds_[kind].push_back(v);
     return v;
   }
 
-  static bool sameValues(const Const &a, const Const &b) {
-    for (int64_t i = 0; i < a.numel; ++i)
-      if (a.at(i) != b.at(i))
-        return false;
-    return true;
-  }
-
   Graph &g_;
-  std::map<const Const *, Value *> tables_;
+  std::map<std::pair<const Const *, double>, Value *> tables_;
   std::map<std::string, std::vector<Value *>> kinds_;
   std::map<std::string, int> kindCount_;
 };

@@ -80,6 +80,30 @@ ARCHITECTURES = {
     "glm": (T.GlmConfig, dict(COMMON, head_dim=16, pad_token_id=0), T.GlmForCausalLM),
     "gpt2": (T.GPT2Config, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.GPT2LMHeadModel),
+    # NanoChat: weightless RMSNorms (one after the embedding, q/k after
+    # RoPE), RoPE rotating the other way (Concat(x2, -x1)), squared ReLU,
+    # soft-capped logits.
+    "nanochat": (T.NanoChatConfig, dict(COMMON, head_dim=16), T.NanoChatForCausalLM),
+    # Ministral 3: YaRN tables and Llama 4's per-position query scaling,
+    # 1 + beta·log(1 + floor(pos / original max)); an original max of 8
+    # makes the scaling vary within the test's 16 tokens.
+    "ministral3": (T.Ministral3Config,
+                   dict(COMMON, head_dim=16, rope_parameters=dict(
+                       rope_type="yarn", rope_theta=1e6, factor=16.0,
+                       original_max_position_embeddings=8, beta_fast=32.0, beta_slow=1.0,
+                       mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.1)),
+                   T.Ministral3ForCausalLM),
+    # OLMo 3: sliding-window layers with OLMo 2's norms after each sublayer.
+    "olmo3": (T.Olmo3Config, dict(COMMON, sliding_window=8), T.Olmo3ForCausalLM),
+    "glm4": (T.Glm4Config, dict(COMMON, head_dim=16, pad_token_id=0), T.Glm4ForCausalLM),
+    # BitNet (unquantized weights): RMSNorms inside attention and the MLP.
+    "bitnet": (T.BitNetConfig, dict(COMMON, pad_token_id=0), T.BitNetForCausalLM),
+    "biogpt": (T.BioGptConfig, dict(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                    num_hidden_layers=2, num_attention_heads=4,
+                                    max_position_embeddings=128, use_cache=False),
+               T.BioGptForCausalLM),
+    "hunyuan_v1_dense": (T.HunYuanDenseV1Config, dict(COMMON, head_dim=16, pad_token_id=0),
+                         T.HunYuanDenseV1ForCausalLM),
 }
 
 

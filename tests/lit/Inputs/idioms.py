@@ -121,6 +121,36 @@ def _(g):
     return lambda f: f["x"] + f["x"][..., 3:4]
 
 
+def _position_table(g, x, beta, period):
+    """1 + beta·log(1 + floor(pos / period)) [S, 1] from Range(0, S): Llama 4's
+    (Ministral 3's) query scaling, computed in the graph."""
+    pos = g.op("Cast", g.op("Range", g.const(0), g.size(x, 1), g.const(1)), to=FLOAT)
+    steps = g.op("Floor", g.op("Div", pos, g.const(float(period))))
+    scale = g.op("Add", g.op("Mul", g.op("Log", g.op("Add", steps, g.const(1.0))),
+                             g.const(float(beta))), g.const(1.0))
+    return g.unsqueeze(scale, 1)
+
+
+def _position_scale(pos, beta, period):
+    return (1 + beta * np.log1p(np.floor(pos / period)))[:, None]
+
+
+@idiom("mul-computed-table", "Add(x, Mul(x, t)), t [S,1] = 1 + 0.1·log(1 + floor(Range(0,S) / 4)) "
+       "computed in the graph: a frozen table")
+def _(g):
+    x = x_input(g)
+    y_output(g, g.op("Add", x, g.op("Mul", x, _position_table(g, x, 0.1, 4))), HIDDEN)
+    return lambda f: f["x"] + f["x"] * _position_scale(np.arange(f["x"].shape[1]), 0.1, 4)
+
+
+@idiom("mul-computed-ones", "Add(x, Mul(x, t)), t [S,1] = 1 + 0.1·log(1 + floor(Range(0,S) / 4096)): "
+       "all ones below 4096 tokens, no op")
+def _(g):
+    x = x_input(g)
+    y_output(g, g.op("Add", x, g.op("Mul", x, _position_table(g, x, 0.1, 4096))), HIDDEN)
+    return lambda f: 2 * f["x"]
+
+
 @idiom("rmsnorm-reciprocal", "Pow(x,2), ReduceMean, Add eps, Sqrt, Reciprocal, Mul(x,.), Mul(w,.)")
 def _(g):
     x = x_input(g)
@@ -434,6 +464,25 @@ def _(g):
         seq = g.dim(x, 1)
         return tuple(g.slice(t, [0], seq, [0]) for t in _rope_table_initializers(g))
     return _rope_idiom(g, tables)
+
+
+@idiom("rope-flipped",
+       "rotate-half the other way (NanoChat): Concat(x2, Neg(x1)); tables from inv_freq[4] "
+       "(MatMul form): the sin table negated")
+def _(g):
+    x = x_input(g)
+    q, Wq = _q_heads(g, x)
+    cos, sin = dg.rotary_tables(g, g.tensor("rope.inv_freq", dg.inv_freq(D, 10000.0)), g.size(x, 1))
+    x1 = g.slice(q, [0], [D // 2], [-1])
+    x2 = g.slice(q, [D // 2], [dg.INT64_MAX], [-1])
+    rotated = g.op("Concat", x2, g.op("Neg", x1), axis=-1)
+    y = g.op("Add", g.op("Mul", q, cos), g.op("Mul", rotated, sin))
+    g.output(y, "y", FLOAT, ["batch", H, "seq", D])
+
+    def ref(f):
+        cos, sin = fm.rope_tables(np.arange(f["x"].shape[1]), D)
+        return fm.rope(fm.heads(f["x"] @ Wq, H), cos, -sin, D)
+    return ref
 
 
 def _interleaved_rope(g, tables):

@@ -158,6 +158,8 @@ OPS = {
     "Pow": lambda a, x, y: np.power(x, y).astype(np.asarray(x).dtype),
     "Neg": lambda a, x: -x,
     "Sqrt": lambda a, x: np.sqrt(x),
+    "Log": lambda a, x: np.log(x),
+    "Floor": lambda a, x: np.floor(x),
     "Reciprocal": lambda a, x: 1 / x,
     "Erf": lambda a, x: _erf(x).astype(x.dtype),
     "Tanh": lambda a, x: np.tanh(x),
