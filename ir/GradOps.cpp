@@ -151,6 +151,12 @@ LogicalResult SoftcapGradOp::verify() {
                  failed(sameType(*this, getDx(), getX(), "dx")));
 }
 
+LogicalResult XieluGradOp::verify() {
+  if (failed(sameType(*this, getDy(), getX(), "dy")))
+    return failure();
+  return checkResults(*this, getResults(), {getX(), getAlphaP(), getAlphaN()});
+}
+
 LogicalResult SwigluGradOp::verify() {
   if (failed(sameType(*this, getDy(), getGate(), "dy")))
     return failure();

@@ -155,6 +155,20 @@ def Mt_SoftcapGradOp : Mt_GradOp<"softcap_grad"> {
   let results = (outs Mt_GradTensor:$dx);
 }
 
+def Mt_XieluGradOp : Mt_GradOp<"xielu_grad"> {
+  let summary = "dx, dαp, dαn of mt.xielu";
+  let description = [{
+    ```mlir
+    %dx, %dap, %dan = mt.xielu_grad %dy, %x, %ap, %an {beta = 5.0e-01 : f64, eps = -1.0e-06 : f64} : (tensor<2x16x128xf32>, tensor<2x16x128xf32>, tensor<1xf32>, tensor<1xf32>) -> (tensor<2x16x128xf32>, tensor<1xf32>, tensor<1xf32>)
+    ```
+  }];
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x,
+                       Mt_GradTensor:$alpha_p, Mt_GradTensor:$alpha_n,
+                       F64Attr:$beta, F64Attr:$eps);
+  let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$dalpha_p,
+                      Mt_GradTensor:$dalpha_n);
+}
+
 def Mt_SwigluGradOp : Mt_GradOp<"swiglu_grad"> {
   let summary = "dgate, dup of mt.swiglu";
   let description = [{

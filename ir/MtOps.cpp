@@ -183,6 +183,16 @@ LogicalResult SoftcapOp::verify() {
   return verifyElementwise(*this);
 }
 
+LogicalResult XieluOp::verify() {
+  if (failed(verifyElementwise(*this)))
+    return failure();
+  for (auto [a, what] :
+       {std::pair(getAlphaP(), "alpha_p"), std::pair(getAlphaN(), "alpha_n")})
+    if (failed(expectShape(*this, a, {1}, what)))
+      return failure();
+  return success();
+}
+
 LogicalResult SwigluOp::verify() {
   if (failed(verifyElementwise(*this)))
     return failure();

@@ -218,6 +218,10 @@ private:
         .Case([&](SwigluOp o) {
           return isRow(o.getGate()) && isRow(o.getUp()) && row(o.getY());
         })
+        .Case([&](XieluOp o) {
+          return isRow(o.getX()) && weight(o.getAlphaP()) &&
+                 weight(o.getAlphaN()) && row(o.getY());
+        })
         .Case<AddOp, MulOp>([&](auto o) {
           // A row operand as wide as the result; the other broadcasts over
           // rows (a bias, a scale).
@@ -245,6 +249,11 @@ private:
         .Case([&](SwigluGradOp o) {
           return isRow(o.getDy()) && isRow(o.getGate()) && isRow(o.getUp()) &&
                  row(o.getDgate()) && row(o.getDup());
+        })
+        .Case([&](XieluGradOp o) {
+          return isRow(o.getDy()) && isRow(o.getX()) && weight(o.getAlphaP()) &&
+                 weight(o.getAlphaN()) && row(o.getDx()) &&
+                 sum(o.getDalphaP()) && sum(o.getDalphaN());
         })
         .Case([&](LinearGradOp o) {
           return isRow(o.getDy()) && isRow(o.getX()) && weight(o.getW()) &&

@@ -138,6 +138,15 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     addGradient(s.getX(), g->getResult(0));
     return success();
   }
+  if (auto s = dyn_cast<XieluOp>(op)) {
+    SmallVector<Value> primals{s.getX(), s.getAlphaP(), s.getAlphaN()};
+    Operation *g = create(loc, "mt.xielu_grad",
+                          {dy, s.getX(), s.getAlphaP(), s.getAlphaN()},
+                          typesOf(primals), {attr("beta"), attr("eps")});
+    for (auto [p, d] : llvm::zip(primals, g->getResults()))
+      addGradient(p, d);
+    return success();
+  }
   if (auto s = dyn_cast<GeluOp>(op)) {
     Operation *g = create(loc, "mt.gelu_grad", {dy, s.getX()},
                           {s.getX().getType()}, {attr("approximate")});

@@ -1,4 +1,4 @@
-//===- Activations.cpp - ReLU, GELU, SiLU and SwiGLU ----------------------===//
+//===- Activations.cpp - ReLU, GELU, SiLU, SwiGLU and xIELU ---------------===//
 //
 // Recognized forms:
 //   ReLU       Relu (OPT).
@@ -11,6 +11,11 @@
 //              tanh); com.microsoft FastGelu without bias.
 //   SiLU       x · Sigmoid(x).
 //   SwiGLU     SiLU(gate) · up.
+//   xIELU      Where(Greater(x, 0), ap·x·x + beta·x,
+//              (Exp(Min(x, eps)) − 1 − x) · an + beta·x) (Apertus), ap and an
+//              one-element weights (the export's softplus of the trained
+//              alphas, folded), beta and eps scalar constants; products in
+//              any association, sums in either order.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -129,9 +134,90 @@ void fuseDecomposedGelu(Graph &g, Node *mul) {
   }
 }
 
+// A one-element weight's param.
+Value *scalarWeight(Value *v) {
+  auto w = weightView(v);
+  return w && numelOf(w->param->shape) == 1 ? w->param : nullptr;
+}
+
+// c·x for a scalar constant c; returns c.
+std::optional<double> linearIn(Value *v, Value *x) {
+  std::vector<Value *> f = productFactors(v);
+  if (f.size() != 2)
+    return std::nullopt;
+  for (int k = 0; k < 2; ++k)
+    if (f[k] == x && constScalar(f[1 - k]))
+      return constScalar(f[1 - k]);
+  return std::nullopt;
+}
+
+// ap·x·x; returns ap's param.
+Value *quadraticIn(Value *v, Value *x) {
+  std::vector<Value *> f = productFactors(v);
+  if (f.size() != 3 || std::count(f.begin(), f.end(), x) != 2)
+    return nullptr;
+  return scalarWeight(
+      *std::find_if(f.begin(), f.end(), [x](Value *a) { return a != x; }));
+}
+
+// (Exp(Min(x, eps)) − 1 − x) · an; returns an's param and sets eps.
+Value *eluIn(Value *v, Value *x, double &eps) {
+  std::vector<Value *> f = productFactors(v);
+  if (f.size() != 2)
+    return nullptr;
+  for (int k = 0; k < 2; ++k) {
+    Node *minusX = producer(f[k], "Sub");
+    Node *minusOne = minusX ? producer(minusX->in(0), "Sub") : nullptr;
+    Node *exp = minusOne ? producer(minusOne->in(0), "Exp") : nullptr;
+    Node *min = exp ? producer(exp->in(0), "Min") : nullptr;
+    if (!min || minusX->in(1) != x || !isScalar(minusOne->in(1), 1.0) ||
+        min->inputs.size() != 2)
+      continue;
+    auto c = commuted(min, [](Value *m) { return constScalar(m).has_value(); });
+    Value *an = scalarWeight(f[1 - k]);
+    if (!c || c->second != x || !an)
+      continue;
+    eps = *constScalar(c->first);
+    return an;
+  }
+  return nullptr;
+}
+
+// term(a) + c·x in either order; returns term's result and sets c.
+template <class Term>
+Value *plusLinear(Value *v, Value *x, double &c, Term term) {
+  Node *add = producer(v, "Add");
+  for (int k = 0; add && k < 2; ++k)
+    if (auto lin = linearIn(add->in(1 - k), x))
+      if (Value *r = term(add->in(k))) {
+        c = *lin;
+        return r;
+      }
+  return nullptr;
+}
+
+void fuseXielu(Graph &g, Node *where) {
+  Node *gt = producer(where->in(0), "Greater");
+  if (!gt || constScalar(gt->in(1)) != 0.0 || !isActivation(gt->in(0)))
+    return;
+  Value *x = gt->in(0);
+  double betaP = 0, betaN = 0, eps = 0;
+  Value *ap = plusLinear(where->in(1), x, betaP,
+                         [x](Value *t) { return quadraticIn(t, x); });
+  Value *an = plusLinear(where->in(2), x, betaN,
+                         [x, &eps](Value *t) { return eluIn(t, x, eps); });
+  if (!ap || !an || betaP != betaN || where->out()->shape != x->shape)
+    return;
+  Node *y = replaceWithPrimitive(g, where, "mt.xielu", {x, ap, an}, x->shape);
+  y->setFloat("beta", betaP);
+  y->setFloat("eps", eps);
+}
+
 } // namespace
 
 void fuseActivations(Graph &g) {
+  for (Node *n : nodesWithOp(g, "Where"))
+    fuseXielu(g, n);
   for (Node *n : nodesWithOp(g, "Mul"))
     fuseDecomposedGelu(g, n);
   for (Node *n : nodesWithOp(g, "Gelu")) {

@@ -142,6 +142,13 @@ public:
   void softcap_forward(void *y, const void *x, int64_t n, float cap) override;
   void softcap_backward(void *dx, const void *dy, const void *x, int64_t n,
                         float cap) override;
+  void xielu_forward(void *y, const void *x, const void *alpha_p,
+                     const void *alpha_n, int64_t n, float beta,
+                     float eps) override;
+  void xielu_backward(void *dx, float *dalpha_p, float *dalpha_n,
+                      const void *dy, const void *x, const void *alpha_p,
+                      const void *alpha_n, int64_t n, float beta,
+                      float eps) override;
   void swiglu_forward(void *y, const void *gate, const void *up,
                       int64_t n) override;
   void swiglu_backward(void *dgate, void *dup, const void *dy, const void *gate,

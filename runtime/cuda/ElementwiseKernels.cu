@@ -97,6 +97,53 @@ __global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
   }
 }
 
+// xIELU: ap and an are read from their one-element weights.
+__global__ void xielu_forward_kernel(bf16 *y, const bf16 *x, const bf16 *ap,
+                                     const bf16 *an, int64_t n, float beta,
+                                     float eps) {
+  const float a_p = bf2f(ap[0]), a_n = bf2f(an[0]);
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const float v = bf2f(x[i]);
+    y[i] = f2bf(v > 0.f ? a_p * v * v + beta * v
+                        : a_n * (expm1f(fminf(v, eps)) - v) + beta * v);
+  }
+}
+
+__global__ void xielu_backward_kernel(bf16 *dx, const bf16 *dy, const bf16 *x,
+                                      const bf16 *ap, const bf16 *an,
+                                      int64_t n, float beta, float eps) {
+  const float a_p = bf2f(ap[0]), a_n = bf2f(an[0]);
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const float v = bf2f(x[i]);
+    const float d = v > 0.f ? 2.f * a_p * v + beta
+                            : a_n * ((v < eps ? expf(v) : 0.f) - 1.f) + beta;
+    add_store(dx, i, bf2f(dy[i]) * d);
+  }
+}
+
+// The summands of xIELU's param gradients, the n elements viewed as rows of
+// kXieluCols: dy·x² above 0 (alpha_p), dy·(expm1(min(x, eps)) − x) below
+// (alpha_n).
+constexpr int64_t kXieluCols = 1024;
+template <bool Positive> struct XieluParamGrad {
+  const bf16 *dy, *x;
+  int64_t n;
+  float eps;
+  __device__ float operator()(int64_t m, int64_t j) const {
+    const int64_t i = m * kXieluCols + j;
+    if (i >= n)
+      return 0.f;
+    const float v = bf2f(x[i]);
+    if (Positive)
+      return v > 0.f ? bf2f(dy[i]) * v * v : 0.f;
+    return v > 0.f ? 0.f : bf2f(dy[i]) * (expm1f(fminf(v, eps)) - v);
+  }
+};
+struct Column {
+  const float *v;
+  __device__ float operator()(int64_t m, int64_t) const { return v[m]; }
+};
+
 __global__ void swiglu_forward_kernel(bf16 *y, const bf16 *gate, const bf16 *up,
                                       int64_t n) {
   for (int64_t i = global_index(); i < n; i += global_stride())
@@ -522,6 +569,41 @@ void CudaKernels::softcap_backward(void *dx, const void *dy, const void *x,
   if (n > 0)
     MT_LAUNCH(softcap_kernel<true>, blocks_for(n), kBlock, S_, B(dx), B(dy),
               B(x), n, cap);
+}
+void CudaKernels::xielu_forward(void *y, const void *x, const void *alpha_p,
+                                const void *alpha_n, int64_t n, float beta,
+                                float eps) {
+  if (n > 0)
+    MT_LAUNCH(xielu_forward_kernel, blocks_for(n), kBlock, S_, B(y), B(x),
+              B(alpha_p), B(alpha_n), n, beta, eps);
+}
+
+// The param gradients in fixed order, no atomics: column sums of the
+// [n / 1024, 1024] view, then the sum of those 1024 columns.
+void CudaKernels::xielu_backward(void *dx, float *dalpha_p, float *dalpha_n,
+                                 const void *dy, const void *x,
+                                 const void *alpha_p, const void *alpha_n,
+                                 int64_t n, float beta, float eps) {
+  if (n <= 0)
+    return;
+  if (dx)
+    MT_LAUNCH(xielu_backward_kernel, blocks_for(n), kBlock, S_, B(dx), B(dy),
+              B(x), B(alpha_p), B(alpha_n), n, beta, eps);
+  const int64_t M = (n + kXieluCols - 1) / kXieluCols;
+  const int64_t partials = std::max(column_chunks(M) * kXieluCols,
+                                    column_chunks(kXieluCols));
+  float *columns =
+      static_cast<float *>(scratch((kXieluCols + partials) * 4));
+  float *part = columns + kXieluCols;
+  auto total = [&](float *out, auto summand) {
+    zero_f32(columns, kXieluCols);
+    column_sums(columns, part, M, kXieluCols, summand, S_);
+    column_sums(out, part, kXieluCols, 1, Column{columns}, S_);
+  };
+  if (dalpha_p)
+    total(dalpha_p, XieluParamGrad<true>{B(dy), B(x), n, eps});
+  if (dalpha_n)
+    total(dalpha_n, XieluParamGrad<false>{B(dy), B(x), n, eps});
 }
 void CudaKernels::swiglu_forward(void *y, const void *gate, const void *up,
                                  int64_t n) {

@@ -165,6 +165,20 @@ void CpuKernels::gelu_backward(void *dx, const void *dy, const void *x,
   cpu::gelu_backward(F(dx), F(dy), F(x), n, approximate_tanh);
   store(dx, n);
 }
+void CpuKernels::xielu_forward(void *y, const void *x, const void *alpha_p,
+                               const void *alpha_n, int64_t n, float beta,
+                               float eps) {
+  cpu::xielu_forward(F(y), F(x), n, *F(alpha_p), *F(alpha_n), beta, eps);
+  store(y, n);
+}
+void CpuKernels::xielu_backward(void *dx, float *dalpha_p, float *dalpha_n,
+                                const void *dy, const void *x,
+                                const void *alpha_p, const void *alpha_n,
+                                int64_t n, float beta, float eps) {
+  cpu::xielu_backward(F(dx), dalpha_p, dalpha_n, F(dy), F(x), n, *F(alpha_p),
+                      *F(alpha_n), beta, eps);
+  store(dx, n);
+}
 void CpuKernels::softcap_forward(void *y, const void *x, int64_t n, float cap) {
   cpu::softcap_forward(F(y), F(x), n, cap);
   store(y, n);

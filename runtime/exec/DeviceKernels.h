@@ -102,6 +102,14 @@ public:
                                float cap) = 0;
   virtual void softcap_backward(void *dx, const void *dy, const void *x,
                                 int64_t n, float cap) = 0;
+  /// alpha_p, alpha_n: one-element weights (cpu::xielu_forward's ap, an).
+  virtual void xielu_forward(void *y, const void *x, const void *alpha_p,
+                             const void *alpha_n, int64_t n, float beta,
+                             float eps) = 0;
+  virtual void xielu_backward(void *dx, float *dalpha_p, float *dalpha_n,
+                              const void *dy, const void *x,
+                              const void *alpha_p, const void *alpha_n,
+                              int64_t n, float beta, float eps) = 0;
   virtual void swiglu_forward(void *y, const void *gate, const void *up,
                               int64_t n) = 0;
   virtual void swiglu_backward(void *dgate, void *dup, const void *dy,

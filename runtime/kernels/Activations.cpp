@@ -1,8 +1,10 @@
-//===- Activations.cpp - relu, silu, gelu, swiglu, scale ------------------===//
+//===- Activations.cpp - relu, silu, gelu, xielu, swiglu, scale ----------===//
 
 #include "runtime/kernels/Kernels.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace mtrt::cpu {
 namespace {
@@ -82,6 +84,52 @@ void gelu_backward(float *dx, const float *dy, const float *x, int64_t n,
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i)
     dx[i] += dy[i] * gelu_grad(x[i], approximate_tanh);
+}
+
+void xielu_forward(float *y, const float *x, int64_t n, float ap, float an,
+                   float beta, float eps) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = v > 0.f ? ap * v * v + beta * v
+                   : an * (std::expm1(std::min(v, eps)) - v) + beta * v;
+  }
+}
+
+// d/dx: 2·ap·x + beta above 0; an·(exp(x) − 1) + beta below eps, where
+// min(x, eps) passes x; −an + beta between eps and 0, where it is constant.
+// The param gradients sum fixed chunks in order: the same bits on any
+// thread count.
+void xielu_backward(float *dx, float *dap, float *dan, const float *dy,
+                    const float *x, int64_t n, float ap, float an, float beta,
+                    float eps) {
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> sp(chunks, 0.0), sn(chunks, 0.0);
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
+      const float v = x[i], g = dy[i];
+      if (v > 0.f) {
+        if (dx)
+          dx[i] += g * (2.f * ap * v + beta);
+        sp[c] += double(g) * v * v;
+      } else {
+        if (dx)
+          dx[i] += g * (an * ((v < eps ? std::exp(v) : 0.f) - 1.f) + beta);
+        sn[c] += double(g) * (std::expm1(std::min(v, eps)) - v);
+      }
+    }
+  }
+  double tp = 0, tn = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    tp += sp[c];
+    tn += sn[c];
+  }
+  if (dap)
+    *dap += float(tp);
+  if (dan)
+    *dan += float(tn);
 }
 
 void softcap_forward(float *y, const float *x, int64_t n, float cap) {

@@ -91,6 +91,14 @@ void gelu_backward(float *dx, const float *dy, const float *x, int64_t n,
 void softcap_forward(float *y, const float *x, int64_t n, float cap);
 void softcap_backward(float *dx, const float *dy, const float *x, int64_t n,
                       float cap);
+// xIELU (Apertus): y = ap·x² + beta·x for x > 0, an·(expm1(min(x, eps)) − x)
+// + beta·x elsewhere; ap and an are one-element params. The backward adds
+// to dx and to *dap, *dan (either may be null), summing in double.
+void xielu_forward(float *y, const float *x, int64_t n, float ap, float an,
+                   float beta, float eps);
+void xielu_backward(float *dx, float *dap, float *dan, const float *dy,
+                    const float *x, int64_t n, float ap, float an, float beta,
+                    float eps);
 // y = silu(gate) · up
 void swiglu_forward(float *y, const float *gate, const float *up, int64_t n);
 void swiglu_backward(float *dgate, float *dup, const float *dy,

@@ -104,6 +104,14 @@ ARCHITECTURES = {
                T.BioGptForCausalLM),
     "hunyuan_v1_dense": (T.HunYuanDenseV1Config, dict(COMMON, head_dim=16, pad_token_id=0),
                          T.HunYuanDenseV1ForCausalLM),
+    # Apertus: xIELU, whose trained alphas the exporter folds through their
+    # softplus into one-element initializers (trained as such here and in
+    # the oracle); q/k RMSNorm.
+    "apertus": (T.ApertusConfig, dict(COMMON, head_dim=16, pad_token_id=0),
+                T.ApertusForCausalLM),
+    # CTRL: sinusoidal positions computed in the graph, a frozen table.
+    "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
+                                n_positions=128, use_cache=False), T.CTRLLMHeadModel),
 }
 
 

@@ -135,6 +135,26 @@ def _position_scale(pos, beta, period):
     return (1 + beta * np.log1p(np.floor(pos / period)))[:, None]
 
 
+@idiom("xielu", "Where(Greater(x,0), Add(Mul(Mul(ap,x),x), Mul(beta,x)), "
+       "Add(Mul(Sub(Sub(Exp(Min(x,eps)),1),x), an), Mul(beta,x))) with ap, an [1] weights: "
+       "Apertus's xIELU as the dynamo exporter writes it")
+def _(g):
+    x = x_input(g)
+    ap, AP = param(g, "act.alpha_p", [1], mean=0.8)
+    an, AN = param(g, "act.alpha_n", [1], mean=0.3)
+    lin = g.op("Mul", g.const(0.5), x)
+    pos = g.op("Add", g.op("Mul", g.op("Mul", ap, x), x), lin)
+    expm1 = g.op("Sub", g.op("Exp", g.op("Min", x, g.const(-1e-6))), g.const(1.0))
+    neg = g.op("Add", g.op("Mul", g.op("Sub", expm1, x), an), lin)
+    y_output(g, g.op("Where", g.op("Greater", x, g.const(0.0)), pos, neg), HIDDEN)
+
+    def ref(f):
+        x = f["x"]
+        return np.where(x > 0, AP[0] * x * x + 0.5 * x,
+                        AN[0] * (np.expm1(np.minimum(x, -1e-6)) - x) + 0.5 * x)
+    return ref
+
+
 @idiom("mul-computed-table", "Add(x, Mul(x, t)), t [S,1] = 1 + 0.1·log(1 + floor(Range(0,S) / 4)) "
        "computed in the graph: a frozen table")
 def _(g):

@@ -526,6 +526,28 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
 
+// xIELU over a ragged last row of the param gradients' [n / 1024, 1024]
+// view; values reach both branches and the band between eps and 0.
+TEST_F(CudaKernelsTest, Xielu) {
+  const int64_t n = 5000;
+  Tensor x = Tensor::random(n, 86, -6.f, 4.f), dy = Tensor::random(n, 87);
+  Tensor ap = Tensor::random(1, 88, 0.5f, 1.f),
+         an = Tensor::random(1, 89, 0.1f, 0.5f);
+  Tensor y = Tensor::output(n), dx = Tensor::grad(n, 90);
+  Tensor dap = Tensor::f32(1, 91), dan = Tensor::f32(1, 92);
+  k_->xielu_forward(y.dev(), x.dev(), ap.dev(), an.dev(), n, 0.5f, -1e-6f);
+  cpu_.xielu_forward(y.host(), x.host(), ap.host(), an.host(), n, 0.5f, -1e-6f);
+  k_->xielu_backward(dx.dev(), dap.dev_f32(), dan.dev_f32(), dy.dev(), x.dev(),
+                     ap.dev(), an.dev(), n, 0.5f, -1e-6f);
+  cpu_.xielu_backward(dx.host(), dap.host(), dan.host(), dy.host(), x.host(),
+                      ap.host(), an.host(), n, 0.5f, -1e-6f);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "y";
+  EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise)) << "dx";
+  EXPECT_TRUE(near(dap.fetch(), dap.h, 1e-4, 1e-5)) << "dalpha_p";
+  EXPECT_TRUE(near(dan.fetch(), dan.h, 1e-4, 1e-5)) << "dalpha_n";
+}
+
 TEST_F(CudaKernelsTest, Activations) {
   const int64_t n = 3000;
   Tensor x = Tensor::random(n, 80, -6.f, 6.f), u = Tensor::random(n, 81);

@@ -1,4 +1,4 @@
-//===- ActivationsTest.cpp - relu, silu, gelu, softcap, swiglu, scale -----===//
+//===- ActivationsTest.cpp - relu, silu, gelu, softcap, xielu, swiglu ----===//
 
 #include "runtime/kernels/Kernels.h"
 #include "tests/unit/runtime/kernels/Reference.h"
@@ -131,6 +131,83 @@ TEST(Activations, AccumulateAndDeterministic) {
     op.forward(y1.data(), x.data(), n);
     op.forward(y2.data(), x.data(), n);
     EXPECT_TRUE(bitwise_equal(y1, y2)) << op.name;
+  }
+}
+
+// xIELU with Apertus's constants: inputs x, {ap}, {an}.
+constexpr double kXieluBeta = 0.5, kXieluEps = -1e-6;
+
+Doubles ref_xielu(const std::vector<Doubles> &in) {
+  const double ap = in[1][0], an = in[2][0];
+  Doubles y(in[0].size());
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double x = in[0][i];
+    y[i] = x > 0 ? ap * x * x + kXieluBeta * x
+                 : an * (std::expm1(std::min(x, kXieluEps)) - x) +
+                       kXieluBeta * x;
+  }
+  return y;
+}
+
+// {dx, {dap}, {dan}}
+std::vector<Doubles> ref_xielu_backward(const Doubles &dy,
+                                        const std::vector<Doubles> &in) {
+  const double ap = in[1][0], an = in[2][0];
+  Doubles dx(dy.size()), dap{0.0}, dan{0.0};
+  for (size_t i = 0; i < dy.size(); ++i) {
+    const double x = in[0][i];
+    if (x > 0) {
+      dx[i] = dy[i] * (2 * ap * x + kXieluBeta);
+      dap[0] += dy[i] * x * x;
+    } else {
+      dx[i] = dy[i] *
+              (an * ((x < kXieluEps ? std::exp(x) : 0.0) - 1) + kXieluBeta);
+      dan[0] += dy[i] * (std::expm1(std::min(x, kXieluEps)) - x);
+    }
+  }
+  return {dx, dap, dan};
+}
+
+TEST(Xielu, ReferenceBackwardMatchesFiniteDifferences) {
+  const std::vector<Doubles> in = {widen(random_floats(30, 76, -5.f, 5.f)),
+                                   {0.8}, {0.3}};
+  const Doubles dy = widen(random_floats(30, 77));
+  EXPECT_TRUE(matches_finite_differences(ref_xielu, in, dy,
+                                         ref_xielu_backward(dy, in)));
+}
+
+// The param gradients are sums over all n elements, in double: within a
+// few ulps of float's rounding of the double sum.
+TEST(Xielu, MatchesReferenceAccumulatesDeterministic) {
+  const float ap = 0.8f, an = 0.3f;
+  for (int64_t n : {int64_t(1000), int64_t(40000)}) {
+    const Floats x = random_floats(n, 78, -8.f, 8.f), dy = random_floats(n, 79);
+    const std::vector<Doubles> in = {widen(x), {ap}, {an}};
+    Floats y(n);
+    xielu_forward(y.data(), x.data(), n, ap, an, 0.5f, -1e-6f);
+    EXPECT_TRUE(close(y, ref_xielu(in), 2e-6)) << n;
+
+    const std::vector<Doubles> want = ref_xielu_backward(widen(dy), in);
+    Floats dx = random_floats(n, 80), dap{0.25f}, dan{-0.5f};
+    const Floats dx0 = dx, dap0 = dap, dan0 = dan;
+    const auto backward = [&](float *gx, float *gp, float *gn) {
+      xielu_backward(gx, gp, gn, dy.data(), x.data(), n, ap, an, 0.5f, -1e-6f);
+    };
+    backward(dx.data(), dap.data(), dan.data());
+    EXPECT_TRUE(close(added(dx, dx0), want[0], 2e-6)) << n;
+    EXPECT_TRUE(close(added(dap, dap0), want[1], 1e-6)) << n;
+    EXPECT_TRUE(close(added(dan, dan0), want[2], 1e-6)) << n;
+
+    expect_accumulates({&dx, &dap, &dan},
+                       [&] { backward(dx.data(), dap.data(), dan.data()); });
+    Floats p1{0.f}, p2{0.f}, only_p{0.f}, only_x(n);
+    backward(nullptr, p1.data(), nullptr);
+    backward(only_x.data(), nullptr, nullptr);
+    backward(nullptr, p2.data(), nullptr);
+    EXPECT_TRUE(bitwise_equal(p1, p2)) << n;
+    Floats full_x(n);
+    backward(full_x.data(), only_p.data(), nullptr);
+    EXPECT_TRUE(bitwise_equal(only_x, full_x)) << n;
   }
 }
 
