@@ -321,6 +321,30 @@ private:
       os_ << llvm::formatv("  k.gelu_backward({0}, {1}, {2}, {3}, {4});\n",
                            grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
                            count(s.getX()), s.getApproximate() == "tanh");
+    } else if (auto m = dyn_cast<MoeOp>(op)) {
+      auto d = shapeOf(m.getDown());
+      int64_t H = d[1], E = d[0], I = d[2];
+      os_ << llvm::formatv("  k.moe_forward({0}, {1}, {2}, {3}, {4}, {5}, {6}, "
+                           "{7}, {8}, {9}, {10});\n",
+                           ref(m.getY()), ref(m.getX()), ref(m.getRouter()),
+                           ref(m.getGateUp()), ref(m.getDown()),
+                           count(m.getX()) / H, H, E, I, m.getTopK(),
+                           m.getRouting() == "softmax_renorm");
+    } else if (auto m = dyn_cast<MoeGradOp>(op)) {
+      auto d = shapeOf(m.getDown());
+      int64_t H = d[1], E = d[0], I = d[2];
+      auto dr = paramGrad(&op, m.getDrouter()),
+           dgu = paramGrad(&op, m.getDgateUp()),
+           dd = paramGrad(&op, m.getDdown());
+      if (failed(dr) || failed(dgu) || failed(dd))
+        return failure();
+      os_ << llvm::formatv(
+          "  k.moe_backward({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, "
+          "{10}, {11}, {12}, {13}, {14});\n",
+          grad(m.getDx()), *dr, *dgu, *dd, ref(m.getDy()), ref(m.getX()),
+          ref(m.getRouter()), ref(m.getGateUp()), ref(m.getDown()),
+          count(m.getX()) / H, H, E, I, m.getTopK(),
+          m.getRouting() == "softmax_renorm");
     } else if (auto s = dyn_cast<XieluOp>(op)) {
       os_ << llvm::formatv("  k.xielu_forward({0}, {1}, {2}, {3}, {4}, {5}, "
                            "{6});\n",

@@ -151,6 +151,13 @@ LogicalResult SoftcapGradOp::verify() {
                  failed(sameType(*this, getDx(), getX(), "dx")));
 }
 
+LogicalResult MoeGradOp::verify() {
+  if (failed(sameType(*this, getDy(), getX(), "dy")))
+    return failure();
+  return checkResults(*this, getResults(),
+                      {getX(), getRouter(), getGateUp(), getDown()});
+}
+
 LogicalResult XieluGradOp::verify() {
   if (failed(sameType(*this, getDy(), getX(), "dy")))
     return failure();

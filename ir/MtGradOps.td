@@ -155,6 +155,24 @@ def Mt_SoftcapGradOp : Mt_GradOp<"softcap_grad"> {
   let results = (outs Mt_GradTensor:$dx);
 }
 
+def Mt_MoeGradOp : Mt_GradOp<"moe_grad"> {
+  let summary = "dx, drouter, dgate_up, ddown of mt.moe";
+  let description = [{
+    The routing is recomputed from x; the gradient of the top-k choice is
+    that of the chosen weights (the choice itself is piecewise constant).
+
+    ```mlir
+    %dx, %dr, %dgu, %dd = mt.moe_grad %dy, %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>)
+    ```
+  }];
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x,
+                       Mt_GradTensor:$router, Mt_GradTensor:$gate_up,
+                       Mt_GradTensor:$down, I64Attr:$top_k,
+                       DefaultValuedStrAttr<StrAttr, "softmax">:$routing);
+  let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$drouter,
+                      Mt_GradTensor:$dgate_up, Mt_GradTensor:$ddown);
+}
+
 def Mt_XieluGradOp : Mt_GradOp<"xielu_grad"> {
   let summary = "dx, dαp, dαn of mt.xielu";
   let description = [{

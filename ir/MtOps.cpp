@@ -183,6 +183,28 @@ LogicalResult SoftcapOp::verify() {
   return verifyElementwise(*this);
 }
 
+LogicalResult MoeOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto x = shapeOf(getX()), r = shapeOf(getRouter()), gu = shapeOf(getGateUp()),
+       d = shapeOf(getDown());
+  if (x.empty() || r.size() != 2 || gu.size() != 3 || d.size() != 3)
+    return emitOpError("expects x [..., H], router [E, H], gate_up [E, 2I, "
+                       "H] and down [E, H, I]");
+  const int64_t H = x.back(), E = r[0], I = d[2];
+  if (r[1] != H || gu[0] != E || gu[1] != 2 * I || gu[2] != H || d[0] != E ||
+      d[1] != H)
+    return emitOpError("router ")
+           << str(r) << ", gate_up " << str(gu) << " and down " << str(d)
+           << " do not form E experts of [2I, H] and [H, I] for H = " << H;
+  if (getTopK() < 1 || getTopK() > E)
+    return emitOpError("top_k must be in [1, ") << E << "], not " << getTopK();
+  if (getRouting() != "softmax" && getRouting() != "softmax_renorm")
+    return emitOpError("routing must be softmax or softmax_renorm, not ")
+           << getRouting();
+  return verifyElementwise(*this);
+}
+
 LogicalResult XieluOp::verify() {
   if (failed(verifyElementwise(*this)))
     return failure();

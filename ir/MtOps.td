@@ -337,6 +337,29 @@ def Mt_SoftcapOp : Mt_PrimOp<"softcap"> {
   let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
 }
 
+def Mt_MoeOp : Mt_PrimOp<"moe"> {
+  let summary = "a mixture of SwiGLU experts, top-k softmax routing";
+  let description = [{
+    Per token x [H] (the rows of x [..., H]): p = softmax(router · x) over E
+    experts, the k largest p_e (ties to the lower index) weigh their experts
+    (`routing = "softmax"`), or those k renormalized to sum to 1
+    (`"softmax_renorm"`); expert e computes
+    down[e] · (silu(g) ⊙ u), (g; u) = gate_up[e] · x (g the first I rows).
+    router [E, H], gate_up [E, 2I, H], down [E, H, I]. Mixtral and
+    Qwen3-MoE renormalize, OLMoE does not.
+
+    ```mlir
+    %y = mt.moe %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$router,
+                       Mt_FloatTensor:$gate_up, Mt_FloatTensor:$down,
+                       I64Attr:$top_k,
+                       DefaultValuedStrAttr<StrAttr, "softmax">:$routing);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x `,` $router `,` $gate_up `,` $down attr-dict `:` functional-type(operands, results)";
+}
+
 def Mt_XieluOp : Mt_PrimOp<"xielu"> {
   let summary = "xIELU (Apertus): a trained quadratic above 0, a trained ELU below";
   let description = [{

@@ -88,6 +88,13 @@ double attentionEfficiency(double s) {
   return kAttentionEffMax * (1 - std::exp(-s / kGemmKnee));
 }
 
+// The mixture of experts runs on reference kernels (runtime/cuda/
+// MoeKernels.cu): f32 loops on CUDA cores, whose FMA peak is ~7% of the
+// bf16 tensor peak and which such loops reach a fraction of. A guess until
+// the device check measures them; grouped tensor-core GEMMs would put the
+// experts at the GEMMs' efficiency.
+constexpr double kMoeReferenceEff = 0.01;
+
 /// Seconds one primitive takes on the device, over the rows of one chunk
 /// when it runs in chunks of token rows.
 double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
@@ -124,6 +131,18 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     // 7 products to the forward's 2.
     flops = 4 * bh * pairs * d * (isa<AttentionGradOp>(op) ? 3.5 : 1.0);
     eff = attentionEfficiency(s);
+  } else if (isa<MoeOp, MoeGradOp>(op)) {
+    // Per token: the router (E·H) and k experts' 3·I·H multiply-adds; the
+    // backward recomputes the forward and then does twice its work.
+    Value x = op->getOperand(isa<MoeOp>(op) ? 0 : 1);
+    auto down =
+        cast<RankedTensorType>(op->getOperand(isa<MoeOp>(op) ? 3 : 4).getType())
+            .getShape();
+    double e = down[0], h = down[1], i = down[2], tokens = numel(x) / h;
+    double k = op->getAttrOfType<IntegerAttr>("top_k").getInt();
+    flops =
+        2 * tokens * (e * h + k * 3 * i * h) * (isa<MoeGradOp>(op) ? 3.0 : 1.0);
+    eff = kMoeReferenceEff;
   }
   double elems = 0;
   for (Value v : op->getOperands())

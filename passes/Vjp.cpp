@@ -138,6 +138,19 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     addGradient(s.getX(), g->getResult(0));
     return success();
   }
+  if (auto m = dyn_cast<MoeOp>(op)) {
+    SmallVector<Value> primals{m.getX(), m.getRouter(), m.getGateUp(),
+                               m.getDown()};
+    SmallVector<NamedAttribute> attrs{
+        attr("top_k"), b_.getNamedAttr("routing", m.getRoutingAttr())};
+    SmallVector<Value> operands{dy};
+    operands.append(primals);
+    Operation *g =
+        create(loc, "mt.moe_grad", operands, typesOf(primals), attrs);
+    for (auto [p, d] : llvm::zip(primals, g->getResults()))
+      addGradient(p, d);
+    return success();
+  }
   if (auto s = dyn_cast<XieluOp>(op)) {
     SmallVector<Value> primals{s.getX(), s.getAlphaP(), s.getAlphaN()};
     Operation *g = create(loc, "mt.xielu_grad",

@@ -76,13 +76,14 @@ class Graph:
 
     # -- nodes ----------------------------------------------------------------
 
-    def op(self, op_type, *inputs, domain="", **attrs):
-        """Adds one node; returns the name of its output."""
+    def op(self, op_type, *inputs, domain="", outputs=1, **attrs):
+        """Adds one node; returns the name of its output, or a list of the
+        names of its `outputs` outputs when there are several."""
         name = self._node_name(op_type)
-        out = f"{name}_output_0"
-        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=name,
+        outs = [f"{name}_output_{i}" for i in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=name,
                                            domain=domain or None, **attrs))
-        return out
+        return outs[0] if outputs == 1 else outs
 
     def const(self, value, dtype=None):
         """A Constant node, as exporters write scalars: int64 for ints, else float32."""

@@ -599,6 +599,21 @@ std::vector<ConstPtr> foldCumSum(OpContext &ctx) {
   })};
 }
 
+// TopK: the k largest (or smallest) along an axis and their int64 indices;
+// a mixture of experts' routing, fused by the MoE idiom, so never folded.
+void inferTopK(OpContext &ctx) {
+  const Shape &x = ctx.shape(0);
+  const int64_t axis = ctx.axis(ctx.node.getInt("axis", -1), x.size());
+  std::vector<int64_t> k = ctx.intsIn(1, "k");
+  if (k.size() != 1 || k[0] < 0 || k[0] > x[size_t(axis)])
+    ctx.error("k must be one value in [0, {}]", x[size_t(axis)]);
+  ctx.node.setInt("axis", axis);
+  Shape out = x;
+  out[size_t(axis)] = k[0];
+  ctx.setOutput(0, ctx.in(0).dtype, out);
+  ctx.setOutput(1, DType::I64, out);
+}
+
 } // namespace
 
 void addTensorHandlers(std::vector<OpHandler> &t) {
@@ -618,6 +633,7 @@ void addTensorHandlers(std::vector<OpHandler> &t) {
   t.push_back({"", "GatherElements", 13, inferGatherElements,
                foldGatherElements});
   t.push_back({"", "GatherND", 13, inferGatherND, foldGatherND});
+  t.push_back({"", "TopK", 11, inferTopK, nullptr});
   t.push_back({"", "Expand", 13, inferExpand, foldExpand});
   t.push_back({"", "ConstantOfShape", 9, inferConstantOfShape, nullptr});
   t.push_back({"", "Range", 11, inferRange, nullptr});

@@ -109,6 +109,15 @@ ARCHITECTURES = {
     # the oracle); q/k RMSNorm.
     "apertus": (T.ApertusConfig, dict(COMMON, head_dim=16, pad_token_id=0),
                 T.ApertusForCausalLM),
+    # Mixtures of experts: 4 SwiGLU experts, 2 per token; Mixtral and
+    # Qwen3-MoE renormalize the two chosen weights, OLMoE does not.
+    "mixtral": (T.MixtralConfig, dict(COMMON, num_local_experts=4, num_experts_per_tok=2),
+                T.MixtralForCausalLM),
+    "qwen3_moe": (T.Qwen3MoeConfig, dict(COMMON, head_dim=16, num_experts=4,
+                                         num_experts_per_tok=2, moe_intermediate_size=32,
+                                         norm_topk_prob=True), T.Qwen3MoeForCausalLM),
+    "olmoe": (T.OlmoeConfig, dict(COMMON, num_experts=4, num_experts_per_tok=2),
+              T.OlmoeForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

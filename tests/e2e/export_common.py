@@ -23,6 +23,10 @@ def build(architectures, name, seed=0):
     config_class, kwargs, model_class = architectures[name]
     config = config_class(**kwargs)
     config._attn_implementation = "eager"
+    # Mixtures of experts as batched products over the chosen experts (the
+    # default loops over experts with data-dependent shapes, which does not
+    # export).
+    config._experts_implementation = "batched_mm"
     model = model_class(config).eval()
     with torch.no_grad():
         for p in model.parameters():

@@ -84,6 +84,17 @@ class CudaEmulatedTrainer(unittest.TestCase):
         run([PYTHON, "-m", "tests.e2e.hf_architectures", "bloom", onnx], cwd=ROOT)
         self.check(onnx, "bloom")
 
+    def test_mixtral_experts(self):
+        # The mixture of experts' generated calls into the CUDA reference
+        # kernels (routing, experts, the weight gradients through scratch).
+        python = os.path.join(ROOT, ".venv-export", "bin", "python")
+        if not os.path.exists(python):
+            raise AssertionError(f"{python} is missing: run tools/install-export-venv.sh")
+        onnx = self.w("mixtral.onnx")
+        run([python, os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py"), "mixtral", onnx],
+            cwd=ROOT)
+        self.check(onnx, "mixtral", "--micro-batches", "2")
+
 
 if __name__ == "__main__":
     unittest.main()

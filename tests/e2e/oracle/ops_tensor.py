@@ -151,6 +151,17 @@ def _gather_nd(node, x, indices):
     return picked.reshape(tuple(batch) + tuple(indices.shape[b:-1]) + tuple(x.shape[b + k:]))
 
 
+@op("TopK", 11)
+def _topk(node, x, k):
+    """Values and int64 indices of the k largest (or smallest) along axis;
+    gradients flow through the values (a mixture of experts' routing)."""
+    axis = norm_axis(node.attr("axis", -1), x.dim())
+    values, indices = torch.topk(x, int(ints(k)[0]), dim=axis,
+                                 largest=bool(node.attr("largest", 1)),
+                                 sorted=bool(node.attr("sorted", 1)))
+    return [values, indices.to(torch.int64)]
+
+
 @op("Shape")
 def _shape(node, x):
     rank = x.dim()

@@ -372,6 +372,16 @@ class ControlFlow(unittest.TestCase):
         np.testing.assert_array_equal(scans, [0, 10, 20])
 
 
+class TopK(unittest.TestCase):
+    def test_largest_values_and_indices_along_axis(self):
+        x = np.array([[0.1, 0.7, 0.3, 0.9], [0.5, 0.2, 0.8, 0.4]])
+        values, indices = run_node("TopK", [x, i64([2])], opset=11, outputs=2)
+        np.testing.assert_array_equal(values, [[0.9, 0.7], [0.8, 0.5]])
+        self.assertEqual(indices.tolist(), [[3, 1], [2, 0]])
+        values, indices = run_node("TopK", [x, i64([1])], opset=11, outputs=2, axis=0, largest=0)
+        self.assertEqual(indices.tolist(), [[0, 1, 0, 1]])
+
+
 class GatherND(unittest.TestCase):
     """Values picked by hand from x = arange(24).reshape(2, 3, 4)."""
 

@@ -155,6 +155,65 @@ def _(g):
     return ref
 
 
+def _moe(g, renormalize):
+    """x [B,S,16] through 4 SwiGLU experts (I = 8), 2 per token, as HF's
+    batched experts export: routing Gemm/Softmax/TopK, rows repeated per
+    choice, GatherND of each choice's expert matrices, batched MatMuls."""
+    E, I, K = 4, 8, 2
+    x = x_input(g)
+    flat = g.op("Reshape", x, g.ints(-1, HIDDEN))
+    router, R = param(g, "moe.router", [E, HIDDEN])
+    gate_up, GU = param(g, "moe.gate_up", [E, 2 * I, HIDDEN], std=0.25)
+    down, DN = param(g, "moe.down", [E, HIDDEN, I], std=0.35)
+    probs = g.op("Softmax", g.op("Gemm", flat, router, transB=1), axis=-1)
+    values, idx = g.op("TopK", probs, g.ints(K), axis=-1, outputs=2)
+    w = values
+    if renormalize:
+        w = g.op("Div", values, g.op("ReduceSum", values, g.ints(-1), keepdims=1))
+    tokens = g.dim(flat, 0)
+    rows = g.op("Reshape", g.op("Expand", g.unsqueeze(flat, 1), g.shape_of(tokens, K, HIDDEN)),
+                g.ints(-1, HIDDEN))
+    pick = g.unsqueeze(g.op("Reshape", idx, g.ints(-1)), -1)
+
+    def expert(weight, vec):
+        prod = g.op("MatMul", g.op("GatherND", weight, pick), g.unsqueeze(vec, -1))
+        return g.op("Squeeze", prod, g.ints(-1))
+    gate, up = g.op("Split", expert(gate_up, rows), axis=1, outputs=2)
+    a = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
+    o = g.op("Mul", expert(down, a), g.unsqueeze(g.op("Reshape", w, g.ints(-1)), -1))
+    y = g.op("ReduceSum", g.op("Reshape", o, g.ints(-1, K, HIDDEN)), g.ints(1), keepdims=0)
+    y_output(g, g.op("Reshape", y, g.op("Shape", x)), HIDDEN)
+
+    def ref(f):
+        xs = f["x"].reshape(-1, HIDDEN)
+        logits = xs @ R.T
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        out = np.zeros_like(xs)
+        for t in range(xs.shape[0]):
+            chosen = np.argsort(-p[t], kind="stable")[:K]
+            wt = p[t, chosen] / (p[t, chosen].sum() if renormalize else 1)
+            for e, we in zip(chosen, wt):
+                h = GU[e] @ xs[t]
+                act = h[:I] / (1 + np.exp(-h[:I])) * h[I:]
+                out[t] += we * (DN[e] @ act)
+        return out.reshape(f["x"].shape)
+    return ref
+
+
+@idiom("moe-renormalized", "a mixture of 4 SwiGLU experts, top 2 of the router's softmax, "
+       "renormalized (Mixtral, Qwen3-MoE): Gemm, Softmax, TopK, Div(v, ReduceSum(v)), "
+       "Reshape(Expand(Unsqueeze(x))), GatherND of the expert weights, MatMul, Split, ReduceSum")
+def _(g):
+    return _moe(g, True)
+
+
+@idiom("moe-raw-weights", "moe-renormalized without the Div: the top 2 probabilities as they "
+       "are (OLMoE)")
+def _(g):
+    return _moe(g, False)
+
+
 @idiom("mul-computed-table", "Add(x, Mul(x, t)), t [S,1] = 1 + 0.1·log(1 + floor(Range(0,S) / 4)) "
        "computed in the graph: a frozen table")
 def _(g):

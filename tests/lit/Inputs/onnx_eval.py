@@ -139,6 +139,18 @@ def _gemm(a, x, w, c=None):
     return y if c is None else y + a.get("beta", 1.0) * c
 
 
+def _topk(a, x, k):
+    """The k largest along axis, descending, ties to the lower index."""
+    axis, k = a.get("axis", -1), int(np.ravel(k)[0])
+    idx = np.take(np.argsort(-x, axis=axis, kind="stable"), np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)
+
+
+def _reduce_sum(a, x, axes=None):
+    axes = tuple(int(v) for v in np.ravel(axes)) if axes is not None else None
+    return np.sum(x, axis=axes, keepdims=bool(a.get("keepdims", 1)))
+
+
 def _split(a, x, split=None):
     axis = a.get("axis", 0)
     sizes = list(np.ravel(split)) if split is not None else a.get("split")
@@ -194,6 +206,8 @@ OPS = {
     "Trilu": lambda a, x, k=None: _trilu(x, 0 if k is None else int(k), a.get("upper", 1)),
     "CumSum": lambda a, x, axis: np.cumsum(x, axis=int(axis)),
     "ReduceMean": _reduce_mean,
+    "ReduceSum": _reduce_sum,
+    "TopK": lambda a, x, k: _topk(a, x, k),
     "LayerNormalization": lambda a, x, w, b=None: _layer_norm(x, w, b, a.get("axis", -1),
                                                               a.get("epsilon", 1e-5)),
     "RMSNormalization": lambda a, x, w: _rms_norm(x, w, a.get("axis", -1), a.get("epsilon", 1e-5)),

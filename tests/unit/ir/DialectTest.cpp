@@ -247,6 +247,31 @@ TEST_F(DialectTest, RopeRotationIsHalfOrInterleaved) {
             std::string::npos);
 }
 
+TEST_F(DialectTest, MoeChecksExpertShapesTopKAndRouting) {
+  auto graph = [&](const std::string &gateUp, int64_t k,
+                   const std::string &routing) {
+    std::string args =
+        "%x: tensor<6x16xf32>, %r: tensor<4x16xf32>, %gu: " + gateUp +
+        ", %d: tensor<4x16x8xf32>";
+    std::string body = "%y = mt.moe %x, %r, %gu, %d {routing = \"" + routing +
+                       "\", top_k = " + std::to_string(k) +
+                       " : i64} : (tensor<6x16xf32>, tensor<4x16xf32>, " +
+                       gateUp + ", tensor<4x16x8xf32>) -> tensor<6x16xf32>";
+    return parseError(graphWith(args, body, "tensor<6x16xf32>"));
+  };
+  EXPECT_EQ(graph("tensor<4x16x16xf32>", 2, "softmax_renorm"), "");
+  EXPECT_NE(graph("tensor<4x8x16xf32>", 2, "softmax")
+                .find("do not form E "
+                      "experts"),
+            std::string::npos);
+  EXPECT_NE(graph("tensor<4x16x16xf32>", 5, "softmax")
+                .find("top_k must be in [1, 4], not 5"),
+            std::string::npos);
+  EXPECT_NE(graph("tensor<4x16x16xf32>", 2, "sigmoid")
+                .find("routing must be softmax or softmax_renorm"),
+            std::string::npos);
+}
+
 TEST_F(DialectTest, AddBroadcasts) {
   std::string args = "%a: tensor<2x3x4xf32>, %b: tensor<3x4xf32>";
   EXPECT_EQ(parseError(graphWith(args,

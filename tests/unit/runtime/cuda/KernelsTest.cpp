@@ -526,6 +526,42 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
 
+// The mixture of experts' reference kernels against the CPU's, with and
+// without renormalized routing weights, and a grid-stride loop longer than
+// one block of tokens.
+TEST_F(CudaKernelsTest, Moe) {
+  struct Case {
+    int64_t T, H, E, I, k;
+    bool normalize;
+  };
+  for (const Case c : {Case{9, 40, 4, 24, 2, true}, Case{300, 16, 5, 8, 3, false}}) {
+    const int64_t T = c.T, H = c.H, E = c.E, I = c.I, k = c.k;
+    Tensor x = Tensor::random(T * H, 93), router = Tensor::random(E * H, 94);
+    Tensor gu = Tensor::random(E * 2 * I * H, 95, -0.5f, 0.5f),
+           down = Tensor::random(E * H * I, 96, -0.5f, 0.5f);
+    Tensor y = Tensor::output(T * H), dy = Tensor::random(T * H, 97),
+           dx = Tensor::grad(T * H, 98);
+    Tensor dr = Tensor::f32(E * H, 99), dgu = Tensor::f32(E * 2 * I * H, 100),
+           dd = Tensor::f32(E * H * I, 101);
+    k_->moe_forward(y.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), T, H,
+                    E, I, k, c.normalize);
+    cpu_.moe_forward(y.host(), x.host(), router.host(), gu.host(), down.host(),
+                     T, H, E, I, k, c.normalize);
+    k_->moe_backward(dx.dev(), dr.dev_f32(), dgu.dev_f32(), dd.dev_f32(),
+                     dy.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), T,
+                     H, E, I, k, c.normalize);
+    cpu_.moe_backward(dx.host(), dr.host(), dgu.host(), dd.host(), dy.host(),
+                      x.host(), router.host(), gu.host(), down.host(), T, H, E,
+                      I, k, c.normalize);
+    sync();
+    EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kSums)) << "y, T=" << T;
+    EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx, T=" << T;
+    EXPECT_TRUE(near(dr.fetch(), dr.h, 1e-4, 1e-5)) << "drouter, T=" << T;
+    EXPECT_TRUE(near(dgu.fetch(), dgu.h, 1e-4, 1e-5)) << "dgate_up, T=" << T;
+    EXPECT_TRUE(near(dd.fetch(), dd.h, 1e-4, 1e-5)) << "ddown, T=" << T;
+  }
+}
+
 // xIELU over a ragged last row of the param gradients' [n / 1024, 1024]
 // view; values reach both branches and the band between eps and 0.
 TEST_F(CudaKernelsTest, Xielu) {

@@ -1,0 +1,167 @@
+//===- Moe.cpp - a mixture of SwiGLU experts with top-k routing -----------===//
+//
+// Recognized form (HF transformers 5's batched experts, exported by torch's
+// dynamo exporter; Mixtral, Qwen3-MoE, OLMoE), x [T, H] the flattened
+// hidden states:
+//   p = Softmax(linear(x, router [E, H]));  (v, i) = TopK(p, k)
+//   w = v / ReduceSum(v, last, keepdims)     (normalize; or w = v)
+//   xr = Reshape(Expand(Unsqueeze(x, 1), [T, k, H]), [T·k, H])
+//   h = Squeeze(MatMul(GatherND(gate_up [E, 2I, H], i'), Unsqueeze(xr, -1)))
+//   a = silu(g) · u, (g, u) = Split(h, last)
+//   o = Squeeze(MatMul(GatherND(down [E, H, I], i'), Unsqueeze(a, -1)))
+//   y = ReduceSum(Reshape(o · w', [T, k, H]), axis 1)
+// with i' and w' views of i and w as [T·k, 1]. The whole block becomes
+// mt.moe %x, %router, %gate_up, %down {top_k, routing}.
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/fusion/Fusion.h"
+
+#include "frontend/fusion/Match.h"
+
+namespace mt::onnx_import {
+namespace {
+
+// v through views that keep its elements (Reshape, Squeeze, Unsqueeze).
+Value *unview(Value *v) {
+  while (Node *n = producerOneOf(v, {"Reshape", "Squeeze", "Unsqueeze"}))
+    v = n->in(0);
+  return v;
+}
+
+// The initializer of a 3-d weight operand, untransposed.
+Value *weight3d(Value *v) {
+  auto w = weightView(v);
+  return w && !w->transposed && w->param->rank() == 3 ? w->param : nullptr;
+}
+
+// Squeeze(MatMul(GatherND(W, idx), Unsqueeze(vec, -1)), -1): each slot's
+// expert matrix times its vector. Returns vec; sets W and the index source.
+Value *expertProduct(Value *v, Value *&w, Value *&idx) {
+  Node *sq = producer(v, "Squeeze");
+  Node *mm = sq ? producer(sq->in(0), "MatMul") : nullptr;
+  Node *gather = mm ? producer(mm->in(0), "GatherND") : nullptr;
+  Node *col = mm ? producer(mm->in(1), "Unsqueeze") : nullptr;
+  if (!gather || !col || gather->getInt("batch_dims", 0) != 0 ||
+      gather->in(1)->shape.back() != 1)
+    return nullptr;
+  w = weight3d(gather->in(0));
+  idx = unview(gather->in(1));
+  return w ? col->in(0) : nullptr;
+}
+
+// silu(g) · u as the product g · Sigmoid(g) · u; returns (g, u).
+std::optional<std::pair<Value *, Value *>> swigluOf(Value *a) {
+  std::vector<Value *> f = productFactors(a);
+  if (f.size() != 3)
+    return std::nullopt;
+  for (int s = 0; s < 3; ++s) {
+    Node *sig = producer(f[s], "Sigmoid");
+    if (!sig)
+      continue;
+    for (int g = 0; g < 3; ++g)
+      if (g != s && f[g] == sig->in(0))
+        return std::make_pair(f[g], f[3 - s - g]);
+  }
+  return std::nullopt;
+}
+
+// Reshape(Expand(Unsqueeze(x, 1), [T, k, H]), [T·k, H]): x repeated k times
+// row by row. Returns x.
+Value *repeatedRows(Value *v, int64_t k) {
+  Node *flat = producer(v, "Reshape");
+  Node *expand = flat ? producer(flat->in(0), "Expand") : nullptr;
+  Node *unsq = expand ? producer(expand->in(0), "Unsqueeze") : nullptr;
+  if (!unsq || unsq->getInts("axes") != std::vector<int64_t>{1})
+    return nullptr;
+  const Shape &e = expand->out()->shape;
+  return e.size() == 3 && e[1] == k ? unsq->in(0) : nullptr;
+}
+
+// The router: linear(x, W [E, H]) as Gemm(x, W, transB) or MatMul(x, Wᵀ).
+Value *routerOf(Value *logits, Value *&x) {
+  if (Node *gemm = producer(logits, "Gemm")) {
+    auto w = weightView(gemm->in(1));
+    if (gemm->getInt("transB", 0) != 1 || gemm->getInt("transA", 0) != 0 ||
+        gemm->in(2) || !w || w->transposed)
+      return nullptr;
+    x = gemm->in(0);
+    return w->param;
+  }
+  if (Node *mm = producer(logits, "MatMul")) {
+    auto w = weightView(mm->in(1));
+    if (!w || !w->transposed)
+      return nullptr;
+    x = mm->in(0);
+    return w->param;
+  }
+  return nullptr;
+}
+
+void fuseMoe(Graph &g, Node *sum) {
+  // y = ReduceSum(Reshape(o · w', [T, k, H]), axis 1, keepdims 0)
+  if (sum->getInts("axes") != std::vector<int64_t>{1} ||
+      sum->getInt("keepdims", 1) != 0 || sum->in(0)->rank() != 3)
+    return;
+  const int64_t k = sum->in(0)->dim(1);
+  Node *rs = producer(sum->in(0), "Reshape");
+  Node *mul = rs ? producer(rs->in(0), "Mul") : nullptr;
+  if (!mul)
+    return;
+  for (int side = 0; side < 2; ++side) {
+    Value *downW = nullptr, *gateUpW = nullptr, *idxD = nullptr,
+          *idxG = nullptr;
+    Value *a = expertProduct(mul->in(side), downW, idxD);
+    auto gu = a ? swigluOf(a) : std::nullopt;
+    Node *split = gu ? producer(gu->first, "Split") : nullptr;
+    if (!split || split->outputs.size() != 2 || split->out(0) != gu->first ||
+        split->out(1) != gu->second || split->getInt("axis", 0) != 1)
+      continue;
+    Value *xr = expertProduct(split->in(0), gateUpW, idxG);
+    Value *x = xr ? repeatedRows(xr, k) : nullptr;
+    Node *topk = idxD == idxG ? producer(idxD, "TopK") : nullptr;
+    if (!x || !topk || topk->out(1) != idxD ||
+        topk->getInt("largest", 1) != 1 ||
+        topk->getInt("axis", -1) != topk->in(0)->rank() - 1)
+      continue;
+    Node *softmax = producer(topk->in(0), "Softmax");
+    Value *rx = nullptr;
+    Value *router = softmax ? routerOf(softmax->in(0), rx) : nullptr;
+    if (!router || unview(rx) != unview(x) ||
+        softmax->getInt("axis", -1) != softmax->in(0)->rank() - 1)
+      continue;
+    // The weights: TopK's values, or those over their sum.
+    Value *w = unview(mul->in(1 - side));
+    bool normalize = false;
+    if (Node *div = producer(w, "Div")) {
+      Node *total = producer(div->in(1), "ReduceSum");
+      normalize = div->in(0) == topk->out(0) && total &&
+                  total->in(0) == topk->out(0) &&
+                  total->getInt("keepdims", 1) == 1 &&
+                  total->getInts("axes") ==
+                      std::vector<int64_t>{topk->out(0)->rank() - 1};
+      if (!normalize)
+        continue;
+    } else if (w != topk->out(0)) {
+      continue;
+    }
+    const Shape &gs = gateUpW->shape, &ds = downW->shape;
+    const int64_t E = router->dim(0), H = router->dim(1), I = ds[2];
+    if (gs != Shape{E, 2 * I, H} || ds != Shape{E, H, I} ||
+        x->shape != Shape{x->dim(0), H} || sum->out()->shape != x->shape)
+      continue;
+    Node *moe = replaceWithPrimitive(g, sum, "mt.moe",
+                                     {rx, router, gateUpW, downW}, x->shape);
+    moe->setInt("top_k", k);
+    moe->setString("routing", normalize ? "softmax_renorm" : "softmax");
+    return;
+  }
+}
+
+} // namespace
+
+void fuseMoe(Graph &g) {
+  for (Node *n : nodesWithOp(g, "ReduceSum"))
+    fuseMoe(g, n);
+}
+
+} // namespace mt::onnx_import

@@ -1,0 +1,166 @@
+//===- MoeTest.cpp - the mixture of experts against float64 loops ---------===//
+//
+// The oracle is a naive float64 forward (softmax routing, top k, SwiGLU
+// experts); the kernel's gradients are checked against its central
+// differences, which see through the renormalization and the softmax as
+// long as no perturbation changes which experts a token chooses (the
+// random values keep the k-th and (k+1)-th probabilities apart).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/kernels/Kernels.h"
+#include "tests/unit/runtime/kernels/Reference.h"
+
+#include <algorithm>
+
+namespace mtrt::test {
+namespace {
+
+using namespace mtrt::cpu;
+
+struct MoeShape {
+  int64_t T, H, E, I, k;
+  bool normalize;
+};
+
+// inputs: x [T, H], router [E, H], gate_up [E, 2I, H], down [E, H, I].
+Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
+  const Doubles &x = in[0], &router = in[1], &gate_up = in[2], &down = in[3];
+  Doubles y(s.T * s.H, 0.0);
+  for (int64_t t = 0; t < s.T; ++t) {
+    Doubles p(s.E);
+    double m = -1e300, sum = 0;
+    for (int64_t e = 0; e < s.E; ++e) {
+      p[e] = 0;
+      for (int64_t h = 0; h < s.H; ++h)
+        p[e] += router[e * s.H + h] * x[t * s.H + h];
+      m = std::max(m, p[e]);
+    }
+    for (double &v : p)
+      sum += v = std::exp(v - m);
+    for (double &v : p)
+      v /= sum;
+    std::vector<int64_t> order(s.E);
+    for (int64_t e = 0; e < s.E; ++e)
+      order[e] = e;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    double total = 0;
+    for (int64_t j = 0; j < s.k; ++j)
+      total += p[order[j]];
+    for (int64_t j = 0; j < s.k; ++j) {
+      const int64_t e = order[j];
+      const double w = s.normalize ? p[e] / total : p[e];
+      Doubles a(s.I);
+      for (int64_t i = 0; i < s.I; ++i) {
+        double g = 0, u = 0;
+        for (int64_t h = 0; h < s.H; ++h) {
+          g += gate_up[(e * 2 * s.I + i) * s.H + h] * x[t * s.H + h];
+          u += gate_up[(e * 2 * s.I + s.I + i) * s.H + h] * x[t * s.H + h];
+        }
+        a[i] = g / (1 + std::exp(-g)) * u;
+      }
+      for (int64_t h = 0; h < s.H; ++h) {
+        double o = 0;
+        for (int64_t i = 0; i < s.I; ++i)
+          o += down[(e * s.H + h) * s.I + i] * a[i];
+        y[t * s.H + h] += w * o;
+      }
+    }
+  }
+  return y;
+}
+
+std::vector<Floats> random_inputs(const MoeShape &s, uint32_t seed) {
+  return {random_floats(s.T * s.H, seed, -1.f, 1.f),
+          random_floats(s.E * s.H, seed + 1, -1.f, 1.f),
+          random_floats(s.E * 2 * s.I * s.H, seed + 2, -0.5f, 0.5f),
+          random_floats(s.E * s.H * s.I, seed + 3, -0.5f, 0.5f)};
+}
+
+void forward(const MoeShape &s, const std::vector<Floats> &in, Floats &y) {
+  moe_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), in[3].data(),
+              s.T, s.H, s.E, s.I, s.k, s.normalize);
+}
+
+// grads: dx, drouter, dgate_up, ddown; a null entry is skipped.
+void backward(const MoeShape &s, const std::vector<Floats> &in,
+              const Floats &dy, std::vector<Floats> &g) {
+  moe_backward(ptr(g[0]), ptr(g[1]), ptr(g[2]), ptr(g[3]), dy.data(),
+               in[0].data(), in[1].data(), in[2].data(), in[3].data(), s.T, s.H,
+               s.E, s.I, s.k, s.normalize);
+}
+
+const MoeShape kShapes[] = {
+    {6, 8, 4, 5, 2, true},  // Mixtral, Qwen3-MoE
+    {7, 8, 5, 3, 2, false}, // OLMoE: the chosen probabilities as they are
+    {5, 6, 3, 4, 1, true},  // one expert per token: its weight is 1
+    {4, 6, 4, 3, 4, false}, // every expert
+};
+
+TEST(Moe, ForwardMatchesFloat64) {
+  for (const MoeShape &s : kShapes) {
+    const std::vector<Floats> in = random_inputs(s, 11);
+    Floats y(s.T * s.H);
+    forward(s, in, y);
+    EXPECT_TRUE(close(y, ref_moe(s, widen(in)), 1e-5)) << "E=" << s.E;
+  }
+}
+
+TEST(Moe, GradientsMatchCentralDifferencesOfFloat64) {
+  for (const MoeShape &s : kShapes) {
+    const std::vector<Floats> in = random_inputs(s, 21);
+    const Floats dy = random_floats(s.T * s.H, 25);
+    std::vector<Floats> g;
+    for (const Floats &v : in)
+      g.emplace_back(v.size(), 0.f);
+    backward(s, in, dy, g);
+    std::vector<Doubles> at = widen(in);
+    constexpr double h = 1e-6;
+    for (size_t a = 0; a < at.size(); ++a) {
+      Doubles fd(at[a].size());
+      for (size_t e = 0; e < at[a].size(); ++e) {
+        const double v = at[a][e];
+        at[a][e] = v + h;
+        const Doubles up = ref_moe(s, at);
+        at[a][e] = v - h;
+        const Doubles down = ref_moe(s, at);
+        at[a][e] = v;
+        double d = 0;
+        for (size_t i = 0; i < up.size(); ++i)
+          d += dy[i] * (up[i] - down[i]) / (2 * h);
+        fd[e] = d;
+      }
+      EXPECT_TRUE(close(g[a], fd, 1e-4)) << "E=" << s.E << " input " << a;
+    }
+  }
+}
+
+TEST(Moe, BackwardAccumulatesSkipsNullAndIsDeterministic) {
+  const MoeShape s = kShapes[0];
+  const std::vector<Floats> in = random_inputs(s, 31);
+  const Floats dy = random_floats(s.T * s.H, 35);
+  std::vector<Floats> g;
+  for (const Floats &v : in)
+    g.emplace_back(v.size(), 0.f);
+  expect_accumulates({&g[0], &g[1], &g[2], &g[3]},
+                     [&] { backward(s, in, dy, g); });
+
+  std::vector<Floats> full, again;
+  for (const Floats &v : in) {
+    full.emplace_back(v.size(), 0.f);
+    again.emplace_back(v.size(), 0.f);
+  }
+  backward(s, in, dy, full);
+  backward(s, in, dy, again);
+  for (size_t a = 0; a < full.size(); ++a) {
+    EXPECT_TRUE(bitwise_equal(full[a], again[a])) << "input " << a;
+    std::vector<Floats> only(in.size());
+    only[a].assign(in[a].size(), 0.f);
+    backward(s, in, dy, only);
+    EXPECT_TRUE(bitwise_equal(only[a], full[a])) << "input " << a;
+  }
+}
+
+} // namespace
+} // namespace mtrt::test
