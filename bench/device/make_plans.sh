@@ -13,6 +13,9 @@
 #                                              logits, the tied head and scaled
 #                                              embedding in 2 vocabulary pieces
 #                                              (torch 2.15's exporter: .venv-export)
+#   bench/device/plans/tiny-mixtral            parity of the mixture of experts'
+#                                              CUDA reference kernels (4 experts,
+#                                              2 per token; .venv-export)
 #   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
 #   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
 #   bench/device/plans/llama-1b-32k            long context: 1 x 32768 tokens, the
@@ -54,6 +57,8 @@ EXPORT_PY=${EXPORT_PY:-.venv-export/bin/python}
 "$EXPORT_PY" tests/e2e/dynamo_exports.py gemma2 "$TMP/tiny-gemma2.onnx" > /dev/null 2>&1
 "$MT" compile "$TMP/tiny-gemma2.onnx" --batch 4 --seq-len 128 --vocab-pieces 2 \
   -o "$OUT/tiny-gemma2" --no-build
+"$EXPORT_PY" tests/e2e/dynamo_exports.py mixtral "$TMP/tiny-mixtral.onnx" > /dev/null 2>&1
+"$MT" compile "$TMP/tiny-mixtral.onnx" --batch 4 --seq-len 128 -o "$OUT/tiny-mixtral" --no-build
 
 # name, then structure_model.py flags (Llama shapes, vocab 32000).
 structure() {
