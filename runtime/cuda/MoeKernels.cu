@@ -9,15 +9,18 @@
 // grouped tensor-core GEMMs over the tokens each expert received are the
 // fast path still to build.
 //
-// Scratch, per call: probabilities P [T, E], chosen experts X and weights W
-// [T·k], the experts' (g; u) and a = silu(g)·u per slot; the backward adds
-// per-slot output and hidden gradients, the router logits' gradient and
-// each expert's slots in token order.
+// Scratch, per chunk of tokens: probabilities P [T, E], chosen experts X
+// and weights W [T·k], the experts' (g; u) and a = silu(g)·u per slot; the
+// backward adds per-slot output and hidden gradients, the router logits'
+// gradient and each expert's slots in token order. Chunks of tokens keep it
+// under 64 MiB; the weight gradients add chunk by chunk.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/KernelCommon.cuh"
 #include "runtime/exec/Error.h"
+
+#include <cstdlib>
 
 namespace mtrt::MT_KNS {
 namespace {
@@ -294,35 +297,23 @@ void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
             w.A, static_cast<const float *>(w.GU), s);
 }
 
-} // namespace
-
-void CudaKernels::moe_forward(void *y, const void *x, const void *router,
-                              const void *gate_up, const void *down, int64_t T,
-                              int64_t H, int64_t E, int64_t I, int64_t k,
-                              bool normalize) {
-  if (T <= 0)
-    return;
-  const MoeShape s{T, H, E, I, k, normalize};
-  const Scratch w(scratch(Scratch::words(s, false) * 4), s, false);
-  cudaStream_t stream = cudaStream_t(stream_);
+void forward_tokens(void *scratch, const MoeShape &s, void *y, const void *x,
+                    const void *router, const void *gate_up, const void *down,
+                    cudaStream_t stream) {
+  const Scratch w(scratch, s, false);
   forward_hidden(w, s, x, router, gate_up, stream);
-  MT_LAUNCH(output_kernel, blocks_for(T * H), kThreads, stream, B(y),
+  MT_LAUNCH(output_kernel, blocks_for(s.T * s.H), kThreads, stream, B(y),
             static_cast<const float *>(w.A), static_cast<const int *>(w.X),
             static_cast<const float *>(w.W), B(down), s);
 }
 
-void CudaKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
-                               float *ddown, const void *dy, const void *x,
-                               const void *router, const void *gate_up,
-                               const void *down, int64_t T, int64_t H,
-                               int64_t E, int64_t I, int64_t k,
-                               bool normalize) {
-  if (T <= 0)
-    return;
-  const MoeShape s{T, H, E, I, k, normalize};
-  const Scratch w(scratch(Scratch::words(s, true) * 4), s, true);
-  cudaStream_t stream = cudaStream_t(stream_);
+void backward_tokens(void *scratch, const MoeShape &s, void *dx, float *drouter,
+                     float *dgate_up, float *ddown, const void *dy,
+                     const void *x, const void *router, const void *gate_up,
+                     const void *down, cudaStream_t stream) {
+  const Scratch w(scratch, s, true);
   const int *X = w.X;
+  const int64_t T = s.T, H = s.H, E = s.E, I = s.I;
   forward_hidden(w, s, x, router, gate_up, stream);
   MT_LAUNCH(slot_grad_kernel, dim3(unsigned(s.slots())), dim3(kThreads), stream,
             w.DOUT, w.DW, static_cast<const float *>(w.A), X,
@@ -354,6 +345,74 @@ void CudaKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
               dgate_up, static_cast<const float *>(w.DGU), B(x),
               static_cast<const int *>(w.LIST),
               static_cast<const int *>(w.COUNT), s);
+}
+
+// Tokens per call of the kernels above: the scratch stays under 64 MiB
+// whatever the plan's token count (it is outside the plan's device budget,
+// within the backend's reserve). MEGATRAIN_CUDA_MOE_CHUNK_TOKENS overrides
+// it (the tests' ragged chunks).
+int64_t chunkTokens(const MoeShape &s, bool backward) {
+  if (const char *env = std::getenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS"))
+    if (int64_t n = std::atoll(env); n > 0)
+      return n;
+  MoeShape one = s;
+  one.T = 1;
+  constexpr int64_t kScratchWords = (int64_t(64) << 20) / 4;
+  return std::max<int64_t>(1, kScratchWords / Scratch::words(one, backward));
+}
+
+// Calls fn(scratch, chunk's shape, first token) over chunks of `chunk`
+// tokens.
+template <class Fn>
+void overChunks(void *scratch, const MoeShape &s, int64_t chunk, Fn fn) {
+  MoeShape c = s;
+  for (int64_t t0 = 0; t0 < s.T; t0 += chunk) {
+    c.T = std::min(chunk, s.T - t0);
+    fn(scratch, c, t0);
+  }
+}
+
+int64_t scratchBytes(MoeShape s, int64_t chunk, bool backward) {
+  s.T = chunk;
+  return Scratch::words(s, backward) * 4;
+}
+
+} // namespace
+
+void CudaKernels::moe_forward(void *y, const void *x, const void *router,
+                              const void *gate_up, const void *down, int64_t T,
+                              int64_t H, int64_t E, int64_t I, int64_t k,
+                              bool normalize) {
+  if (T <= 0)
+    return;
+  cudaStream_t stream = cudaStream_t(stream_);
+  const MoeShape s{T, H, E, I, k, normalize};
+  const int64_t chunk = std::min(T, chunkTokens(s, false));
+  overChunks(scratch(scratchBytes(s, chunk, false)), s, chunk,
+             [&](void *scratch, const MoeShape &c, int64_t t0) {
+               forward_tokens(scratch, c, at(y, t0 * H), at(x, t0 * H), router,
+                              gate_up, down, stream);
+             });
+}
+
+// The param gradients add chunk by chunk, in token order.
+void CudaKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
+                               float *ddown, const void *dy, const void *x,
+                               const void *router, const void *gate_up,
+                               const void *down, int64_t T, int64_t H,
+                               int64_t E, int64_t I, int64_t k,
+                               bool normalize) {
+  if (T <= 0)
+    return;
+  cudaStream_t stream = cudaStream_t(stream_);
+  const MoeShape s{T, H, E, I, k, normalize};
+  const int64_t chunk = std::min(T, chunkTokens(s, true));
+  overChunks(scratch(scratchBytes(s, chunk, true)), s, chunk,
+             [&](void *scratch, const MoeShape &c, int64_t t0) {
+               backward_tokens(scratch, c, dx ? at(dx, t0 * H) : nullptr,
+                               drouter, dgate_up, ddown, at(dy, t0 * H),
+                               at(x, t0 * H), router, gate_up, down, stream);
+             });
 }
 
 } // namespace mtrt::MT_KNS

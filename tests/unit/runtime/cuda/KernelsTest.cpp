@@ -527,14 +527,21 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
 }
 
 // The mixture of experts' reference kernels against the CPU's, with and
-// without renormalized routing weights, and a grid-stride loop longer than
-// one block of tokens.
+// without renormalized routing weights, a grid-stride loop longer than one
+// block of tokens, and in ragged chunks of 7 tokens, whose weight gradients
+// add chunk by chunk.
 TEST_F(CudaKernelsTest, Moe) {
   struct Case {
     int64_t T, H, E, I, k;
     bool normalize;
+    const char *chunk; // MEGATRAIN_CUDA_MOE_CHUNK_TOKENS, or none
   };
-  for (const Case c : {Case{9, 40, 4, 24, 2, true}, Case{300, 16, 5, 8, 3, false}}) {
+  for (const Case c :
+       {Case{9, 40, 4, 24, 2, true, nullptr},
+        Case{300, 16, 5, 8, 3, false, nullptr},
+        Case{9, 40, 4, 24, 2, true, "7"}, Case{300, 16, 5, 8, 3, false, "7"}}) {
+    if (c.chunk)
+      setenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS", c.chunk, 1);
     const int64_t T = c.T, H = c.H, E = c.E, I = c.I, k = c.k;
     Tensor x = Tensor::random(T * H, 93), router = Tensor::random(E * H, 94);
     Tensor gu = Tensor::random(E * 2 * I * H, 95, -0.5f, 0.5f),
@@ -554,11 +561,14 @@ TEST_F(CudaKernelsTest, Moe) {
                       x.host(), router.host(), gu.host(), down.host(), T, H, E,
                       I, k, c.normalize);
     sync();
-    EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kSums)) << "y, T=" << T;
-    EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx, T=" << T;
-    EXPECT_TRUE(near(dr.fetch(), dr.h, 1e-4, 1e-5)) << "drouter, T=" << T;
-    EXPECT_TRUE(near(dgu.fetch(), dgu.h, 1e-4, 1e-5)) << "dgate_up, T=" << T;
-    EXPECT_TRUE(near(dd.fetch(), dd.h, 1e-4, 1e-5)) << "ddown, T=" << T;
+    unsetenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS");
+    const std::string at = "T=" + std::to_string(T) +
+                           (c.chunk ? std::string(" chunk ") + c.chunk : "");
+    EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kSums)) << "y, " << at;
+    EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx, " << at;
+    EXPECT_TRUE(near(dr.fetch(), dr.h, 1e-4, 1e-5)) << "drouter, " << at;
+    EXPECT_TRUE(near(dgu.fetch(), dgu.h, 1e-4, 1e-5)) << "dgate_up, " << at;
+    EXPECT_TRUE(near(dd.fetch(), dd.h, 1e-4, 1e-5)) << "ddown, " << at;
   }
 }
 
