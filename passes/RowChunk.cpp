@@ -218,6 +218,11 @@ private:
         .Case([&](SwigluOp o) {
           return isRow(o.getGate()) && isRow(o.getUp()) && row(o.getY());
         })
+        .Case([&](MoeOp o) {
+          // Tokens route and run through their experts independently.
+          return isRow(o.getX()) && weight(o.getRouter()) &&
+                 weight(o.getGateUp()) && weight(o.getDown()) && row(o.getY());
+        })
         .Case([&](XieluOp o) {
           return isRow(o.getX()) && weight(o.getAlphaP()) &&
                  weight(o.getAlphaN()) && row(o.getY());
@@ -249,6 +254,12 @@ private:
         .Case([&](SwigluGradOp o) {
           return isRow(o.getDy()) && isRow(o.getGate()) && isRow(o.getUp()) &&
                  row(o.getDgate()) && row(o.getDup());
+        })
+        .Case([&](MoeGradOp o) {
+          return isRow(o.getDy()) && isRow(o.getX()) && weight(o.getRouter()) &&
+                 weight(o.getGateUp()) && weight(o.getDown()) &&
+                 row(o.getDx()) && sum(o.getDrouter()) && sum(o.getDgateUp()) &&
+                 sum(o.getDdown());
         })
         .Case([&](XieluGradOp o) {
           return isRow(o.getDy()) && isRow(o.getX()) && weight(o.getAlphaP()) &&

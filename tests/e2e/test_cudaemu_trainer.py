@@ -86,14 +86,15 @@ class CudaEmulatedTrainer(unittest.TestCase):
 
     def test_mixtral_experts(self):
         # The mixture of experts' generated calls into the CUDA reference
-        # kernels (routing, experts, the weight gradients through scratch).
+        # kernels (routing, experts, the weight gradients through scratch),
+        # the MoE stretch in 2 chunks of 16 of 32 tokens.
         python = os.path.join(ROOT, ".venv-export", "bin", "python")
         if not os.path.exists(python):
             raise AssertionError(f"{python} is missing: run tools/install-export-venv.sh")
         onnx = self.w("mixtral.onnx")
         run([python, os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py"), "mixtral", onnx],
             cwd=ROOT)
-        self.check(onnx, "mixtral", "--micro-batches", "2")
+        self.check(onnx, "mixtral", "--micro-batches", "2", "--mlp-chunk-tokens", "16")
 
 
 if __name__ == "__main__":

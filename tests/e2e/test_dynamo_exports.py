@@ -39,6 +39,12 @@ class DynamoExports(unittest.TestCase):
         divided), Cohere (logit scale)."""
         self.check(["gemma2", "granite", "cohere"], "--vocab-pieces", "2")
 
+    def test_experts_in_chunks_of_tokens(self):
+        """Each layer's mixture of experts over 4 chunks of 8 of its 32
+        tokens (mt-chunk-mlp): routing per chunk, the experts' and router's
+        gradients summed over the chunks."""
+        self.check(["mixtral", "olmoe"], "--mlp-chunk-tokens", "8")
+
     def check(self, names, *flags):
         w = self.w
         for family in names:
@@ -53,6 +59,9 @@ class DynamoExports(unittest.TestCase):
                     kinds = [u["kind"] for u in plan["units"]]
                     self.assertEqual(kinds.count("embedding"), pieces)
                     self.assertEqual(kinds.count("head"), pieces)
+                if "--mlp-chunk-tokens" in flags:  # the layer and its backward
+                    chunked = {c["template"]: c["chunks"] for c in plan["token_chunks"]}
+                    self.assertEqual(chunked, {"layer": 4, "layer.bwd": 4})
                 w.train(plan_dir, "--data", self.data, "--steps", "1",
                         "--dump-grads", w(name + ".ours.st"), "--log-jsonl", w(name + ".ours.jsonl"))
                 w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",
