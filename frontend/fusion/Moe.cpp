@@ -1,10 +1,12 @@
 //===- Moe.cpp - a mixture of SwiGLU experts with top-k routing -----------===//
 //
 // Recognized form (HF transformers 5's batched experts, exported by torch's
-// dynamo exporter; Mixtral, Qwen3-MoE, OLMoE), x [T, H] the flattened
-// hidden states:
+// dynamo exporter; Mixtral, Qwen3-MoE, OLMoE, Granite-MoE), x [T, H] the
+// flattened hidden states:
 //   p = Softmax(linear(x, router [E, H]));  (v, i) = TopK(p, k)
 //   w = v / ReduceSum(v, last, keepdims)     (normalize; or w = v)
+//   or (v, i) = TopK(linear(x, router), k), w = Softmax(v): the same
+//   renormalized weights
 //   xr = Reshape(Expand(Unsqueeze(x, 1), [T, k, H]), [T·k, H])
 //   h = Squeeze(MatMul(GatherND(gate_up [E, 2I, H], i'), Unsqueeze(xr, -1)))
 //   a = silu(g) · u, (g, u) = Split(h, last)
@@ -123,16 +125,26 @@ void fuseMoe(Graph &g, Node *sum) {
         topk->getInt("largest", 1) != 1 ||
         topk->getInt("axis", -1) != topk->in(0)->rank() - 1)
       continue;
+    // Top k of the softmax, or of the logits (Granite): the softmax of the k
+    // chosen logits is the k chosen probabilities renormalized.
+    auto lastAxis = [](Node *n) {
+      return n->getInt("axis", -1) == n->in(0)->rank() - 1;
+    };
     Node *softmax = producer(topk->in(0), "Softmax");
     Value *rx = nullptr;
-    Value *router = softmax ? routerOf(softmax->in(0), rx) : nullptr;
-    if (!router || unview(rx) != unview(x) ||
-        softmax->getInt("axis", -1) != softmax->in(0)->rank() - 1)
+    Value *router = routerOf(softmax ? softmax->in(0) : topk->in(0), rx);
+    if (!router || unview(rx) != unview(x) || (softmax && !lastAxis(softmax)))
       continue;
-    // The weights: TopK's values, or those over their sum.
+    // The weights: TopK's values, those over their sum, or the softmax of
+    // the chosen logits.
     Value *w = unview(mul->in(1 - side));
     bool normalize = false;
-    if (Node *div = producer(w, "Div")) {
+    if (!softmax) {
+      Node *chosen = producer(w, "Softmax");
+      if (!chosen || chosen->in(0) != topk->out(0) || !lastAxis(chosen))
+        continue;
+      normalize = true;
+    } else if (Node *div = producer(w, "Div")) {
       Node *total = producer(div->in(1), "ReduceSum");
       normalize = div->in(0) == topk->out(0) && total &&
                   total->in(0) == topk->out(0) &&

@@ -118,6 +118,12 @@ ARCHITECTURES = {
                                          norm_topk_prob=True), T.Qwen3MoeForCausalLM),
     "olmoe": (T.OlmoeConfig, dict(COMMON, num_experts=4, num_experts_per_tok=2),
               T.OlmoeForCausalLM),
+    # Granite-MoE: the top 2 of the router's logits, then their softmax;
+    # Hunyuan MoE: a dense SwiGLU MLP beside the routed experts.
+    "granitemoe": (T.GraniteMoeConfig, dict(COMMON, num_local_experts=4, num_experts_per_tok=2),
+                   T.GraniteMoeForCausalLM),
+    "hunyuan_v1_moe": (T.HunYuanMoEV1Config, dict(COMMON, head_dim=16, num_experts=4, moe_topk=2,
+                                                  pad_token_id=0), T.HunYuanMoEV1ForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

@@ -155,20 +155,27 @@ def _(g):
     return ref
 
 
-def _moe(g, renormalize):
+def _moe(g, renormalize, topk_of_logits=False):
     """x [B,S,16] through 4 SwiGLU experts (I = 8), 2 per token, as HF's
     batched experts export: routing Gemm/Softmax/TopK, rows repeated per
-    choice, GatherND of each choice's expert matrices, batched MatMuls."""
+    choice, GatherND of each choice's expert matrices, batched MatMuls.
+    topk_of_logits: TopK of the logits, then Softmax of the chosen ones
+    (Granite-MoE), the renormalized weights again."""
     E, I, K = 4, 8, 2
     x = x_input(g)
     flat = g.op("Reshape", x, g.ints(-1, HIDDEN))
     router, R = param(g, "moe.router", [E, HIDDEN])
     gate_up, GU = param(g, "moe.gate_up", [E, 2 * I, HIDDEN], std=0.25)
     down, DN = param(g, "moe.down", [E, HIDDEN, I], std=0.35)
-    probs = g.op("Softmax", g.op("Gemm", flat, router, transB=1), axis=-1)
-    values, idx = g.op("TopK", probs, g.ints(K), axis=-1, outputs=2)
-    w = values
-    if renormalize:
+    logits = g.op("Gemm", flat, router, transB=1)
+    if topk_of_logits:
+        values, idx = g.op("TopK", logits, g.ints(K), axis=-1, outputs=2)
+        w = g.op("Softmax", values, axis=-1)
+    else:
+        values, idx = g.op("TopK", g.op("Softmax", logits, axis=-1), g.ints(K), axis=-1,
+                           outputs=2)
+        w = values
+    if renormalize and not topk_of_logits:
         w = g.op("Div", values, g.op("ReduceSum", values, g.ints(-1), keepdims=1))
     tokens = g.dim(flat, 0)
     rows = g.op("Reshape", g.op("Expand", g.unsqueeze(flat, 1), g.shape_of(tokens, K, HIDDEN)),
@@ -206,6 +213,12 @@ def _moe(g, renormalize):
        "Reshape(Expand(Unsqueeze(x))), GatherND of the expert weights, MatMul, Split, ReduceSum")
 def _(g):
     return _moe(g, True)
+
+
+@idiom("moe-topk-logits", "moe-renormalized with the top 2 of the logits, then Softmax of "
+       "those 2 (Granite-MoE): the same weights")
+def _(g):
+    return _moe(g, True, topk_of_logits=True)
 
 
 @idiom("moe-raw-weights", "moe-renormalized without the Div: the top 2 probabilities as they "
