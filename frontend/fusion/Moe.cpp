@@ -75,8 +75,11 @@ Value *repeatedRows(Value *v, int64_t k) {
   Node *unsq = expand ? producer(expand->in(0), "Unsqueeze") : nullptr;
   if (!unsq || unsq->getInts("axes") != std::vector<int64_t>{1})
     return nullptr;
+  Value *x = unsq->in(0);
   const Shape &e = expand->out()->shape;
-  return e.size() == 3 && e[1] == k ? unsq->in(0) : nullptr;
+  bool repeats = x->rank() == 2 && e == Shape{x->dim(0), k, x->dim(1)} &&
+                 v->shape == Shape{x->dim(0) * k, x->dim(1)};
+  return repeats ? x : nullptr;
 }
 
 // The router: linear(x, W [E, H]) as Gemm(x, W, transB) or MatMul(x, Wᵀ).
@@ -121,7 +124,7 @@ void fuseMoe(Graph &g, Node *sum) {
     Value *xr = expertProduct(split->in(0), gateUpW, idxG);
     Value *x = xr ? repeatedRows(xr, k) : nullptr;
     Node *topk = idxD == idxG ? producer(idxD, "TopK") : nullptr;
-    if (!x || !topk || topk->out(1) != idxD ||
+    if (!x || !topk || topk->out(1) != idxD || topk->out(1)->dim(-1) != k ||
         topk->getInt("largest", 1) != 1 ||
         topk->getInt("axis", -1) != topk->in(0)->rank() - 1)
       continue;
@@ -133,7 +136,8 @@ void fuseMoe(Graph &g, Node *sum) {
     Node *softmax = producer(topk->in(0), "Softmax");
     Value *rx = nullptr;
     Value *router = routerOf(softmax ? softmax->in(0) : topk->in(0), rx);
-    if (!router || unview(rx) != unview(x) || (softmax && !lastAxis(softmax)))
+    if (!router || unview(rx) != unview(x) || rx->shape != x->shape ||
+        (softmax && !lastAxis(softmax)))
       continue;
     // The weights: TopK's values, those over their sum, or the softmax of
     // the chosen logits.
