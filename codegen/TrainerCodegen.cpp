@@ -350,9 +350,27 @@ private:
         << llvm::formatv("    {0}, kLaunches,\n", numLaunches_)
         << llvm::formatv("    {0}, kEvents,\n", eventIndex_.size())
         << llvm::formatv("    {0}, kCommands,\n", numCommands_)
-        << "    mtrt::MasterFormat::" << (bf16Master_ ? "Bf16" : "F32")
-        << "};\n\n"
+        << "    mtrt::MasterFormat::" << (bf16Master_ ? "Bf16" : "F32") << ",\n"
+        << llvm::formatv("    {0}, {1}};\n\n", maxHeadDim(), maxAlibiHeads())
         << "} // namespace\n\n";
+  }
+
+  // The largest head dim and ALiBi head count of any attention in the
+  // templates.
+  int64_t maxHeadDim() {
+    int64_t d = 0;
+    module_.walk([&](AttentionOp a) {
+      d = std::max(d, cast<RankedTensorType>(a.getQ().getType()).getShape()[3]);
+    });
+    return d;
+  }
+  int64_t maxAlibiHeads() {
+    int64_t h = 0;
+    module_.walk([&](AttentionOp a) {
+      if (auto slopes = a.getAlibiSlopes())
+        h = std::max(h, int64_t(slopes->size()));
+    });
+    return h;
   }
 
   ModuleOp module_;

@@ -403,6 +403,17 @@ ScoreForm score_form(const char *op, float softcap, const float *slopes,
 
 } // namespace
 
+void check_attention_limits(int64_t head_dim, int64_t alibi_heads) {
+  if (head_dim > 256)
+    fail("the cuda backend's attention kernels take head dims up to 256; "
+         "this plan's attention has head dim ",
+         head_dim, " (train it with --backend cpu)");
+  if (alibi_heads > kMaxAlibiHeads)
+    fail("the cuda backend's attention kernels take ALiBi over at most ",
+         kMaxAlibiHeads, " heads; this plan's attention has ", alibi_heads,
+         " (train it with --backend cpu)");
+}
+
 AttentionKernels attention_kernels_from_env() {
   const char *s = std::getenv("MEGATRAIN_CUDA_ATTENTION");
   if (!s || !*s || std::strcmp(s, "tensor-cores") == 0)

@@ -137,6 +137,9 @@ public:
   const char *name() const override { return "cuda"; }
   StorageFormat storage_format() const override { return StorageFormat::Bf16; }
 
+  void check_supported(const Program &p) const override {
+    check_attention_limits(p.max_head_dim, p.max_alibi_heads);
+  }
   void allocate_arenas(const int64_t elems[kNumDTypes]) override;
   void *arena(DType t) override { return arenas_[int(t)]; }
   HostMemory allocate_host(int64_t bytes) override;

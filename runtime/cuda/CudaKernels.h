@@ -75,6 +75,10 @@ enum class AttentionKernels { TensorCores, CudaCores };
 /// or "cuda-cores"); throws Error naming the variable for anything else.
 AttentionKernels attention_kernels_from_env();
 
+/// Throws Error when the attention kernels cannot run a head dim of
+/// `head_dim` or ALiBi over `alibi_heads` heads.
+void check_attention_limits(int64_t head_dim, int64_t alibi_heads);
+
 class CudaKernels final : public DeviceKernels {
 public:
   /// Creates the cuBLASLt handle and its workspace on the current device.

@@ -61,6 +61,10 @@ public:
     return t == DType::Storage ? storage_size() : 4;
   }
 
+  /// Throws Error, naming the limit, when the plan needs what this backend's
+  /// kernels cannot do (called before anything is loaded).
+  virtual void check_supported(const Program &) const {}
+
   /// Allocates the arenas once: elems[int(DType)] elements of each dtype,
   /// zeroed. Throws Error, naming the arena and bytes, when the device lacks
   /// the memory.

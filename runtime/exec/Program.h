@@ -206,6 +206,11 @@ struct Program {
   int num_commands; // one training step, in issue order
   const Command *commands;
   MasterFormat master = MasterFormat::F32;
+  /// What the attention kernels must support (0: the model has no
+  /// attention, or no ALiBi): a backend refuses a plan past its limits
+  /// before anything is loaded.
+  int64_t max_head_dim = 0;
+  int64_t max_alibi_heads = 0;
 };
 
 inline int64_t part_elems(const Program &p, const UnitDesc &u, int i) {

@@ -152,6 +152,7 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
   bopts.stress_seed = opts_.seed;
   bopts.trace = trace.get();
   std::unique_ptr<Backend> backend = entry.create(bopts);
+  backend->check_supported(p_);
 
   OptimizerConfig oc;
   oc.beta1 = opts_.beta1;

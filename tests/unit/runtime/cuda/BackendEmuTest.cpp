@@ -64,6 +64,37 @@ TEST(CudaBackendEmu, RefusesFp32) {
   }
 }
 
+// A plan whose attention the kernels cannot run is refused by name before
+// anything is loaded, not at its first attention call.
+TEST(CudaBackendEmu, RefusesAttentionPastTheKernelsLimits) {
+  BackendOptions bo;
+  bo.bf16 = true;
+  std::unique_ptr<Backend> b = cuda_emulated_backend_entry().create(bo);
+  ToyProgram toy(2);
+  Program p = toy.program();
+  p.max_head_dim = 256;
+  p.max_alibi_heads = 64;
+  b->check_supported(p); // at the limits: accepted
+  auto refusal = [&](Program q) -> std::string {
+    try {
+      b->check_supported(q);
+    } catch (const std::exception &e) {
+      return e.what();
+    }
+    return "";
+  };
+  Program wide = p;
+  wide.max_head_dim = 320;
+  EXPECT_NE(refusal(wide).find("head dims up to 256; this plan's attention "
+                               "has head dim 320"),
+            std::string::npos)
+      << refusal(wide);
+  Program alibi = p;
+  alibi.max_alibi_heads = 1000;
+  EXPECT_NE(refusal(alibi).find("ALiBi over at most"), std::string::npos)
+      << refusal(alibi);
+}
+
 TEST(CudaBackendEmu, TracesDeviceStreamsAndWritesStats) {
   const std::string stats = ::testing::TempDir() + "cudaemu-stats.json";
   ::setenv("MEGATRAIN_CUDA_STATS", stats.c_str(), 1);
