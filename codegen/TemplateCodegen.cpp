@@ -325,10 +325,11 @@ private:
       auto d = shapeOf(m.getDown());
       int64_t H = d[1], E = d[0], I = d[2];
       os_ << llvm::formatv("  k.moe_forward({0}, {1}, {2}, {3}, {4}, {5}, {6}, "
-                           "{7}, {8}, {9}, {10});\n",
+                           "{7}, {8}, {9}, {10}, {11});\n",
                            ref(m.getY()), ref(m.getX()), ref(m.getRouter()),
                            ref(m.getGateUp()), ref(m.getDown()),
-                           count(m.getX()) / H, H, E, I, m.getTopK(),
+                           opt(m.getBias()), count(m.getX()) / H, H, E, I,
+                           m.getTopK(),
                            m.getRouting() == "softmax_renorm");
     } else if (auto m = dyn_cast<MoeGradOp>(op)) {
       auto d = shapeOf(m.getDown());
@@ -340,10 +341,10 @@ private:
         return failure();
       os_ << llvm::formatv(
           "  k.moe_backward({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, "
-          "{10}, {11}, {12}, {13}, {14});\n",
+          "{10}, {11}, {12}, {13}, {14}, {15});\n",
           grad(m.getDx()), *dr, *dgu, *dd, ref(m.getDy()), ref(m.getX()),
           ref(m.getRouter()), ref(m.getGateUp()), ref(m.getDown()),
-          count(m.getX()) / H, H, E, I, m.getTopK(),
+          opt(m.getBias()), count(m.getX()) / H, H, E, I, m.getTopK(),
           m.getRouting() == "softmax_renorm");
     } else if (auto s = dyn_cast<XieluOp>(op)) {
       os_ << llvm::formatv("  k.xielu_forward({0}, {1}, {2}, {3}, {4}, {5}, "

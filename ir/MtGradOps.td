@@ -159,7 +159,8 @@ def Mt_MoeGradOp : Mt_GradOp<"moe_grad"> {
   let summary = "dx, drouter, dgate_up, ddown of mt.moe";
   let description = [{
     The routing is recomputed from x; the gradient of the top-k choice is
-    that of the chosen weights (the choice itself is piecewise constant).
+    that of the chosen weights (the choice itself is piecewise constant, and
+    the frozen selection bias gets none).
 
     ```mlir
     %dx, %dr, %dgu, %dd = mt.moe_grad %dy, %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>)
@@ -167,7 +168,8 @@ def Mt_MoeGradOp : Mt_GradOp<"moe_grad"> {
   }];
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x,
                        Mt_GradTensor:$router, Mt_GradTensor:$gate_up,
-                       Mt_GradTensor:$down, I64Attr:$top_k,
+                       Mt_GradTensor:$down, Optional<Mt_GradTensor>:$bias,
+                       I64Attr:$top_k,
                        DefaultValuedStrAttr<StrAttr, "softmax">:$routing);
   let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$drouter,
                       Mt_GradTensor:$dgate_up, Mt_GradTensor:$ddown);

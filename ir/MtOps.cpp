@@ -199,6 +199,8 @@ LogicalResult MoeOp::verify() {
            << " do not form E experts of [2I, H] and [H, I] for H = " << H;
   if (getTopK() < 1 || getTopK() > E)
     return emitOpError("top_k must be in [1, ") << E << "], not " << getTopK();
+  if (getBias() && failed(expectShape(*this, getBias(), {E}, "bias")))
+    return failure();
   if (getRouting() != "softmax" && getRouting() != "softmax_renorm")
     return emitOpError("routing must be softmax or softmax_renorm, not ")
            << getRouting();

@@ -346,7 +346,9 @@ def Mt_MoeOp : Mt_PrimOp<"moe"> {
     (`"softmax_renorm"`); expert e computes
     down[e] · (silu(g) ⊙ u), (g; u) = gate_up[e] · x (g the first I rows).
     router [E, H], gate_up [E, 2I, H], down [E, H, I]. Mixtral and
-    Qwen3-MoE renormalize, OLMoE does not.
+    Qwen3-MoE renormalize, OLMoE does not. With a `bias` [E] (frozen; ERNIE
+    4.5's score correction) the k experts are those of the largest p_e +
+    bias_e, still weighted by their p_e.
 
     ```mlir
     %y = mt.moe %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> tensor<2x16x64xf32>
@@ -354,10 +356,10 @@ def Mt_MoeOp : Mt_PrimOp<"moe"> {
   }];
   let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$router,
                        Mt_FloatTensor:$gate_up, Mt_FloatTensor:$down,
-                       I64Attr:$top_k,
+                       Optional<Mt_FloatTensor>:$bias, I64Attr:$top_k,
                        DefaultValuedStrAttr<StrAttr, "softmax">:$routing);
   let results = (outs Mt_FloatTensor:$y);
-  let assemblyFormat = "$x `,` $router `,` $gate_up `,` $down attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$x `,` $router `,` $gate_up `,` $down (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
 }
 
 def Mt_XieluOp : Mt_PrimOp<"xielu"> {

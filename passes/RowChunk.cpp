@@ -258,7 +258,8 @@ private:
         .Case([&](MoeGradOp o) {
           return isRow(o.getDy()) && isRow(o.getX()) && weight(o.getRouter()) &&
                  weight(o.getGateUp()) && weight(o.getDown()) &&
-                 row(o.getDx()) && sum(o.getDrouter()) && sum(o.getDgateUp()) &&
+                 weight(o.getBias()) && row(o.getDx()) &&
+                 sum(o.getDrouter()) && sum(o.getDgateUp()) &&
                  sum(o.getDdown());
         })
         .Case([&](XieluGradOp o) {

@@ -145,6 +145,8 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
         attr("top_k"), b_.getNamedAttr("routing", m.getRoutingAttr())};
     SmallVector<Value> operands{dy};
     operands.append(primals);
+    if (m.getBias()) // frozen: it selects, and gets no gradient
+      operands.push_back(m.getBias());
     Operation *g =
         create(loc, "mt.moe_grad", operands, typesOf(primals), attrs);
     for (auto [p, d] : llvm::zip(primals, g->getResults()))

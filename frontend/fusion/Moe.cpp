@@ -7,17 +7,22 @@
 //   w = v / ReduceSum(v, last, keepdims)     (normalize; or w = v)
 //   or (v, i) = TopK(linear(x, router), k), w = Softmax(v): the same
 //   renormalized weights
+//   or (v, i) = TopK(p + bias, k), w = GatherElements(p, i), renormalized
+//   (over a Clip of the sum at a tiny minimum) or not: experts chosen by
+//   biased scores, weighed by their probabilities (ERNIE 4.5)
 //   xr = Reshape(Expand(Unsqueeze(x, 1), [T, k, H]), [T·k, H])
 //   h = Squeeze(MatMul(GatherND(gate_up [E, 2I, H], i'), Unsqueeze(xr, -1)))
 //   a = silu(g) · u, (g, u) = Split(h, last)
 //   o = Squeeze(MatMul(GatherND(down [E, H, I], i'), Unsqueeze(a, -1)))
 //   y = ReduceSum(Reshape(o · w', [T, k, H]), axis 1)
 // with i' and w' views of i and w as [T·k, 1]. The whole block becomes
-// mt.moe %x, %router, %gate_up, %down {top_k, routing}.
+// mt.moe %x, %router, %gate_up, %down[, %bias] {top_k, routing}, the bias a
+// frozen copy.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
 
+#include "frontend/Error.h"
 #include "frontend/fusion/Match.h"
 
 namespace mt::onnx_import {
@@ -102,6 +107,86 @@ Value *routerOf(Value *logits, Value *&x) {
   return nullptr;
 }
 
+bool lastAxis(Node *n) { return n->getInt("axis", -1) == n->in(0)->rank() - 1; }
+
+// w / s or w / Clip(s, tiny), s = ReduceSum(w, last, keepdims): w
+// renormalized (a clamp that only guards against 0 changes nothing).
+bool renormalized(Value *v, Value *w) {
+  Node *div = producer(v, "Div");
+  if (!div || div->in(0) != w)
+    return false;
+  Value *d = div->in(1);
+  if (Node *clip = producer(d, "Clip")) {
+    auto lo = clip->inputs.size() > 1 && clip->in(1) ? constScalar(clip->in(1))
+                                                     : std::nullopt;
+    if (!lo || *lo > 1e-6 || (clip->inputs.size() > 2 && clip->in(2)))
+      return false;
+    d = clip->in(0);
+  }
+  Node *total = producer(d, "ReduceSum");
+  return total && total->in(0) == w && total->getInt("keepdims", 1) == 1 &&
+         total->getInts("axes") == std::vector<int64_t>{w->rank() - 1};
+}
+
+struct Routing {
+  Value *x = nullptr, *router = nullptr, *bias = nullptr;
+  bool normalize = false;
+};
+
+// The routing that chose TopK's experts and weighs them by w: top k of the
+// softmax, weights its values (or those renormalized); top k of the logits
+// (Granite), weights their softmax (the probabilities renormalized); or top
+// k of the softmax plus a bias (ERNIE 4.5), weights the probabilities
+// gathered at the chosen experts (or those renormalized).
+bool routingOf(Node *topk, Value *w, Routing &r) {
+  Value *scores = topk->in(0);
+  if (auto biased = commuted(producer(scores, "Add"), [](Value *v) {
+        return producer(v, "Softmax") != nullptr;
+      })) {
+    auto bias = weightView(biased->second);
+    if (!bias || bias->transposed)
+      return false;
+    r.bias = bias->param;
+    scores = biased->first;
+  }
+  Node *softmax = producer(scores, "Softmax");
+  r.router = routerOf(softmax ? softmax->in(0) : scores, r.x);
+  if (!r.router || (softmax && !lastAxis(softmax)))
+    return false;
+  if (!softmax) { // top k of the logits
+    Node *chosen = producer(w, "Softmax");
+    r.normalize = true;
+    return chosen && chosen->in(0) == topk->out(0) && lastAxis(chosen);
+  }
+  Value *picked = topk->out(0);
+  if (r.bias) { // the values are biased: gather the probabilities
+    picked = nullptr;
+    for (Node *u : softmax->out()->users)
+      if (u->op == "GatherElements" && u->in(1) == topk->out(1) &&
+          lastAxis(u) && (w == u->out() || renormalized(w, u->out())))
+        picked = u->out();
+    if (!picked)
+      return false;
+  }
+  r.normalize = w != picked;
+  return w == picked || renormalized(w, picked);
+}
+
+// A frozen copy of a selection bias: it chooses experts and gets no
+// gradient, so it is a table, not a trained param.
+Value *frozenCopy(Graph &g, Value *param) {
+  if (!param->constant)
+    fail("initializer '{}': the experts' selection bias has no data",
+         param->name);
+  std::string name = "mt.moe.bias." + param->name;
+  Value *&t = g.byName[name];
+  if (!t) {
+    t = g.newValue(name, DType::F32, param->shape);
+    t->constant = param->constant;
+  }
+  return t;
+}
+
 void fuseMoe(Graph &g, Node *sum) {
   // y = ReduceSum(Reshape(o · w', [T, k, H]), axis 1, keepdims 0)
   if (sum->getInts("axes") != std::vector<int64_t>{1} ||
@@ -128,47 +213,24 @@ void fuseMoe(Graph &g, Node *sum) {
         topk->getInt("largest", 1) != 1 ||
         topk->getInt("axis", -1) != topk->in(0)->rank() - 1)
       continue;
-    // Top k of the softmax, or of the logits (Granite): the softmax of the k
-    // chosen logits is the k chosen probabilities renormalized.
-    auto lastAxis = [](Node *n) {
-      return n->getInt("axis", -1) == n->in(0)->rank() - 1;
-    };
-    Node *softmax = producer(topk->in(0), "Softmax");
-    Value *rx = nullptr;
-    Value *router = routerOf(softmax ? softmax->in(0) : topk->in(0), rx);
-    if (!router || unview(rx) != unview(x) || rx->shape != x->shape ||
-        (softmax && !lastAxis(softmax)))
+    Routing r;
+    if (!routingOf(topk, unview(mul->in(1 - side)), r) ||
+        unview(r.x) != unview(x) || r.x->shape != x->shape)
       continue;
-    // The weights: TopK's values, those over their sum, or the softmax of
-    // the chosen logits.
-    Value *w = unview(mul->in(1 - side));
-    bool normalize = false;
-    if (!softmax) {
-      Node *chosen = producer(w, "Softmax");
-      if (!chosen || chosen->in(0) != topk->out(0) || !lastAxis(chosen))
-        continue;
-      normalize = true;
-    } else if (Node *div = producer(w, "Div")) {
-      Node *total = producer(div->in(1), "ReduceSum");
-      normalize = div->in(0) == topk->out(0) && total &&
-                  total->in(0) == topk->out(0) &&
-                  total->getInt("keepdims", 1) == 1 &&
-                  total->getInts("axes") ==
-                      std::vector<int64_t>{topk->out(0)->rank() - 1};
-      if (!normalize)
-        continue;
-    } else if (w != topk->out(0)) {
-      continue;
-    }
+    Value *rx = r.x, *router = r.router;
     const Shape &gs = gateUpW->shape, &ds = downW->shape;
     const int64_t E = router->dim(0), H = router->dim(1), I = ds[2];
     if (gs != Shape{E, 2 * I, H} || ds != Shape{E, H, I} ||
         x->shape != Shape{x->dim(0), H} || sum->out()->shape != x->shape)
       continue;
-    Node *moe = replaceWithPrimitive(g, sum, "mt.moe",
-                                     {rx, router, gateUpW, downW}, x->shape);
+    if (r.bias && r.bias->shape != Shape{E})
+      continue;
+    std::vector<Value *> ins{rx, router, gateUpW, downW};
+    if (r.bias)
+      ins.push_back(frozenCopy(g, r.bias));
+    Node *moe = replaceWithPrimitive(g, sum, "mt.moe", ins, x->shape);
     moe->setInt("top_k", k);
-    moe->setString("routing", normalize ? "softmax_renorm" : "softmax");
+    moe->setString("routing", r.normalize ? "softmax_renorm" : "softmax");
     return;
   }
 }

@@ -210,6 +210,20 @@ void inferDropout(OpContext &ctx) {
   ctx.setOutput(1, DType::Bool, ctx.shape(0));
 }
 
+// Clip (opset 13): x between optional scalar min and max inputs.
+std::vector<ConstPtr> foldClip(OpContext &ctx) {
+  ConstPtr a = ctx.in(0).constant;
+  auto bound = [&](size_t i, double dflt) {
+    return ctx.hasInput(i) ? ctx.constIn(i, i == 1 ? "min" : "max").at(0)
+                           : dflt;
+  };
+  const double lo = bound(1, -INFINITY), hi = bound(2, INFINITY);
+  DType t = ctx.node.out()->dtype;
+  return {lazyConst(t, a->shape, [a, t, lo, hi](int64_t i) {
+    return roundTo(t, std::min(std::max(a->at(i), lo), hi));
+  })};
+}
+
 std::vector<ConstPtr> foldIdentity(OpContext &ctx) {
   return {ctx.in(0).constant};
 }
@@ -258,6 +272,7 @@ void addElementwiseHandlers(std::vector<OpHandler> &t) {
   un("Floor", 13, foldUnary<floorFn>);
   un("Ceil", 13, foldUnary<ceilFn>);
   un("Identity", 13, foldIdentity);
+  un("Clip", 13, foldClip);
   t.push_back({"", "Not", 1, inferPredicateUnary, foldUnary<notFn>});
   t.push_back({"", "IsNaN", 13, inferPredicateUnary, foldUnary<isNan>});
   t.push_back({"", "IsInf", 10, inferIsInf, foldIsInf});

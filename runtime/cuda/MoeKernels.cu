@@ -44,9 +44,9 @@ __device__ float dot_bf(const bf16 *a, const float *b, int64_t n) {
 }
 
 // A block per token: logits by thread over experts, then thread 0 takes the
-// softmax and the top k (ties to the lower index).
+// softmax and the top k of p + bias (ties to the lower index).
 __global__ void route_kernel(float *P, int *X, float *W, const bf16 *x,
-                             const bf16 *router, MoeShape s) {
+                             const bf16 *router, const bf16 *bias, MoeShape s) {
   const int64_t t = blockIdx.x;
   float *p = P + t * s.E;
   for (int64_t e = threadIdx.x; e < s.E; e += blockDim.x) {
@@ -67,12 +67,16 @@ __global__ void route_kernel(float *P, int *X, float *W, const bf16 *x,
     p[e] /= sum;
   for (int64_t j = 0; j < s.k; ++j) {
     int best = -1;
+    float best_score = 0.f;
     for (int64_t e = 0; e < s.E; ++e) {
       bool taken = false;
       for (int64_t i = 0; i < j; ++i)
         taken = taken || X[t * s.k + i] == int(e);
-      if (!taken && (best < 0 || p[e] > p[best]))
+      const float score = p[e] + (bias ? bf2f(bias[e]) : 0.f);
+      if (!taken && (best < 0 || score > best_score)) {
         best = int(e);
+        best_score = score;
+      }
     }
     X[t * s.k + j] = best;
     total += W[t * s.k + j] = p[best];
@@ -286,35 +290,38 @@ struct Scratch {
   }
 };
 
+// The experts' inputs and weights: the pointers a call shares by chunk.
+struct MoeWeights {
+  const void *router, *gate_up, *down, *bias;
+};
+
 void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
-                    const void *router, const void *gate_up,
-                    cudaStream_t stream) {
+                    const MoeWeights &m, cudaStream_t stream) {
   MT_LAUNCH(route_kernel, dim3(unsigned(s.T)), dim3(kThreads), stream, w.P, w.X,
-            w.W, B(x), B(router), s);
+            w.W, B(x), B(m.router), B(m.bias), s);
   MT_LAUNCH(hidden_kernel, blocks_for(s.slots() * 2 * s.I), kThreads, stream,
-            w.GU, static_cast<const int *>(w.X), B(x), B(gate_up), s);
+            w.GU, static_cast<const int *>(w.X), B(x), B(m.gate_up), s);
   MT_LAUNCH(activation_kernel, blocks_for(s.slots() * s.I), kThreads, stream,
             w.A, static_cast<const float *>(w.GU), s);
 }
 
 void forward_tokens(void *scratch, const MoeShape &s, void *y, const void *x,
-                    const void *router, const void *gate_up, const void *down,
-                    cudaStream_t stream) {
+                    const MoeWeights &m, cudaStream_t stream) {
   const Scratch w(scratch, s, false);
-  forward_hidden(w, s, x, router, gate_up, stream);
+  forward_hidden(w, s, x, m, stream);
   MT_LAUNCH(output_kernel, blocks_for(s.T * s.H), kThreads, stream, B(y),
             static_cast<const float *>(w.A), static_cast<const int *>(w.X),
-            static_cast<const float *>(w.W), B(down), s);
+            static_cast<const float *>(w.W), B(m.down), s);
 }
 
 void backward_tokens(void *scratch, const MoeShape &s, void *dx, float *drouter,
                      float *dgate_up, float *ddown, const void *dy,
-                     const void *x, const void *router, const void *gate_up,
-                     const void *down, cudaStream_t stream) {
+                     const void *x, const MoeWeights &m, cudaStream_t stream) {
   const Scratch w(scratch, s, true);
   const int *X = w.X;
   const int64_t T = s.T, H = s.H, E = s.E, I = s.I;
-  forward_hidden(w, s, x, router, gate_up, stream);
+  const void *router = m.router, *gate_up = m.gate_up, *down = m.down;
+  forward_hidden(w, s, x, m, stream);
   MT_LAUNCH(slot_grad_kernel, dim3(unsigned(s.slots())), dim3(kThreads), stream,
             w.DOUT, w.DW, static_cast<const float *>(w.A), X,
             static_cast<const float *>(w.W), B(dy), B(down), s);
@@ -380,9 +387,9 @@ int64_t scratchBytes(MoeShape s, int64_t chunk, bool backward) {
 } // namespace
 
 void CudaKernels::moe_forward(void *y, const void *x, const void *router,
-                              const void *gate_up, const void *down, int64_t T,
-                              int64_t H, int64_t E, int64_t I, int64_t k,
-                              bool normalize) {
+                              const void *gate_up, const void *down,
+                              const void *bias, int64_t T, int64_t H, int64_t E,
+                              int64_t I, int64_t k, bool normalize) {
   if (T <= 0)
     return;
   cudaStream_t stream = cudaStream_t(stream_);
@@ -390,8 +397,8 @@ void CudaKernels::moe_forward(void *y, const void *x, const void *router,
   const int64_t chunk = std::min(T, chunkTokens(s, false));
   overChunks(scratch(scratchBytes(s, chunk, false)), s, chunk,
              [&](void *scratch, const MoeShape &c, int64_t t0) {
-               forward_tokens(scratch, c, at(y, t0 * H), at(x, t0 * H), router,
-                              gate_up, down, stream);
+               forward_tokens(scratch, c, at(y, t0 * H), at(x, t0 * H),
+                              MoeWeights{router, gate_up, down, bias}, stream);
              });
 }
 
@@ -399,8 +406,8 @@ void CudaKernels::moe_forward(void *y, const void *x, const void *router,
 void CudaKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
                                float *ddown, const void *dy, const void *x,
                                const void *router, const void *gate_up,
-                               const void *down, int64_t T, int64_t H,
-                               int64_t E, int64_t I, int64_t k,
+                               const void *down, const void *bias, int64_t T,
+                               int64_t H, int64_t E, int64_t I, int64_t k,
                                bool normalize) {
   if (T <= 0)
     return;
@@ -411,7 +418,8 @@ void CudaKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
              [&](void *scratch, const MoeShape &c, int64_t t0) {
                backward_tokens(scratch, c, dx ? at(dx, t0 * H) : nullptr,
                                drouter, dgate_up, ddown, at(dy, t0 * H),
-                               at(x, t0 * H), router, gate_up, down, stream);
+                               at(x, t0 * H),
+                               MoeWeights{router, gate_up, down, bias}, stream);
              });
 }
 

@@ -102,16 +102,18 @@ public:
                                float cap) = 0;
   virtual void softcap_backward(void *dx, const void *dy, const void *x,
                                 int64_t n, float cap) = 0;
-  /// T tokens of H through E experts (cpu::moe_forward's layouts).
+  /// T tokens of H through E experts (cpu::moe_forward's layouts); bias:
+  /// the frozen selection bias [E], or null.
   virtual void moe_forward(void *y, const void *x, const void *router,
-                           const void *gate_up, const void *down, int64_t T,
-                           int64_t H, int64_t E, int64_t I, int64_t k,
-                           bool normalize) = 0;
+                           const void *gate_up, const void *down,
+                           const void *bias, int64_t T, int64_t H, int64_t E,
+                           int64_t I, int64_t k, bool normalize) = 0;
   virtual void moe_backward(void *dx, float *drouter, float *dgate_up,
                             float *ddown, const void *dy, const void *x,
                             const void *router, const void *gate_up,
-                            const void *down, int64_t T, int64_t H, int64_t E,
-                            int64_t I, int64_t k, bool normalize) = 0;
+                            const void *down, const void *bias, int64_t T,
+                            int64_t H, int64_t E, int64_t I, int64_t k,
+                            bool normalize) = 0;
   /// alpha_p, alpha_n: one-element weights (cpu::xielu_forward's ap, an).
   virtual void xielu_forward(void *y, const void *x, const void *alpha_p,
                              const void *alpha_n, int64_t n, float beta,

@@ -58,15 +58,18 @@ void rope_backward(float *dx, const float *dy, const float *cos,
                    int64_t R, int seq_axis, bool interleaved);
 
 // ---- mixture of experts (T tokens of H; E experts of intermediate I) ------
-// docs/primitives.md, moe: router [E, H], gate_up [E, 2I, H], down [E, H, I].
+// docs/primitives.md, moe: router [E, H], gate_up [E, 2I, H], down [E, H, I];
+// bias [E] (or null) shifts the scores that choose the experts.
 void moe_forward(float *y, const float *x, const float *router,
-                 const float *gate_up, const float *down, int64_t T, int64_t H,
-                 int64_t E, int64_t I, int64_t k, bool normalize);
+                 const float *gate_up, const float *down, const float *bias,
+                 int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
+                 bool normalize);
 // Adds to dx and to each param gradient that is not null.
 void moe_backward(float *dx, float *drouter, float *dgate_up, float *ddown,
                   const float *dy, const float *x, const float *router,
-                  const float *gate_up, const float *down, int64_t T, int64_t H,
-                  int64_t E, int64_t I, int64_t k, bool normalize);
+                  const float *gate_up, const float *down, const float *bias,
+                  int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
+                  bool normalize);
 
 // ---- causal attention with grouped KV heads -------------------------------
 // q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0; query head h reads KV

@@ -28,15 +28,16 @@ float dot(const float *a, const float *b, int64_t n) {
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
 
-/// One token's routing: p = softmax(router · x) [E]; the k chosen experts in
-/// descending order and their weights (renormalized when asked); raw: the
-/// chosen probabilities before renormalization.
+/// One token's routing: p = softmax(router · x) [E]; the k chosen experts
+/// (the largest p_e + bias_e, in descending order) and their weights
+/// (renormalized when asked); raw: the chosen probabilities before
+/// renormalization.
 struct Routing {
   std::vector<float> p, w, raw;
   std::vector<int64_t> expert;
 
-  Routing(const float *x, const float *router, int64_t H, int64_t E, int64_t k,
-          bool normalize)
+  Routing(const float *x, const float *router, const float *bias, int64_t H,
+          int64_t E, int64_t k, bool normalize)
       : p(E), w(k), raw(k), expert(k) {
     float m = -INFINITY;
     for (int64_t e = 0; e < E; ++e) {
@@ -48,12 +49,16 @@ struct Routing {
       sum += p[e] = std::exp(p[e] - m);
     for (int64_t e = 0; e < E; ++e)
       p[e] /= sum;
+    std::vector<float> score(p);
+    if (bias)
+      for (int64_t e = 0; e < E; ++e)
+        score[e] += bias[e];
     std::vector<bool> taken(E, false);
     float total = 0.f;
     for (int64_t j = 0; j < k; ++j) {
       int64_t best = -1;
       for (int64_t e = 0; e < E; ++e)
-        if (!taken[e] && (best < 0 || p[e] > p[best]))
+        if (!taken[e] && (best < 0 || score[e] > score[best]))
           best = e;
       taken[best] = true;
       expert[j] = best;
@@ -76,12 +81,13 @@ void expertHidden(const float *gate_up, const float *x, int64_t H, int64_t I,
 } // namespace
 
 void moe_forward(float *y, const float *x, const float *router,
-                 const float *gate_up, const float *down, int64_t T, int64_t H,
-                 int64_t E, int64_t I, int64_t k, bool normalize) {
+                 const float *gate_up, const float *down, const float *bias,
+                 int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
+                 bool normalize) {
 #pragma omp parallel for schedule(dynamic, 1) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * H;
-    const Routing route(xt, router, H, E, k, normalize);
+    const Routing route(xt, router, bias, H, E, k, normalize);
     std::vector<float> gu(2 * I), a(I);
     float *yt = y + t * H;
     for (int64_t h = 0; h < H; ++h)
@@ -98,8 +104,9 @@ void moe_forward(float *y, const float *x, const float *router,
 
 void moe_backward(float *dx, float *drouter, float *dgate_up, float *ddown,
                   const float *dy, const float *x, const float *router,
-                  const float *gate_up, const float *down, int64_t T, int64_t H,
-                  int64_t E, int64_t I, int64_t k, bool normalize) {
+                  const float *gate_up, const float *down, const float *bias,
+                  int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
+                  bool normalize) {
   const int64_t slots = T * k;
   // Per slot (token t, choice j): the expert, a, (dg; du) and the expert's
   // output gradient w_j·dy; per token the router logits' gradient.
@@ -109,7 +116,7 @@ void moe_backward(float *dx, float *drouter, float *dgate_up, float *ddown,
 #pragma omp parallel for schedule(dynamic, 1) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * H, *dyt = dy + t * H;
-    const Routing route(xt, router, H, E, k, normalize);
+    const Routing route(xt, router, bias, H, E, k, normalize);
     std::vector<float> gu(2 * I), da(I), dw(k);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t s = t * k + j, e = route.expert[j];

@@ -124,6 +124,13 @@ ARCHITECTURES = {
                    T.GraniteMoeForCausalLM),
     "hunyuan_v1_moe": (T.HunYuanMoEV1Config, dict(COMMON, head_dim=16, num_experts=4, moe_topk=2,
                                                   pad_token_id=0), T.HunYuanMoEV1ForCausalLM),
+    # ERNIE 4.5 MoE: experts chosen by the probabilities plus a selection
+    # bias (made nonzero, so that it changes choices), weighed by the
+    # probabilities alone, renormalized over a clamped sum; a shared expert.
+    "ernie4_5_moe": (T.Ernie4_5_MoeConfig, dict(COMMON, head_dim=16, moe_num_experts=4, moe_k=2,
+                                                moe_intermediate_size=32, moe_num_shared_experts=1,
+                                                moe_layer_start_index=0),
+                     T.Ernie4_5_MoeForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

@@ -155,12 +155,14 @@ def _(g):
     return ref
 
 
-def _moe(g, renormalize, topk_of_logits=False):
+def _moe(g, renormalize, topk_of_logits=False, selection_bias=False):
     """x [B,S,16] through 4 SwiGLU experts (I = 8), 2 per token, as HF's
     batched experts export: routing Gemm/Softmax/TopK, rows repeated per
     choice, GatherND of each choice's expert matrices, batched MatMuls.
     topk_of_logits: TopK of the logits, then Softmax of the chosen ones
-    (Granite-MoE), the renormalized weights again."""
+    (Granite-MoE), the renormalized weights again. selection_bias: TopK of
+    the probabilities plus a bias [4], the weights gathered from the
+    probabilities and renormalized over a Clip of their sum (ERNIE 4.5)."""
     E, I, K = 4, 8, 2
     x = x_input(g)
     flat = g.op("Reshape", x, g.ints(-1, HIDDEN))
@@ -168,14 +170,22 @@ def _moe(g, renormalize, topk_of_logits=False):
     gate_up, GU = param(g, "moe.gate_up", [E, 2 * I, HIDDEN], std=0.25)
     down, DN = param(g, "moe.down", [E, HIDDEN, I], std=0.35)
     logits = g.op("Gemm", flat, router, transB=1)
-    if topk_of_logits:
+    BIAS = np.array([0.3, -0.2, 0.1, 0.0])
+    if selection_bias:
+        probs = g.op("Softmax", logits, axis=-1)
+        bias = g.tensor("moe.selection_bias", BIAS.astype(np.float32))
+        _, idx = g.op("TopK", g.op("Add", probs, bias), g.ints(K), axis=-1, outputs=2)
+        values = g.op("GatherElements", probs, idx, axis=-1)
+        w = g.op("Div", values, g.op("Clip", g.op("ReduceSum", values, g.ints(-1), keepdims=1),
+                                       g.const(1e-12)))
+    elif topk_of_logits:
         values, idx = g.op("TopK", logits, g.ints(K), axis=-1, outputs=2)
         w = g.op("Softmax", values, axis=-1)
     else:
         values, idx = g.op("TopK", g.op("Softmax", logits, axis=-1), g.ints(K), axis=-1,
                            outputs=2)
         w = values
-    if renormalize and not topk_of_logits:
+    if renormalize and not topk_of_logits and not selection_bias:
         w = g.op("Div", values, g.op("ReduceSum", values, g.ints(-1), keepdims=1))
     tokens = g.dim(flat, 0)
     rows = g.op("Reshape", g.op("Expand", g.unsqueeze(flat, 1), g.shape_of(tokens, K, HIDDEN)),
@@ -198,7 +208,7 @@ def _moe(g, renormalize, topk_of_logits=False):
         p /= p.sum(-1, keepdims=True)
         out = np.zeros_like(xs)
         for t in range(xs.shape[0]):
-            chosen = np.argsort(-p[t], kind="stable")[:K]
+            chosen = np.argsort(-(p[t] + (BIAS if selection_bias else 0)), kind="stable")[:K]
             wt = p[t, chosen] / (p[t, chosen].sum() if renormalize else 1)
             for e, we in zip(chosen, wt):
                 h = GU[e] @ xs[t]
@@ -219,6 +229,13 @@ def _(g):
        "those 2 (Granite-MoE): the same weights")
 def _(g):
     return _moe(g, True, topk_of_logits=True)
+
+
+@idiom("moe-selection-bias", "moe-renormalized with the experts chosen by the probabilities "
+       "plus a bias [4] (Add before TopK), weighed by GatherElements of the probabilities, "
+       "over Clip(ReduceSum, 1e-12) (ERNIE 4.5)")
+def _(g):
+    return _moe(g, True, selection_bias=True)
 
 
 @idiom("moe-raw-weights", "moe-renormalized without the Div: the top 2 probabilities as they "

@@ -270,6 +270,19 @@ TEST_F(DialectTest, MoeChecksExpertShapesTopKAndRouting) {
   EXPECT_NE(graph("tensor<4x16x16xf32>", 2, "sigmoid")
                 .find("routing must be softmax or softmax_renorm"),
             std::string::npos);
+  // A selection bias has one entry per expert.
+  auto biased = [&](const std::string &bias) {
+    std::string args = "%x: tensor<6x16xf32>, %r: tensor<4x16xf32>, %gu: "
+                       "tensor<4x16x16xf32>, %d: tensor<4x16x8xf32>, %b: " +
+                       bias;
+    std::string body = "%y = mt.moe %x, %r, %gu, %d, %b {top_k = 2 : i64} : "
+                       "(tensor<6x16xf32>, tensor<4x16xf32>, "
+                       "tensor<4x16x16xf32>, tensor<4x16x8xf32>, " +
+                       bias + ") -> tensor<6x16xf32>";
+    return parseError(graphWith(args, body, "tensor<6x16xf32>"));
+  };
+  EXPECT_EQ(biased("tensor<4xf32>"), "");
+  EXPECT_NE(biased("tensor<5xf32>").find("bias"), std::string::npos);
 }
 
 TEST_F(DialectTest, AddBroadcasts) {

@@ -528,18 +528,18 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
 
 // The mixture of experts' reference kernels against the CPU's, with and
 // without renormalized routing weights, a grid-stride loop longer than one
-// block of tokens, and in ragged chunks of 7 tokens, whose weight gradients
-// add chunk by chunk.
+// block of tokens, a selection bias, and in ragged chunks of 7 tokens, whose
+// weight gradients add chunk by chunk.
 TEST_F(CudaKernelsTest, Moe) {
   struct Case {
     int64_t T, H, E, I, k;
-    bool normalize;
+    bool normalize, bias;
     const char *chunk; // MEGATRAIN_CUDA_MOE_CHUNK_TOKENS, or none
   };
-  for (const Case c :
-       {Case{9, 40, 4, 24, 2, true, nullptr},
-        Case{300, 16, 5, 8, 3, false, nullptr},
-        Case{9, 40, 4, 24, 2, true, "7"}, Case{300, 16, 5, 8, 3, false, "7"}}) {
+  for (const Case c : {Case{9, 40, 4, 24, 2, true, false, nullptr},
+                       Case{300, 16, 5, 8, 3, false, false, nullptr},
+                       Case{9, 40, 4, 24, 2, true, true, "7"},
+                       Case{300, 16, 5, 8, 3, false, false, "7"}}) {
     if (c.chunk)
       setenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS", c.chunk, 1);
     const int64_t T = c.T, H = c.H, E = c.E, I = c.I, k = c.k;
@@ -550,20 +550,24 @@ TEST_F(CudaKernelsTest, Moe) {
            dx = Tensor::grad(T * H, 98);
     Tensor dr = Tensor::f32(E * H, 99), dgu = Tensor::f32(E * 2 * I * H, 100),
            dd = Tensor::f32(E * H * I, 101);
-    k_->moe_forward(y.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), T, H,
-                    E, I, k, c.normalize);
+    Tensor bias = Tensor::random(E, 102, -0.2f, 0.2f);
+    const void *bd = c.bias ? bias.dev() : nullptr;
+    const float *bh = c.bias ? bias.host() : nullptr;
+    k_->moe_forward(y.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), bd, T,
+                    H, E, I, k, c.normalize);
     cpu_.moe_forward(y.host(), x.host(), router.host(), gu.host(), down.host(),
-                     T, H, E, I, k, c.normalize);
+                     bh, T, H, E, I, k, c.normalize);
     k_->moe_backward(dx.dev(), dr.dev_f32(), dgu.dev_f32(), dd.dev_f32(),
-                     dy.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), T,
-                     H, E, I, k, c.normalize);
+                     dy.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), bd,
+                     T, H, E, I, k, c.normalize);
     cpu_.moe_backward(dx.host(), dr.host(), dgu.host(), dd.host(), dy.host(),
-                      x.host(), router.host(), gu.host(), down.host(), T, H, E,
-                      I, k, c.normalize);
+                      x.host(), router.host(), gu.host(), down.host(), bh, T, H,
+                      E, I, k, c.normalize);
     sync();
     unsetenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS");
     const std::string at = "T=" + std::to_string(T) +
-                           (c.chunk ? std::string(" chunk ") + c.chunk : "");
+                           (c.chunk ? std::string(" chunk ") + c.chunk : "") +
+                           (c.bias ? " bias" : "");
     EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kSums)) << "y, " << at;
     EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx, " << at;
     EXPECT_TRUE(near(dr.fetch(), dr.h, 1e-4, 1e-5)) << "drouter, " << at;

@@ -20,12 +20,16 @@ using namespace mtrt::cpu;
 
 struct MoeShape {
   int64_t T, H, E, I, k;
-  bool normalize;
+  bool normalize, bias;
 };
 
-// inputs: x [T, H], router [E, H], gate_up [E, 2I, H], down [E, H, I].
+// inputs: x [T, H], router [E, H], gate_up [E, 2I, H], down [E, H, I], and
+// the selection bias [E] (read when s.bias).
 Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
   const Doubles &x = in[0], &router = in[1], &gate_up = in[2], &down = in[3];
+  Doubles bias(s.E, 0.0);
+  if (s.bias)
+    bias = in[4];
   Doubles y(s.T * s.H, 0.0);
   for (int64_t t = 0; t < s.T; ++t) {
     Doubles p(s.E);
@@ -43,8 +47,9 @@ Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
     std::vector<int64_t> order(s.E);
     for (int64_t e = 0; e < s.E; ++e)
       order[e] = e;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return p[a] + bias[a] > p[b] + bias[b];
+    });
     double total = 0;
     for (int64_t j = 0; j < s.k; ++j)
       total += p[order[j]];
@@ -75,27 +80,31 @@ std::vector<Floats> random_inputs(const MoeShape &s, uint32_t seed) {
   return {random_floats(s.T * s.H, seed, -1.f, 1.f),
           random_floats(s.E * s.H, seed + 1, -1.f, 1.f),
           random_floats(s.E * 2 * s.I * s.H, seed + 2, -0.5f, 0.5f),
-          random_floats(s.E * s.H * s.I, seed + 3, -0.5f, 0.5f)};
+          random_floats(s.E * s.H * s.I, seed + 3, -0.5f, 0.5f),
+          random_floats(s.E, seed + 4, -0.3f, 0.3f)};
 }
 
 void forward(const MoeShape &s, const std::vector<Floats> &in, Floats &y) {
   moe_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), in[3].data(),
-              s.T, s.H, s.E, s.I, s.k, s.normalize);
+              s.bias ? in[4].data() : nullptr, s.T, s.H, s.E, s.I, s.k,
+              s.normalize);
 }
 
 // grads: dx, drouter, dgate_up, ddown; a null entry is skipped.
 void backward(const MoeShape &s, const std::vector<Floats> &in,
               const Floats &dy, std::vector<Floats> &g) {
   moe_backward(ptr(g[0]), ptr(g[1]), ptr(g[2]), ptr(g[3]), dy.data(),
-               in[0].data(), in[1].data(), in[2].data(), in[3].data(), s.T, s.H,
-               s.E, s.I, s.k, s.normalize);
+               in[0].data(), in[1].data(), in[2].data(), in[3].data(),
+               s.bias ? in[4].data() : nullptr, s.T, s.H, s.E, s.I, s.k,
+               s.normalize);
 }
 
 const MoeShape kShapes[] = {
-    {6, 8, 4, 5, 2, true},  // Mixtral, Qwen3-MoE
-    {7, 8, 5, 3, 2, false}, // OLMoE: the chosen probabilities as they are
-    {5, 6, 3, 4, 1, true},  // one expert per token: its weight is 1
-    {4, 6, 4, 3, 4, false}, // every expert
+    {6, 8, 4, 5, 2, true, false},  // Mixtral, Qwen3-MoE
+    {7, 8, 5, 3, 2, false, false}, // OLMoE: the probabilities as they are
+    {5, 6, 3, 4, 1, true, false},  // one expert per token: its weight is 1
+    {4, 6, 4, 3, 4, false, false}, // every expert
+    {8, 8, 6, 4, 2, true, true},   // ERNIE 4.5: chosen by p + bias
 };
 
 TEST(Moe, ForwardMatchesFloat64) {
@@ -112,12 +121,12 @@ TEST(Moe, GradientsMatchCentralDifferencesOfFloat64) {
     const std::vector<Floats> in = random_inputs(s, 21);
     const Floats dy = random_floats(s.T * s.H, 25);
     std::vector<Floats> g;
-    for (const Floats &v : in)
-      g.emplace_back(v.size(), 0.f);
+    for (size_t a = 0; a < 4; ++a)
+      g.emplace_back(in[a].size(), 0.f);
     backward(s, in, dy, g);
     std::vector<Doubles> at = widen(in);
     constexpr double h = 1e-6;
-    for (size_t a = 0; a < at.size(); ++a) {
+    for (size_t a = 0; a < g.size(); ++a) { // the bias gets no gradient
       Doubles fd(at[a].size());
       for (size_t e = 0; e < at[a].size(); ++e) {
         const double v = at[a][e];
@@ -137,25 +146,25 @@ TEST(Moe, GradientsMatchCentralDifferencesOfFloat64) {
 }
 
 TEST(Moe, BackwardAccumulatesSkipsNullAndIsDeterministic) {
-  const MoeShape s = kShapes[0];
+  const MoeShape s = kShapes[4];
   const std::vector<Floats> in = random_inputs(s, 31);
   const Floats dy = random_floats(s.T * s.H, 35);
   std::vector<Floats> g;
-  for (const Floats &v : in)
-    g.emplace_back(v.size(), 0.f);
+  for (size_t a = 0; a < 4; ++a)
+    g.emplace_back(in[a].size(), 0.f);
   expect_accumulates({&g[0], &g[1], &g[2], &g[3]},
                      [&] { backward(s, in, dy, g); });
 
   std::vector<Floats> full, again;
-  for (const Floats &v : in) {
-    full.emplace_back(v.size(), 0.f);
-    again.emplace_back(v.size(), 0.f);
+  for (size_t a = 0; a < 4; ++a) {
+    full.emplace_back(in[a].size(), 0.f);
+    again.emplace_back(in[a].size(), 0.f);
   }
   backward(s, in, dy, full);
   backward(s, in, dy, again);
   for (size_t a = 0; a < full.size(); ++a) {
     EXPECT_TRUE(bitwise_equal(full[a], again[a])) << "input " << a;
-    std::vector<Floats> only(in.size());
+    std::vector<Floats> only(full.size());
     only[a].assign(in[a].size(), 0.f);
     backward(s, in, dy, only);
     EXPECT_TRUE(bitwise_equal(only[a], full[a])) << "input " << a;
