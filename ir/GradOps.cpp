@@ -132,6 +132,11 @@ LogicalResult ReluGradOp::verify() {
                  failed(sameType(*this, getDx(), getX(), "dx")));
 }
 
+LogicalResult SigmoidGradOp::verify() {
+  return failure(failed(sameType(*this, getDy(), getX(), "dy")) ||
+                 failed(sameType(*this, getDx(), getX(), "dx")));
+}
+
 LogicalResult SiluGradOp::verify() {
   return failure(failed(sameType(*this, getDy(), getX(), "dy")) ||
                  failed(sameType(*this, getDx(), getX(), "dx")));

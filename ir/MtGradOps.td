@@ -121,6 +121,17 @@ def Mt_ReluGradOp : Mt_GradOp<"relu_grad"> {
   let results = (outs Mt_GradTensor:$dx);
 }
 
+def Mt_SigmoidGradOp : Mt_GradOp<"sigmoid_grad"> {
+  let summary = "dx of mt.sigmoid: dy · σ(x)(1 − σ(x))";
+  let description = [{
+    ```mlir
+    %dx = mt.sigmoid_grad %dy, %x : (tensor<2x16x1xf32>, tensor<2x16x1xf32>) -> tensor<2x16x1xf32>
+    ```
+  }];
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x);
+  let results = (outs Mt_GradTensor:$dx);
+}
+
 def Mt_SiluGradOp : Mt_GradOp<"silu_grad"> {
   let summary = "dx of mt.silu";
   let description = [{

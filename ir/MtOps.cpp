@@ -168,6 +168,7 @@ LogicalResult AttentionOp::verify() {
 
 LogicalResult ReluOp::verify() { return verifyElementwise(*this); }
 LogicalResult SiluOp::verify() { return verifyElementwise(*this); }
+LogicalResult SigmoidOp::verify() { return verifyElementwise(*this); }
 
 LogicalResult GeluOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")

@@ -307,6 +307,15 @@ def Mt_SiluOp : Mt_UnaryOp<"silu"> {
   }];
 }
 
+def Mt_SigmoidOp : Mt_UnaryOp<"sigmoid"> {
+  let summary = "y = 1 / (1 + exp(-x)) (a gate: Qwen2-MoE's shared expert)";
+  let description = [{
+    ```mlir
+    %y = mt.sigmoid %x : (tensor<2x16x1xf32>) -> tensor<2x16x1xf32>
+    ```
+  }];
+}
+
 def Mt_GeluOp : Mt_PrimOp<"gelu"> {
   let summary = "GELU, exact (erf) or tanh-approximated";
   let description = [{

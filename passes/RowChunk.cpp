@@ -213,7 +213,7 @@ private:
           return isRow(o.getX()) && weight(o.getWeight()) &&
                  weight(o.getBias()) && row(o.getY());
         })
-        .Case<ScaleOp, ReluOp, SiluOp, GeluOp, SoftcapOp>(
+        .Case<ScaleOp, ReluOp, SiluOp, SigmoidOp, GeluOp, SoftcapOp>(
             [&](auto o) { return isRow(o.getX()) && row(o.getY()); })
         .Case([&](SwigluOp o) {
           return isRow(o.getGate()) && isRow(o.getUp()) && row(o.getY());
@@ -248,7 +248,8 @@ private:
         .Case([&](CrossEntropyGradOp o) {
           return isRow(o.getLogits()) && row(o.getDlogits());
         })
-        .Case<ReluGradOp, SiluGradOp, GeluGradOp, SoftcapGradOp>([&](auto o) {
+        .Case<ReluGradOp, SiluGradOp, SigmoidGradOp, GeluGradOp,
+              SoftcapGradOp>([&](auto o) {
           return isRow(o.getDy()) && isRow(o.getX()) && row(o.getDx());
         })
         .Case([&](SwigluGradOp o) {

@@ -132,6 +132,12 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     addGradient(r.getX(), g->getResult(0));
     return success();
   }
+  if (auto s = dyn_cast<SigmoidOp>(op)) {
+    Operation *g =
+        create(loc, "mt.sigmoid_grad", {dy, s.getX()}, {s.getX().getType()});
+    addGradient(s.getX(), g->getResult(0));
+    return success();
+  }
   if (auto s = dyn_cast<SiluOp>(op)) {
     Operation *g =
         create(loc, "mt.silu_grad", {dy, s.getX()}, {s.getX().getType()});

@@ -11,6 +11,7 @@
 //              tanh); com.microsoft FastGelu without bias.
 //   SiLU       x · Sigmoid(x).
 //   SwiGLU     SiLU(gate) · up.
+//   Sigmoid    a Sigmoid left over after those (a gate).
 //   xIELU      Where(Greater(x, 0), ap·x·x + beta·x,
 //              (Exp(Min(x, eps)) − 1 − x) · an + beta·x) (Apertus), ap and an
 //              one-element weights (the export's softplus of the trained
@@ -259,6 +260,12 @@ void fuseActivations(Graph &g) {
                          {ops->first->producer->in(0), ops->second},
                          ops->first->shape);
   }
+  // A Sigmoid left over is a gate of its own (Qwen2-MoE's shared expert);
+  // those inside SiLUs go with their dead products first.
+  g.removeDeadNodes();
+  for (Node *n : nodesWithOp(g, "Sigmoid"))
+    if (isActivation(n->in(0)))
+      replaceWithPrimitive(g, n, "mt.sigmoid", {n->in(0)}, n->in(0)->shape);
 }
 
 } // namespace mt::onnx_import

@@ -136,6 +136,9 @@ public:
   void relu_forward(void *y, const void *x, int64_t n) override;
   void relu_backward(void *dx, const void *dy, const void *x,
                      int64_t n) override;
+  void sigmoid_forward(void *y, const void *x, int64_t n) override;
+  void sigmoid_backward(void *dx, const void *dy, const void *x,
+                        int64_t n) override;
   void silu_forward(void *y, const void *x, int64_t n) override;
   void silu_backward(void *dx, const void *dy, const void *x,
                      int64_t n) override;

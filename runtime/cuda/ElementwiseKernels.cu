@@ -55,6 +55,8 @@ enum class Pointwise : int {
   ReluGrad,
   Silu,
   SiluGrad,
+  Sigmoid,
+  SigmoidGrad,
   Gelu,
   GeluTanh,
   GeluGrad,
@@ -74,6 +76,9 @@ __global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
     case Pointwise::Silu:
       y[i] = f2bf(silu(v));
       break;
+    case Pointwise::Sigmoid:
+      y[i] = f2bf(sigmoid(v));
+      break;
     case Pointwise::Gelu:
       y[i] = f2bf(gelu(v, false));
       break;
@@ -87,6 +92,11 @@ __global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
     case Pointwise::SiluGrad:
       add_store(y, i, bf2f(dy[i]) * silu_grad(v));
       break;
+    case Pointwise::SigmoidGrad: {
+      const float s = sigmoid(v);
+      add_store(y, i, bf2f(dy[i]) * s * (1.f - s));
+      break;
+    }
     case Pointwise::GeluGrad:
       add_store(y, i, bf2f(dy[i]) * gelu_grad(v, false));
       break;
@@ -524,6 +534,17 @@ void CudaKernels::relu_backward(void *dx, const void *dy, const void *x,
   if (n > 0)
     MT_LAUNCH(pointwise_kernel<Pointwise::ReluGrad>, blocks_for(n), kBlock, S_,
               B(dx), B(dy), B(x), n);
+}
+void CudaKernels::sigmoid_forward(void *y, const void *x, int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(pointwise_kernel<Pointwise::Sigmoid>, blocks_for(n), kBlock, S_,
+              B(y), static_cast<const bf16 *>(nullptr), B(x), n);
+}
+void CudaKernels::sigmoid_backward(void *dx, const void *dy, const void *x,
+                                   int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(pointwise_kernel<Pointwise::SigmoidGrad>, blocks_for(n), kBlock,
+              S_, B(dx), B(dy), B(x), n);
 }
 void CudaKernels::silu_forward(void *y, const void *x, int64_t n) {
   if (n > 0)

@@ -146,6 +146,15 @@ void CpuKernels::relu_backward(void *dx, const void *dy, const void *x,
   cpu::relu_backward(F(dx), F(dy), F(x), n);
   store(dx, n);
 }
+void CpuKernels::sigmoid_forward(void *y, const void *x, int64_t n) {
+  cpu::sigmoid_forward(F(y), F(x), n);
+  store(y, n);
+}
+void CpuKernels::sigmoid_backward(void *dx, const void *dy, const void *x,
+                                  int64_t n) {
+  cpu::sigmoid_backward(F(dx), F(dy), F(x), n);
+  store(dx, n);
+}
 void CpuKernels::silu_forward(void *y, const void *x, int64_t n) {
   cpu::silu_forward(F(y), F(x), n);
   store(y, n);

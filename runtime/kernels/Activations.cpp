@@ -132,6 +132,20 @@ void xielu_backward(float *dx, float *dap, float *dan, const float *dy,
     *dan += float(tn);
 }
 
+void sigmoid_forward(float *y, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = sigmoid(x[i]);
+}
+
+void sigmoid_backward(float *dx, const float *dy, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = sigmoid(x[i]);
+    dx[i] += dy[i] * s * (1.f - s);
+  }
+}
+
 void softcap_forward(float *y, const float *x, int64_t n, float cap) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i)

@@ -95,6 +95,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
 // ---- activations (n elements) ---------------------------------------------
 void relu_forward(float *y, const float *x, int64_t n);
 void relu_backward(float *dx, const float *dy, const float *x, int64_t n);
+void sigmoid_forward(float *y, const float *x, int64_t n);
+void sigmoid_backward(float *dx, const float *dy, const float *x, int64_t n);
 void silu_forward(float *y, const float *x, int64_t n);
 void silu_backward(float *dx, const float *dy, const float *x, int64_t n);
 // approximate_tanh: GELU's tanh form instead of the exact erf form.

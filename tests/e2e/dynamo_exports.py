@@ -124,6 +124,12 @@ ARCHITECTURES = {
                    T.GraniteMoeForCausalLM),
     "hunyuan_v1_moe": (T.HunYuanMoEV1Config, dict(COMMON, head_dim=16, num_experts=4, moe_topk=2,
                                                   pad_token_id=0), T.HunYuanMoEV1ForCausalLM),
+    # Qwen2-MoE: the top 2 probabilities as they are, and a shared expert
+    # gated by a sigmoid.
+    "qwen2_moe": (T.Qwen2MoeConfig, dict(COMMON, num_experts=4, num_experts_per_tok=2,
+                                         moe_intermediate_size=32,
+                                         shared_expert_intermediate_size=64),
+                  T.Qwen2MoeForCausalLM),
     # ERNIE 4.5 MoE: experts chosen by the probabilities plus a selection
     # bias (made nonzero, so that it changes choices), weighed by the
     # probabilities alone, renormalized over a clamped sum; a shared expert.

@@ -244,6 +244,15 @@ def _(g):
     return _moe(g, False)
 
 
+@idiom("sigmoid-gate", "Add(x, Mul(Sigmoid(MatMul(x, w[16,1])), x)): a Sigmoid outside any "
+       "SiLU, a gate (Qwen2-MoE's shared expert)")
+def _(g):
+    x = x_input(g)
+    gate, W = matmul(g, x, HIDDEN, 1, "gate.weight")
+    y_output(g, g.op("Add", x, g.op("Mul", g.op("Sigmoid", gate), x)), HIDDEN)
+    return lambda f: f["x"] + f["x"] / (1 + np.exp(-(f["x"] @ W)))
+
+
 @idiom("mul-computed-table", "Add(x, Mul(x, t)), t [S,1] = 1 + 0.1·log(1 + floor(Range(0,S) / 4)) "
        "computed in the graph: a frozen table")
 def _(g):

@@ -51,8 +51,11 @@ struct Unary {
   void (*backward)(float *, const float *, const float *, int64_t);
 };
 
+double sigmoid_grad(double x) { return sigmoid(x) * (1 - sigmoid(x)); }
+
 const Unary kUnaries[] = {
     {"relu", relu, relu_grad, relu_forward, relu_backward},
+    {"sigmoid", sigmoid, sigmoid_grad, sigmoid_forward, sigmoid_backward},
     {"silu", silu, silu_grad, silu_forward, silu_backward},
     {"gelu", [](double x) { return gelu(x, false); },
      [](double x) { return gelu_grad(x, false); },
