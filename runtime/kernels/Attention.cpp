@@ -12,6 +12,8 @@
 
 #include "runtime/kernels/Kernels.h"
 
+#include "runtime/kernels/Dot.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -20,14 +22,6 @@ namespace mtrt::cpu {
 namespace {
 
 constexpr int64_t kKeyTile = 64;
-
-float dot(const float *a, const float *b, int64_t n) {
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t d = 0; d < n; ++d)
-    sum += a[d] * b[d];
-  return sum;
-}
 
 // y += alpha · x
 void axpy(float *y, float alpha, const float *x, int64_t n) {

@@ -11,20 +11,14 @@
 
 #include "runtime/kernels/Kernels.h"
 
+#include "runtime/kernels/Dot.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 namespace mtrt::cpu {
 namespace {
-
-float dot(const float *a, const float *b, int64_t n) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i)
-    s += a[i] * b[i];
-  return s;
-}
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
 
