@@ -210,8 +210,7 @@ void fuseMoe(Graph &g, Node *sum) {
     Value *x = xr ? repeatedRows(xr, k) : nullptr;
     Node *topk = idxD == idxG ? producer(idxD, "TopK") : nullptr;
     if (!x || !topk || topk->out(1) != idxD || topk->out(1)->dim(-1) != k ||
-        topk->getInt("largest", 1) != 1 ||
-        topk->getInt("axis", -1) != topk->in(0)->rank() - 1)
+        topk->getInt("largest", 1) != 1 || !lastAxis(topk))
       continue;
     Routing r;
     if (!routingOf(topk, unview(mul->in(1 - side)), r) ||
