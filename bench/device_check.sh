@@ -17,6 +17,8 @@
 #      and CUDA --stress against a normal CUDA run, bit for bit
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
 #      beside torch's scaled_dot_product_attention (bench/attention_torch.py)
+#   moe. the mixture-of-experts kernels' TFLOPS (bench/moe_bench.cpp): the
+#      grouped tensor-core GEMMs, the reference kernels, a dense GEMM
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
 #      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
 #      llama-1b, FSDP2 llama-1b, the 7B-class llama-7b-24g (planned with
@@ -175,25 +177,31 @@ PY
 }
 [ -d "$WORK/build" ] && stage tests 40 180 run_tests
 
-# The tensor-core attention kernels were checked on the CPU emulator only
-# before their first GPU run: should their tests fail on the GPU while the
-# CUDA-core ones pass, the later stages run attention on CUDA cores (the
-# stages table says so) rather than produce nothing.
-if python3 - "$WORK/tests.json" <<'PY'
+# The tensor-core attention and mixture-of-experts kernels were checked on
+# the CPU emulator only before their first GPU run: should a family's
+# tensor-core tests fail on the GPU while its CUDA-core ones pass, the later
+# stages run it on CUDA cores (the stages table says so) rather than
+# produce nothing.
+fallback() { # suite prefix, variable
+  python3 - "$WORK/tests.json" "$1" <<'PY'
 import json, sys
 try:
     failed = json.load(open(sys.argv[1])).get("failed_names", [])
 except (OSError, ValueError):
     sys.exit(1)
-tc = [n for n in failed if n.startswith("TensorCores/AttentionTest")]
-cc = [n for n in failed if n.startswith("CudaCores/AttentionTest")]
+tc = [n for n in failed if n.startswith("TensorCores/" + sys.argv[2])]
+cc = [n for n in failed if n.startswith("CudaCores/" + sys.argv[2])]
 sys.exit(0 if tc and not cc else 1)
 PY
-then
-  export MEGATRAIN_CUDA_ATTENTION=cuda-cores
-  log "tensor-core attention failed its tests: later stages use MEGATRAIN_CUDA_ATTENTION=cuda-cores"
-  record "attention on CUDA cores" fallback 0 "TensorCores/AttentionTest failed on the GPU"
-fi
+}
+for family in "AttentionTest MEGATRAIN_CUDA_ATTENTION attention" "MoeTest MEGATRAIN_CUDA_MOE experts"; do
+  read -r suite var what <<< "$family"
+  if fallback "$suite"; then
+    export "$var=cuda-cores"
+    log "tensor-core $what failed its tests: later stages use $var=cuda-cores"
+    record "$what on CUDA cores" fallback 0 "TensorCores/$suite failed on the GPU"
+  fi
+done
 
 # ---- c. trainers ---------------------------------------------------------------
 build_trainers() {
@@ -253,6 +261,12 @@ attention() {
   python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
 }
 [ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
+
+# ---- mixture-of-experts kernels: grouped GEMMs, reference, dense ceiling -------
+moe() {
+  "$WORK/build/bench/moe_bench" --json "$WORK/moe.json"
+}
+[ -x "$WORK/build/bench/moe_bench" ] && stage moe 30 120 moe
 
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
 bench() { # plan name

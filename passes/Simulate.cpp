@@ -88,12 +88,17 @@ double attentionEfficiency(double s) {
   return kAttentionEffMax * (1 - std::exp(-s / kGemmKnee));
 }
 
-// The mixture of experts runs on reference kernels (runtime/cuda/
-// MoeKernels.cu): f32 loops on CUDA cores, whose FMA peak is ~7% of the
-// bf16 tensor peak and which such loops reach a fraction of. A guess until
-// the device check measures them; grouped tensor-core GEMMs would put the
-// experts at the GEMMs' efficiency.
-constexpr double kMoeReferenceEff = 0.01;
+// The mixture of experts' products run as grouped GEMMs of our own on
+// mma.sync (runtime/cuda/GroupedGemm.cuh), without asynchronous copies or
+// wgmma: taken at the mma.sync attention's ceiling, falling off as the rows
+// an expert gets per call shrink. A guess until the device check measures
+// them.
+constexpr double kGroupedGemmEffMax = 0.35;
+
+double groupedGemmEfficiency(double rowsPerExpert, double h, double i) {
+  return kGroupedGemmEffMax *
+         (1 - std::exp(-std::min({rowsPerExpert, h, i}) / kGemmKnee));
+}
 
 /// Seconds one primitive takes on the device, over the rows of one chunk
 /// when it runs in chunks of token rows.
@@ -142,7 +147,7 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     double k = op->getAttrOfType<IntegerAttr>("top_k").getInt();
     flops =
         2 * tokens * (e * h + k * 3 * i * h) * (isa<MoeGradOp>(op) ? 3.0 : 1.0);
-    eff = kMoeReferenceEff;
+    eff = groupedGemmEfficiency(tokens * k / e, h, i);
   }
   double elems = 0;
   for (Value v : op->getOperands())

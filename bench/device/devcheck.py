@@ -230,8 +230,9 @@ def cmd_report(work, out):
     fsdp = [load_json(p, {}) for p in sorted(glob.glob(os.path.join(work, "fsdp2-*.json")))]
     attention = load_json(os.path.join(work, "attention-torch.json")) or \
         load_json(os.path.join(work, "attention.json"), [])
+    moe = load_json(os.path.join(work, "moe.json"), [])
     results = {"env": env, "stages": stages, "tests": tests, "parity": parity,
-               "attention": attention, "benchmarks": benches, "fsdp2": fsdp}
+               "attention": attention, "moe": moe, "benchmarks": benches, "fsdp2": fsdp}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 
@@ -266,6 +267,14 @@ def cmd_report(work, out):
         L.append(f"| {r.get('name')} | {dims} | {fmt(r.get('fwd_tflops'))} / {fmt(r.get('bwd_tflops'))} "
                  f"| {fmt(r.get('cuda_cores_fwd_tflops'))} / {fmt(r.get('cuda_cores_bwd_tflops'))} "
                  f"| {fmt(r.get('torch_fwd_tflops'))} / {fmt(r.get('torch_bwd_tflops'))} |")
+    L += ["", "## Mixture-of-experts kernels (TFLOPS count 2·T·(E·H + 3·k·H·I) forward, 2x that backward)",
+          "", "| shape | T H E I k | grouped fwd / bwd TFLOPS | reference (CUDA cores) fwd / bwd | dense GEMM of equal FLOPs |",
+          "|---|---|---|---|---|"]
+    for r in moe:
+        dims = " ".join(str(r.get(k, "?")) for k in ("T", "H", "E", "I", "k"))
+        L.append(f"| {r.get('name')} | {dims} | {fmt(r.get('fwd_tflops'))} / {fmt(r.get('bwd_tflops'))} "
+                 f"| {fmt(r.get('cuda_cores_fwd_tflops'), '.2f')} / {fmt(r.get('cuda_cores_bwd_tflops'), '.2f')} "
+                 f"| {fmt(r.get('dense_gemm_tflops'))} |")
     L += ["", "## Benchmarks (--init random, median over steps after the first)", "",
           "| model | params | M×B×S tokens/step | tokens/s (sim) | model TFLOPS (sim) | step s (sim) "
           "| GPU busy (sim) | h2d GB/s busy / per step | d2h GB/s busy / per step "

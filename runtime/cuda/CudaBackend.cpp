@@ -235,6 +235,7 @@ CudaBackend::CudaBackend(const BackendOptions &opts) : opts_(opts) {
 
   kernels_ = std::make_unique<CudaKernels>();
   kernels_->set_attention_kernels(attention_kernels_from_env());
+  kernels_->set_moe_kernels(moe_kernels_from_env());
   pool_ = std::make_shared<EventPool>();
   for (int s = 0; s < kDeviceStreams; ++s) {
     check(cudaStreamCreateWithFlags(&dev_[s].stream, cudaStreamNonBlocking),

@@ -75,6 +75,15 @@ enum class AttentionKernels { TensorCores, CudaCores };
 /// or "cuda-cores"); throws Error naming the variable for anything else.
 AttentionKernels attention_kernels_from_env();
 
+/// Which kernels run a mixture of experts (MoeCommon.cuh): grouped GEMMs on
+/// tensor cores, or reference kernels on CUDA cores in f32 (slower; the
+/// tensor-core path's oracle).
+enum class MoeKernels { TensorCores, CudaCores };
+
+/// The family MEGATRAIN_CUDA_MOE names ("tensor-cores", the default, or
+/// "cuda-cores"); throws Error naming the variable for anything else.
+MoeKernels moe_kernels_from_env();
+
 /// Throws Error when the attention kernels cannot run a head dim of
 /// `head_dim` or ALiBi over `alibi_heads` heads.
 void check_attention_limits(int64_t head_dim, int64_t alibi_heads);
@@ -93,6 +102,7 @@ public:
   /// The most scratch any call has needed so far, bytes.
   int64_t scratch_peak() const { return scratch_bytes_; }
   void set_attention_kernels(AttentionKernels k) { attention_ = k; }
+  void set_moe_kernels(MoeKernels k) { moe_ = k; }
 
   int64_t storage_size() const override { return 2; }
 
@@ -232,6 +242,7 @@ private:
   int64_t scratch_bytes_ = 0;
   int sm_count_ = 108;
   AttentionKernels attention_ = AttentionKernels::TensorCores;
+  MoeKernels moe_ = MoeKernels::TensorCores;
 
   struct Lt; // cuBLASLt handle, workspace, cached plans (device build only)
   std::unique_ptr<Lt> lt_;

@@ -1,39 +1,31 @@
-//===- MoeKernels.cu - a mixture of SwiGLU experts: reference kernels -----===//
+//===- MoeKernels.cu - a mixture of SwiGLU experts: entry, reference ------===//
 //
-// The math of cpu::moe_forward/backward (docs/primitives.md, moe) on CUDA
-// cores in f32: one thread per output element, every sum in a fixed order,
-// no atomics, so two runs give the same bits. The routing (softmax, top-k,
-// renormalization) runs a block per token; the experts' products gather
-// each slot's (token, choice) expert rows. These are reference kernels:
-// they are correct at any size but do GEMM work without tensor cores;
-// grouped tensor-core GEMMs over the tokens each expert received are the
-// fast path still to build.
+// CudaKernels::moe_forward/backward run the math of cpu::moe_forward/
+// backward (docs/primitives.md, moe) over chunks of tokens, on one of two
+// paths (MEGATRAIN_CUDA_MOE): grouped tensor-core GEMMs (MoeGrouped.cu, the
+// default) or the reference kernels here: f32 on CUDA cores, one thread
+// per output element, every sum in a fixed order, no atomics, so two runs
+// give the same bits. They are correct at any size but do GEMM work
+// without tensor cores; they are the tensor-core path's oracle.
 //
-// Scratch, per chunk of tokens: probabilities P [T, E], chosen experts X
-// and weights W [T·k], the experts' (g; u) and a = silu(g)·u per slot; the
-// backward adds per-slot output and hidden gradients, the router logits'
-// gradient and each expert's slots in token order. Chunks of tokens keep it
-// under 64 MiB; the weight gradients add chunk by chunk.
+// Reference scratch, per chunk of tokens: probabilities P [T, E], chosen
+// experts X and weights W [T·k], the experts' (g; u) and a = silu(g)·u per
+// slot; the backward adds per-slot output and hidden gradients, the router
+// logits' gradient and each expert's slots in token order. Either path's
+// chunks keep its scratch within a budget; the weight gradients add chunk
+// by chunk.
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/cuda/KernelCommon.cuh"
+#include "runtime/cuda/MoeCommon.cuh"
 #include "runtime/exec/Error.h"
 
 #include <cstdlib>
+#include <cstring>
 
 namespace mtrt::MT_KNS {
+namespace moe {
 namespace {
-
-struct MoeShape {
-  int64_t T, H, E, I, k;
-  bool normalize;
-  __host__ __device__ int64_t slots() const { return T * k; }
-};
-
-__device__ __forceinline__ float sigmoidf(float v) {
-  return 1.f / (1.f + expf(-v));
-}
 
 // A row of bf16 against an f32 vector.
 __device__ float dot_bf(const bf16 *a, const float *b, int64_t n) {
@@ -41,49 +33,6 @@ __device__ float dot_bf(const bf16 *a, const float *b, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     s += bf2f(a[i]) * b[i];
   return s;
-}
-
-// A block per token: logits by thread over experts, then thread 0 takes the
-// softmax and the top k of p + bias (ties to the lower index).
-__global__ void route_kernel(float *P, int *X, float *W, const bf16 *x,
-                             const bf16 *router, const bf16 *bias, MoeShape s) {
-  const int64_t t = blockIdx.x;
-  float *p = P + t * s.E;
-  for (int64_t e = threadIdx.x; e < s.E; e += blockDim.x) {
-    float l = 0.f;
-    for (int64_t h = 0; h < s.H; ++h)
-      l += bf2f(router[e * s.H + h]) * bf2f(x[t * s.H + h]);
-    p[e] = l;
-  }
-  __syncthreads();
-  if (threadIdx.x != 0)
-    return;
-  float m = -INFINITY, sum = 0.f, total = 0.f;
-  for (int64_t e = 0; e < s.E; ++e)
-    m = fmaxf(m, p[e]);
-  for (int64_t e = 0; e < s.E; ++e)
-    sum += p[e] = expf(p[e] - m);
-  for (int64_t e = 0; e < s.E; ++e)
-    p[e] /= sum;
-  for (int64_t j = 0; j < s.k; ++j) {
-    int best = -1;
-    float best_score = 0.f;
-    for (int64_t e = 0; e < s.E; ++e) {
-      bool taken = false;
-      for (int64_t i = 0; i < j; ++i)
-        taken = taken || X[t * s.k + i] == int(e);
-      const float score = p[e] + (bias ? bf2f(bias[e]) : 0.f);
-      if (!taken && (best < 0 || score > best_score)) {
-        best = int(e);
-        best_score = score;
-      }
-    }
-    X[t * s.k + j] = best;
-    total += W[t * s.k + j] = p[best];
-  }
-  if (s.normalize)
-    for (int64_t j = 0; j < s.k; ++j)
-      W[t * s.k + j] /= total;
 }
 
 // GU[slot, r] = gate_up[e] row r · x_t; then A = silu(g) ⊙ u.
@@ -159,32 +108,6 @@ __global__ void hidden_grad_kernel(float *DGU, const float *GU,
   }
 }
 
-// Per token: the chosen weights' gradient through the renormalization and
-// the softmax into the router logits, DL [T, E].
-__global__ void routing_grad_kernel(float *DL, const float *P, const int *X,
-                                    const float *W, const float *DW,
-                                    MoeShape s) {
-  for (int64_t t = global_index(); t < s.T; t += global_stride()) {
-    const float *p = P + t * s.E;
-    float *dl = DL + t * s.E;
-    float mean = 0.f, total = 0.f, dot = 0.f;
-    for (int64_t j = 0; j < s.k; ++j) {
-      mean += DW[t * s.k + j] * W[t * s.k + j];
-      total += p[X[t * s.k + j]];
-    }
-    for (int64_t e = 0; e < s.E; ++e)
-      dl[e] = 0.f;
-    for (int64_t j = 0; j < s.k; ++j) {
-      const float dw = DW[t * s.k + j];
-      dl[X[t * s.k + j]] = s.normalize ? (dw - mean) / total : dw;
-    }
-    for (int64_t e = 0; e < s.E; ++e)
-      dot += dl[e] * p[e];
-    for (int64_t e = 0; e < s.E; ++e)
-      dl[e] = p[e] * (dl[e] - dot);
-  }
-}
-
 // dx[t, c] += Σ_j gate_up[e_j]ᵀ · DGU[slot] + routerᵀ · DL[t].
 __global__ void input_grad_kernel(bf16 *dx, const float *DGU, const float *DL,
                                   const int *X, const bf16 *gate_up,
@@ -202,18 +125,6 @@ __global__ void input_grad_kernel(bf16 *dx, const float *DGU, const float *DL,
     for (int64_t e = 0; e < s.E; ++e)
       acc += bf2f(router[e * s.H + c]) * DL[t * s.E + e];
     add_store(dx, i, acc);
-  }
-}
-
-__global__ void router_grad_kernel(float *drouter, const float *DL,
-                                   const bf16 *x, MoeShape s) {
-  const int64_t n = s.E * s.H;
-  for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const int64_t e = i / s.H, c = i % s.H;
-    float acc = 0.f;
-    for (int64_t t = 0; t < s.T; ++t)
-      acc += DL[t * s.E + e] * bf2f(x[t * s.H + c]);
-    drouter[i] += acc;
   }
 }
 
@@ -290,11 +201,6 @@ struct Scratch {
   }
 };
 
-// The experts' inputs and weights: the pointers a call shares by chunk.
-struct MoeWeights {
-  const void *router, *gate_up, *down, *bias;
-};
-
 void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
                     const MoeWeights &m, cudaStream_t stream) {
   MT_LAUNCH(route_kernel, dim3(unsigned(s.T)), dim3(kThreads), stream, w.P, w.X,
@@ -305,8 +211,15 @@ void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
             w.A, static_cast<const float *>(w.GU), s);
 }
 
-void forward_tokens(void *scratch, const MoeShape &s, void *y, const void *x,
-                    const MoeWeights &m, cudaStream_t stream) {
+} // namespace
+
+namespace reference {
+int64_t scratch_words(const MoeShape &s, bool backward) {
+  return Scratch::words(s, backward);
+}
+
+void forward(void *scratch, const MoeShape &s, void *y, const void *x,
+             const MoeWeights &m, cudaStream_t stream) {
   const Scratch w(scratch, s, false);
   forward_hidden(w, s, x, m, stream);
   MT_LAUNCH(output_kernel, blocks_for(s.T * s.H), kThreads, stream, B(y),
@@ -314,10 +227,12 @@ void forward_tokens(void *scratch, const MoeShape &s, void *y, const void *x,
             static_cast<const float *>(w.W), B(m.down), s);
 }
 
-void backward_tokens(void *scratch, const MoeShape &s, void *dx, float *drouter,
-                     float *dgate_up, float *ddown, const void *dy,
-                     const void *x, const MoeWeights &m, cudaStream_t stream) {
+void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
+              const void *dy, const void *x, const MoeWeights &m,
+              cudaStream_t stream) {
   const Scratch w(scratch, s, true);
+  void *dx = g.dx;
+  float *drouter = g.drouter, *dgate_up = g.dgate_up, *ddown = g.ddown;
   const int *X = w.X;
   const int64_t T = s.T, H = s.H, E = s.E, I = s.I;
   const void *router = m.router, *gate_up = m.gate_up, *down = m.down;
@@ -354,52 +269,92 @@ void backward_tokens(void *scratch, const MoeShape &s, void *dx, float *drouter,
               static_cast<const int *>(w.COUNT), s);
 }
 
-// Tokens per call of the kernels above: the scratch stays under 64 MiB
-// whatever the plan's token count (it is outside the plan's device budget,
-// within the backend's reserve). MEGATRAIN_CUDA_MOE_CHUNK_TOKENS overrides
-// it (the tests' ragged chunks).
-int64_t chunkTokens(const MoeShape &s, bool backward) {
-  if (const char *env = std::getenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS"))
-    if (int64_t n = std::atoll(env); n > 0)
-      return n;
-  MoeShape one = s;
-  one.T = 1;
-  constexpr int64_t kScratchWords = (int64_t(64) << 20) / 4;
-  return std::max<int64_t>(1, kScratchWords / Scratch::words(one, backward));
+} // namespace reference
+
+namespace {
+
+// Scratch per call: what a path's chunk of tokens may use (outside the
+// plan's device budget, within the backend's reserve). The grouped path
+// gets more: its GEMMs read every expert's weights once a chunk, so longer
+// chunks spend less of the step on weight traffic.
+constexpr int64_t kReferenceScratchBytes = int64_t(64) << 20;
+constexpr int64_t kGroupedScratchBytes = int64_t(128) << 20;
+
+struct Path {
+  int64_t (*scratch_words)(const MoeShape &, bool);
+  void (*forward)(void *, const MoeShape &, void *, const void *,
+                  const MoeWeights &, cudaStream_t);
+  void (*backward)(void *, const MoeShape &, const MoeGrads &, const void *,
+                   const void *, const MoeWeights &, cudaStream_t);
+  int64_t budget_bytes;
+};
+
+Path path_of(MoeKernels k) {
+  if (k == MoeKernels::TensorCores)
+    return {grouped_path::scratch_words, grouped_path::forward,
+            grouped_path::backward, kGroupedScratchBytes};
+  return {reference::scratch_words, reference::forward, reference::backward,
+          kReferenceScratchBytes};
 }
 
-// Calls fn(scratch, chunk's shape, first token) over chunks of `chunk`
-// tokens.
-template <class Fn>
-void overChunks(void *scratch, const MoeShape &s, int64_t chunk, Fn fn) {
+// Tokens per chunk: the most whose scratch fits the path's budget.
+// MEGATRAIN_CUDA_MOE_CHUNK_TOKENS overrides it (the tests' ragged chunks).
+int64_t chunk_tokens(const Path &p, const MoeShape &s, bool backward) {
+  if (const char *env = std::getenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS"))
+    if (int64_t n = std::atoll(env); n > 0)
+      return std::min(n, s.T);
+  int64_t lo = 1, hi = s.T; // scratch grows with the tokens
+  MoeShape c = s;
+  while (lo < hi) {
+    c.T = (lo + hi + 1) / 2;
+    if (p.scratch_words(c, backward) * 4 <= p.budget_bytes)
+      lo = c.T;
+    else
+      hi = c.T - 1;
+  }
+  return lo;
+}
+
+// Calls fn(chunk's shape, first token) over chunks of `chunk` tokens.
+template <class Fn> void over_chunks(const MoeShape &s, int64_t chunk, Fn fn) {
   MoeShape c = s;
   for (int64_t t0 = 0; t0 < s.T; t0 += chunk) {
     c.T = std::min(chunk, s.T - t0);
-    fn(scratch, c, t0);
+    fn(c, t0);
   }
 }
 
-int64_t scratchBytes(MoeShape s, int64_t chunk, bool backward) {
-  s.T = chunk;
-  return Scratch::words(s, backward) * 4;
-}
-
 } // namespace
+} // namespace moe
+
+MoeKernels moe_kernels_from_env() {
+  const char *s = std::getenv("MEGATRAIN_CUDA_MOE");
+  if (!s || !*s || std::strcmp(s, "tensor-cores") == 0)
+    return MoeKernels::TensorCores;
+  if (std::strcmp(s, "cuda-cores") == 0)
+    return MoeKernels::CudaCores;
+  fail("MEGATRAIN_CUDA_MOE=", s,
+       ": expected tensor-cores (the default) or cuda-cores");
+}
 
 void CudaKernels::moe_forward(void *y, const void *x, const void *router,
                               const void *gate_up, const void *down,
                               const void *bias, int64_t T, int64_t H, int64_t E,
                               int64_t I, int64_t k, bool normalize) {
+  using namespace moe;
   if (T <= 0)
     return;
-  cudaStream_t stream = cudaStream_t(stream_);
+  const cudaStream_t stream = cudaStream_t(stream_);
   const MoeShape s{T, H, E, I, k, normalize};
-  const int64_t chunk = std::min(T, chunkTokens(s, false));
-  overChunks(scratch(scratchBytes(s, chunk, false)), s, chunk,
-             [&](void *scratch, const MoeShape &c, int64_t t0) {
-               forward_tokens(scratch, c, at(y, t0 * H), at(x, t0 * H),
-                              MoeWeights{router, gate_up, down, bias}, stream);
-             });
+  const Path p = path_of(moe_);
+  const int64_t chunk = chunk_tokens(p, s, false);
+  MoeShape c = s;
+  c.T = chunk;
+  void *buf = scratch(p.scratch_words(c, false) * 4);
+  over_chunks(s, chunk, [&](const MoeShape &c, int64_t t0) {
+    p.forward(buf, c, at(y, t0 * H), at(x, t0 * H),
+              MoeWeights{router, gate_up, down, bias}, stream);
+  });
 }
 
 // The param gradients add chunk by chunk, in token order.
@@ -409,18 +364,23 @@ void CudaKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
                                const void *down, const void *bias, int64_t T,
                                int64_t H, int64_t E, int64_t I, int64_t k,
                                bool normalize) {
+  using namespace moe;
   if (T <= 0)
     return;
-  cudaStream_t stream = cudaStream_t(stream_);
+  const cudaStream_t stream = cudaStream_t(stream_);
   const MoeShape s{T, H, E, I, k, normalize};
-  const int64_t chunk = std::min(T, chunkTokens(s, true));
-  overChunks(scratch(scratchBytes(s, chunk, true)), s, chunk,
-             [&](void *scratch, const MoeShape &c, int64_t t0) {
-               backward_tokens(scratch, c, dx ? at(dx, t0 * H) : nullptr,
-                               drouter, dgate_up, ddown, at(dy, t0 * H),
-                               at(x, t0 * H),
-                               MoeWeights{router, gate_up, down, bias}, stream);
-             });
+  const Path p = path_of(moe_);
+  const int64_t chunk = chunk_tokens(p, s, true);
+  MoeShape c = s;
+  c.T = chunk;
+  void *buf = scratch(p.scratch_words(c, true) * 4);
+  over_chunks(s, chunk, [&](const MoeShape &c, int64_t t0) {
+    p.backward(
+        buf, c,
+        MoeGrads{dx ? at(dx, t0 * H) : nullptr, drouter, dgate_up, ddown},
+        at(dy, t0 * H), at(x, t0 * H), MoeWeights{router, gate_up, down, bias},
+        stream);
+  });
 }
 
 } // namespace mtrt::MT_KNS

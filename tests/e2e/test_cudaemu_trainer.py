@@ -85,9 +85,10 @@ class CudaEmulatedTrainer(unittest.TestCase):
         self.check(onnx, "bloom")
 
     def test_mixtral_experts(self):
-        # The mixture of experts' generated calls into the CUDA reference
-        # kernels (routing, experts, the weight gradients through scratch),
-        # the MoE stretch in 2 chunks of 16 of 32 tokens.
+        # The mixture of experts' generated calls into the CUDA kernels
+        # (the default, grouped tensor-core GEMMs: routing, experts, the
+        # weight gradients through scratch), the MoE stretch in 2 chunks of
+        # 16 of 32 tokens.
         python = os.path.join(ROOT, ".venv-export", "bin", "python")
         if not os.path.exists(python):
             raise AssertionError(f"{python} is missing: run tools/install-export-venv.sh")

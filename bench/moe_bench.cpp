@@ -1,0 +1,231 @@
+//===- moe_bench.cpp - the CUDA mixture-of-experts kernels' throughput ----===//
+//
+// Times CudaKernels::moe_forward and moe_backward on the layer shapes of
+// open mixtures of experts, on grouped tensor-core GEMMs and on the CUDA-core
+// reference kernels (MoeKernels), and a dense cuBLASLt GEMM of the same
+// FLOPs as the experts' products (T·k rows against 3·I × H) for the ceiling.
+// TFLOPS count the useful work: 2·T·(E·H + 3·k·H·I) for the forward, twice
+// that for the backward (which also recomputes the forward, not counted).
+// Weights are uniform in [-1, 1) scaled by 1/√fan-in, so routing spreads
+// tokens over the experts as a trained router roughly does.
+//
+//   moe_bench [--json FILE] [--iters N]
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/CudaKernels.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Shape {
+  const char *name;
+  int64_t T, H, E, I, k;
+  bool normalize;
+};
+
+// Mixtral 8x7B (few large experts), Qwen3-30B-A3B and OLMoE (many small
+// ones), each on 4096 tokens of a micro-batch.
+const Shape kShapes[] = {
+    {"mixtral-8x7b T4096", 4096, 4096, 8, 14336, 2, true},
+    {"qwen3-30b-a3b T4096", 4096, 2048, 128, 768, 8, true},
+    {"olmoe-1b-7b T4096", 4096, 2048, 64, 1024, 8, false},
+};
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "error: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+/// n bf16 uniform in [-scale, scale) on the device.
+void *random_bf16(int64_t n, float scale, uint32_t seed) {
+  std::vector<uint16_t> h(static_cast<size_t>(n));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (auto &x : h) {
+    const float f = u(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = uint16_t(bits >> 16);
+  }
+  void *d = nullptr;
+  check(cudaMalloc(&d, size_t(n) * 2), "cudaMalloc");
+  check(cudaMemcpy(d, h.data(), size_t(n) * 2, cudaMemcpyHostToDevice),
+        "upload");
+  return d;
+}
+
+float *zeros_f32(int64_t n) {
+  void *d = nullptr;
+  check(cudaMalloc(&d, size_t(n) * 4), "cudaMalloc");
+  check(cudaMemset(d, 0, size_t(n) * 4), "memset");
+  return static_cast<float *>(d);
+}
+
+/// Milliseconds per call of f, the median of `iters` timed calls after one
+/// untimed (the upper median for an even count).
+template <class F> double time_ms(cudaStream_t stream, int iters, F f) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  f();
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) {
+    check(cudaEventRecord(a, stream), "record");
+    f();
+    check(cudaEventRecord(b, stream), "record");
+    check(cudaEventSynchronize(b), "kernel");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "elapsed");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+bool all_finite(const void *d, int64_t n) {
+  std::vector<uint16_t> h(static_cast<size_t>(n));
+  check(cudaMemcpy(h.data(), d, size_t(n) * 2, cudaMemcpyDeviceToHost),
+        "download");
+  for (uint16_t x : h)
+    if ((x & 0x7f80u) == 0x7f80u)
+      return false;
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string json;
+  int iters = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else if (a == "--iters" && i + 1 < argc) {
+      iters = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: moe_bench [--json FILE] [--iters N]\n"
+                   "error: unknown argument '%s'\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  if (iters < 1) {
+    std::fprintf(stderr, "error: --iters must be at least 1\n");
+    return 2;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "error: no CUDA device\n");
+    return 1;
+  }
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  mtrt::cuda::CudaKernels k;
+  k.set_stream(stream);
+
+  std::printf("| shape | T H E I k | fwd ms | fwd TFLOPS | bwd ms | bwd TFLOPS "
+              "| CUDA cores: fwd / bwd TFLOPS | dense GEMM TFLOPS |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  std::string rows;
+  bool ok = true;
+  for (const Shape &s : kShapes) {
+    const int64_t T = s.T, H = s.H, E = s.E, I = s.I;
+    const float in_h = 1.f / std::sqrt(float(H)),
+                in_i = 1.f / std::sqrt(float(I));
+    void *x = random_bf16(T * H, 1.f, 1), *dy = random_bf16(T * H, 1.f, 2);
+    void *router = random_bf16(E * H, in_h, 3);
+    void *gate_up = random_bf16(E * 2 * I * H, in_h, 4);
+    void *down = random_bf16(E * H * I, in_i, 5);
+    void *y = random_bf16(T * H, 1.f, 6), *dx = random_bf16(T * H, 1.f, 7);
+    float *drouter = zeros_f32(E * H), *dgate_up = zeros_f32(E * 2 * I * H),
+          *ddown = zeros_f32(E * H * I);
+    const double flops = 2.0 * double(T) * double(E * H + 3 * s.k * H * I);
+    struct Timing {
+      double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
+      bool finite;
+    };
+    auto measure = [&](mtrt::cuda::MoeKernels family, int n) {
+      k.set_moe_kernels(family);
+      Timing t;
+      t.fwd_ms = time_ms(stream, n, [&] {
+        k.moe_forward(y, x, router, gate_up, down, nullptr, T, H, E, I, s.k,
+                      s.normalize);
+      });
+      t.finite = all_finite(y, T * H);
+      t.bwd_ms = time_ms(stream, n, [&] {
+        k.moe_backward(dx, drouter, dgate_up, ddown, dy, x, router, gate_up,
+                       down, nullptr, T, H, E, I, s.k, s.normalize);
+      });
+      t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
+      t.bwd_tflops = 2 * flops / (t.bwd_ms * 1e-3) / 1e12;
+      return t;
+    };
+    const Timing tc = measure(mtrt::cuda::MoeKernels::TensorCores, iters);
+    // The reference kernels are slower by far: one timed call.
+    const Timing cc = measure(mtrt::cuda::MoeKernels::CudaCores, 1);
+    // The experts' products as one dense GEMM: T·k rows, 3·I outputs.
+    void *dense_x = random_bf16(T * s.k * H, 1.f, 8);
+    void *dense_w = random_bf16(3 * I * H, in_h, 9);
+    void *dense_y = random_bf16(T * s.k * 3 * I, 1.f, 10);
+    const double dense_ms = time_ms(stream, iters, [&] {
+      k.linear_forward(dense_y, dense_x, dense_w, nullptr, T * s.k, H, 3 * I,
+                       false);
+    });
+    const double dense_tflops =
+        2.0 * double(T * s.k) * double(3 * I * H) / (dense_ms * 1e-3) / 1e12;
+    const bool finite = tc.finite && cc.finite && all_finite(dx, T * H);
+    std::printf("| %s | %lld %lld %lld %lld %lld | %.3f | %.1f | %.3f | %.1f "
+                "| %.2f / %.2f | %.1f |%s\n",
+                s.name, (long long)T, (long long)H, (long long)E, (long long)I,
+                (long long)s.k, tc.fwd_ms, tc.fwd_tflops, tc.bwd_ms,
+                tc.bwd_tflops, cc.fwd_tflops, cc.bwd_tflops, dense_tflops,
+                finite ? "" : " NON-FINITE OUTPUT");
+    ok &= finite;
+    char row[640];
+    std::snprintf(
+        row, sizeof row,
+        "%s{\"name\": \"%s\", \"T\": %lld, \"H\": %lld, \"E\": %lld, \"I\": "
+        "%lld, \"k\": %lld, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
+        "\"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f, "
+        "\"cuda_cores_fwd_tflops\": %.3f, \"cuda_cores_bwd_tflops\": %.3f, "
+        "\"dense_gemm_tflops\": %.2f, \"finite\": %s}",
+        rows.empty() ? "" : ",\n ", s.name, (long long)T, (long long)H,
+        (long long)E, (long long)I, (long long)s.k, tc.fwd_ms, tc.bwd_ms,
+        tc.fwd_tflops, tc.bwd_tflops, cc.fwd_tflops, cc.bwd_tflops,
+        dense_tflops, finite ? "true" : "false");
+    rows += row;
+    for (void *p :
+         {x, dy, router, gate_up, down, y, dx, dense_x, dense_w, dense_y})
+      cudaFree(p);
+    for (float *p : {drouter, dgate_up, ddown})
+      cudaFree(p);
+  }
+  if (!json.empty()) {
+    FILE *f = std::fopen(json.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "error: cannot write %s\n", json.c_str());
+      return 1;
+    }
+    std::fprintf(f, "[%s]\n", rows.c_str());
+    std::fclose(f);
+  }
+  return ok ? 0 : 1;
+}

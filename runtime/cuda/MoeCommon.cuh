@@ -1,0 +1,150 @@
+//===- MoeCommon.cuh - what both mixture-of-experts paths share ---*- C++
+//-*-===//
+//
+// The routing (softmax, top-k of p + bias, renormalization) and its
+// gradient into the router, on CUDA cores in f32 with fixed-order sums; and
+// the interface of the two paths over the experts (MoeKernels.cu: reference
+// kernels; MoeGrouped.cu: grouped tensor-core GEMMs), each of which runs on
+// one chunk of tokens in scratch of its own layout.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MEGATRAIN_RUNTIME_CUDA_MOECOMMON_CUH
+#define MEGATRAIN_RUNTIME_CUDA_MOECOMMON_CUH
+
+#include "runtime/cuda/KernelCommon.cuh"
+
+namespace mtrt::MT_KNS::moe {
+
+struct MoeShape {
+  int64_t T, H, E, I, k;
+  bool normalize;
+  __host__ __device__ int64_t slots() const { return T * k; }
+};
+
+/// The experts' weights: the pointers every chunk shares.
+struct MoeWeights {
+  const void *router, *gate_up, *down, *bias;
+};
+
+/// A chunk's gradients: dx may be null (no input gradient); the f32 param
+/// gradients are added to, each may be null.
+struct MoeGrads {
+  void *dx;
+  float *drouter, *dgate_up, *ddown;
+};
+
+namespace {
+
+__device__ __forceinline__ float sigmoidf(float v) {
+  return 1.f / (1.f + expf(-v));
+}
+
+// A block per token: logits by thread over experts, then thread 0 takes the
+// softmax and the top k of p + bias (ties to the lower index). P [T, E]
+// keeps the probabilities; X, W [T·k] the chosen experts and weights.
+__global__ void route_kernel(float *P, int *X, float *W, const bf16 *x,
+                             const bf16 *router, const bf16 *bias, MoeShape s) {
+  const int64_t t = blockIdx.x;
+  float *p = P + t * s.E;
+  for (int64_t e = threadIdx.x; e < s.E; e += blockDim.x) {
+    float l = 0.f;
+    for (int64_t h = 0; h < s.H; ++h)
+      l += bf2f(router[e * s.H + h]) * bf2f(x[t * s.H + h]);
+    p[e] = l;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0)
+    return;
+  float m = -INFINITY, sum = 0.f, total = 0.f;
+  for (int64_t e = 0; e < s.E; ++e)
+    m = fmaxf(m, p[e]);
+  for (int64_t e = 0; e < s.E; ++e)
+    sum += p[e] = expf(p[e] - m);
+  for (int64_t e = 0; e < s.E; ++e)
+    p[e] /= sum;
+  for (int64_t j = 0; j < s.k; ++j) {
+    int best = -1;
+    float best_score = 0.f;
+    for (int64_t e = 0; e < s.E; ++e) {
+      bool taken = false;
+      for (int64_t i = 0; i < j; ++i)
+        taken = taken || X[t * s.k + i] == int(e);
+      const float score = p[e] + (bias ? bf2f(bias[e]) : 0.f);
+      if (!taken && (best < 0 || score > best_score)) {
+        best = int(e);
+        best_score = score;
+      }
+    }
+    X[t * s.k + j] = best;
+    total += W[t * s.k + j] = p[best];
+  }
+  if (s.normalize)
+    for (int64_t j = 0; j < s.k; ++j)
+      W[t * s.k + j] /= total;
+}
+
+// Per token: the chosen weights' gradient DW [T·k] through the
+// renormalization and the softmax into the router logits, DL [T, E].
+__global__ void routing_grad_kernel(float *DL, const float *P, const int *X,
+                                    const float *W, const float *DW,
+                                    MoeShape s) {
+  for (int64_t t = global_index(); t < s.T; t += global_stride()) {
+    const float *p = P + t * s.E;
+    float *dl = DL + t * s.E;
+    float mean = 0.f, total = 0.f, dot = 0.f;
+    for (int64_t j = 0; j < s.k; ++j) {
+      mean += DW[t * s.k + j] * W[t * s.k + j];
+      total += p[X[t * s.k + j]];
+    }
+    for (int64_t e = 0; e < s.E; ++e)
+      dl[e] = 0.f;
+    for (int64_t j = 0; j < s.k; ++j) {
+      const float dw = DW[t * s.k + j];
+      dl[X[t * s.k + j]] = s.normalize ? (dw - mean) / total : dw;
+    }
+    for (int64_t e = 0; e < s.E; ++e)
+      dot += dl[e] * p[e];
+    for (int64_t e = 0; e < s.E; ++e)
+      dl[e] = p[e] * (dl[e] - dot);
+  }
+}
+
+// drouter[e, c] += Σ_t DL[t, e] · x[t, c], tokens in order.
+__global__ void router_grad_kernel(float *drouter, const float *DL,
+                                   const bf16 *x, MoeShape s) {
+  const int64_t n = s.E * s.H;
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const int64_t e = i / s.H, c = i % s.H;
+    float acc = 0.f;
+    for (int64_t t = 0; t < s.T; ++t)
+      acc += DL[t * s.E + e] * bf2f(x[t * s.H + c]);
+    drouter[i] += acc;
+  }
+}
+
+} // namespace
+
+/// The reference kernels (MoeKernels.cu): f32 on CUDA cores.
+namespace reference {
+/// Scratch of a chunk of s.T tokens, in 4-byte words.
+int64_t scratch_words(const MoeShape &s, bool backward);
+void forward(void *scratch, const MoeShape &s, void *y, const void *x,
+             const MoeWeights &m, cudaStream_t stream);
+void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
+              const void *dy, const void *x, const MoeWeights &m,
+              cudaStream_t stream);
+} // namespace reference
+
+/// Grouped GEMMs on tensor cores (MoeGrouped.cu).
+namespace grouped_path {
+int64_t scratch_words(const MoeShape &s, bool backward);
+void forward(void *scratch, const MoeShape &s, void *y, const void *x,
+             const MoeWeights &m, cudaStream_t stream);
+void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
+              const void *dy, const void *x, const MoeWeights &m,
+              cudaStream_t stream);
+} // namespace grouped_path
+
+} // namespace mtrt::MT_KNS::moe
+
+#endif // MEGATRAIN_RUNTIME_CUDA_MOECOMMON_CUH

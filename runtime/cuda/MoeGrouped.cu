@@ -1,0 +1,269 @@
+//===- MoeGrouped.cu - a mixture of SwiGLU experts on tensor cores --------===//
+//
+// The experts' products as grouped GEMMs (GroupedGemm.cuh): after routing,
+// each expert's slots are laid out contiguously in token order (its
+// "positions"), and one launch runs every expert's product over its own
+// positions, bf16 operands and f32 accumulation. Per chunk of tokens:
+//
+//   forward   GU = x·gate_upᵀ (per position, bf16), A = silu(g)·u (bf16),
+//             YP = A·downᵀ (f32), y_t = Σ_j w_j · YP[pos(t, j)]
+//   backward  the forward up to A again; DAP = dy·down (unweighted),
+//             then per position dw = DAP·a, da = w·DAP, (ḡ; ū) = DGU and
+//             ō = w·dy (bf16); the routing gradient as the reference's;
+//             ddown_e += ōᵀ·A and dgate_up_e += DGUᵀ·x over the expert's
+//             positions (grouped K); DXP = DGU·gate_up, then
+//             dx_t += Σ_j DXP[pos(t, j)] + routerᵀ·l̄_t.
+//
+// Every sum runs in a fixed order (positions are in token order, each
+// output element is one block's sum), so results are deterministic. The
+// router's own products stay on CUDA cores (MoeCommon.cuh): E outputs a
+// token against the experts' 3·k·I.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/GroupedGemm.cuh"
+#include "runtime/cuda/MoeCommon.cuh"
+
+#include <type_traits>
+
+namespace mtrt::MT_KNS::moe {
+namespace {
+
+using grouped::Groups;
+using grouped::Operand;
+using grouped::Output;
+using grouped::Store;
+
+/// A chunk's scratch, carved in 16-byte aligned arrays. Positions: POS
+/// [slot] is a slot's position, ROW [position] its slot; OFF and TILES
+/// [E + 1] the experts' first positions and first row tiles. DAP (backward,
+/// [S, I]) and DXP ([S, H]) are live at different times and share a region.
+struct Scratch {
+  float *P = nullptr, *W = nullptr, *YP = nullptr, *DAP = nullptr,
+        *DW = nullptr, *DXP = nullptr, *DL = nullptr;
+  int *X = nullptr, *POS = nullptr, *ROW = nullptr, *OFF = nullptr,
+      *TILES = nullptr;
+  bf16 *GU = nullptr, *A = nullptr, *DGU = nullptr, *DOUT = nullptr;
+  int64_t bytes = 0;
+
+  Scratch(void *base, const MoeShape &s, bool backward) {
+    char *p = static_cast<char *>(base);
+    auto take = [&](auto *&ptr, int64_t n) {
+      using T = std::remove_reference_t<decltype(*ptr)>;
+      ptr = reinterpret_cast<T *>(p ? p + bytes : nullptr);
+      bytes += (n * int64_t(sizeof(T)) + 15) / 16 * 16;
+    };
+    const int64_t S = s.slots();
+    take(P, s.T * s.E), take(W, S), take(X, S), take(POS, S), take(ROW, S);
+    take(OFF, s.E + 1), take(TILES, s.E + 1);
+    take(GU, S * 2 * s.I), take(A, S * s.I);
+    if (!backward) {
+      take(YP, S * s.H);
+      return;
+    }
+    take(DAP, S * max64(s.I, s.H));
+    DXP = DAP;
+    take(DW, S), take(DGU, S * 2 * s.I), take(DOUT, S * s.H),
+        take(DL, s.T * s.E);
+  }
+};
+
+// One block: each expert's count of slots, then (thread 0) the prefix of
+// positions and of row tiles, then each expert's slots in token order.
+__global__ void expert_slots_kernel(int *POS, int *ROW, int *OFF, int *TILES,
+                                    const int *X, MoeShape s) {
+  for (int64_t e = threadIdx.x; e < s.E; e += blockDim.x) {
+    int n = 0;
+    for (int64_t slot = 0; slot < s.slots(); ++slot)
+      n += X[slot] == int(e);
+    OFF[e + 1] = n;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    OFF[0] = TILES[0] = 0;
+    for (int64_t e = 0; e < s.E; ++e) {
+      const int n = OFF[e + 1];
+      OFF[e + 1] = OFF[e] + n;
+      TILES[e + 1] = TILES[e] + (n + grouped::kBM - 1) / grouped::kBM;
+    }
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < s.E; e += blockDim.x) {
+    int pos = OFF[e];
+    for (int64_t slot = 0; slot < s.slots(); ++slot)
+      if (X[slot] == int(e)) {
+        POS[slot] = pos;
+        ROW[pos++] = int(slot);
+      }
+  }
+}
+
+// A[p, c] = silu(g) · u from GU's bf16 (g; u).
+__global__ void swiglu_kernel(bf16 *A, const bf16 *GU, MoeShape s) {
+  const int64_t n = s.slots() * s.I;
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const bf16 *gu = GU + (i / s.I) * 2 * s.I;
+    const float g = bf2f(gu[i % s.I]), u = bf2f(gu[s.I + i % s.I]);
+    A[i] = f2bf(g * sigmoidf(g) * u);
+  }
+}
+
+// y[t, h] = Σ_j W[t, j] · YP[pos(t, j), h].
+__global__ void combine_kernel(bf16 *y, const float *YP, const int *POS,
+                               const float *W, MoeShape s) {
+  const int64_t n = s.T * s.H;
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const int64_t t = i / s.H, h = i % s.H;
+    float acc = 0.f;
+    for (int64_t j = 0; j < s.k; ++j)
+      acc += W[t * s.k + j] * YP[POS[t * s.k + j] * s.H + h];
+    y[i] = f2bf(acc);
+  }
+}
+
+// A block per position: DW[slot] = DAP·a, then with da = w·DAP the hidden
+// gradient DGU = (da ⊙ u ⊙ silu'(g); da ⊙ silu(g)) and DOUT = w·dy_t.
+__global__ void slot_backward_kernel(float *DW, bf16 *DGU, bf16 *DOUT,
+                                     const float *DAP, const bf16 *A,
+                                     const bf16 *GU, const int *ROW,
+                                     const float *W, const bf16 *dy,
+                                     MoeShape s) {
+  const int64_t pos = blockIdx.x, slot = ROW[pos], t = slot / s.k;
+  const float w = W[slot];
+  const float *dap = DAP + pos * s.I;
+  float acc = 0.f;
+  for (int64_t c = threadIdx.x; c < s.I; c += blockDim.x)
+    acc += dap[c] * bf2f(A[pos * s.I + c]);
+  acc = block_sum(acc);
+  if (threadIdx.x == 0)
+    DW[slot] = acc;
+  const bf16 *gu = GU + pos * 2 * s.I;
+  bf16 *dgu = DGU + pos * 2 * s.I;
+  for (int64_t c = threadIdx.x; c < s.I; c += blockDim.x) {
+    const float da = w * dap[c], g = bf2f(gu[c]), u = bf2f(gu[s.I + c]);
+    const float sg = sigmoidf(g);
+    dgu[c] = f2bf(da * u * sg * (1.f + g * (1.f - sg)));
+    dgu[s.I + c] = f2bf(da * g * sg);
+  }
+  for (int64_t h = threadIdx.x; h < s.H; h += blockDim.x)
+    DOUT[pos * s.H + h] = f2bf(w * bf2f(dy[t * s.H + h]));
+}
+
+// dx[t, c] += Σ_j DXP[pos(t, j), c] + Σ_e router[e, c] · DL[t, e].
+__global__ void input_combine_kernel(bf16 *dx, const float *DXP,
+                                     const float *DL, const int *POS,
+                                     const bf16 *router, MoeShape s) {
+  const int64_t n = s.T * s.H;
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const int64_t t = i / s.H, c = i % s.H;
+    float acc = 0.f;
+    for (int64_t j = 0; j < s.k; ++j)
+      acc += DXP[POS[t * s.k + j] * s.H + c];
+    for (int64_t e = 0; e < s.E; ++e)
+      acc += bf2f(router[e * s.H + c]) * DL[t * s.E + e];
+    add_store(dx, i, acc);
+  }
+}
+
+/// An operand stored with K contiguous (rows) or along its rows (k_rows).
+Operand rows(const void *m, int64_t ld, int64_t group_stride = 0,
+             const int *gather = nullptr, int div = 1) {
+  return {B(m), ld, group_stride, gather, div, false};
+}
+Operand k_rows(const void *m, int64_t ld, int64_t group_stride = 0,
+               const int *gather = nullptr, int div = 1) {
+  return {B(m), ld, group_stride, gather, div, true};
+}
+
+/// C[p, :N] over every expert's positions p (grouped M).
+template <Store S>
+void product_m(const Operand &a, const Operand &b, void *c, const Scratch &w,
+               const MoeShape &s, int64_t N, int64_t K, cudaStream_t stream) {
+  const dim3 grid(unsigned(grouped::max_row_tiles(s.slots(), s.E)),
+                  unsigned((N + grouped::kBN - 1) / grouped::kBN));
+  launch_kernel("moe_grouped_m_kernel", grouped::grouped_m_kernel<S>, grid,
+                dim3(grouped::kGemmThreads), stream, a, b, Output{c, N, 0},
+                Groups{w.OFF, w.TILES, int(s.E)}, N, K);
+}
+
+/// C_e[:M, :N] += Σ over expert e's positions (grouped K).
+void product_k(const Operand &a, const Operand &b, float *c, const Scratch &w,
+               const MoeShape &s, int64_t M, int64_t N, cudaStream_t stream) {
+  const int64_t tiles = ((M + grouped::kBM - 1) / grouped::kBM) *
+                        ((N + grouped::kBN - 1) / grouped::kBN);
+  launch_kernel(
+      "moe_grouped_k_kernel", grouped::grouped_k_kernel<Store::F32Add>,
+      dim3(unsigned(tiles), unsigned(s.E)), dim3(grouped::kGemmThreads), stream,
+      a, b, Output{c, N, M * N}, Groups{w.OFF, w.TILES, int(s.E)}, M, N);
+}
+
+// Routing, positions, GU and A: what the forward and the backward share.
+void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
+                    const MoeWeights &m, cudaStream_t stream) {
+  MT_LAUNCH(route_kernel, dim3(unsigned(s.T)), dim3(kThreads), stream, w.P, w.X,
+            w.W, B(x), B(m.router), B(m.bias), s);
+  MT_LAUNCH(expert_slots_kernel, dim3(1), dim3(kThreads), stream, w.POS, w.ROW,
+            w.OFF, w.TILES, static_cast<const int *>(w.X), s);
+  product_m<Store::Bf16>(rows(x, s.H, 0, w.ROW, int(s.k)),
+                         rows(m.gate_up, s.H, 2 * s.I * s.H), w.GU, w, s,
+                         2 * s.I, s.H, stream);
+  MT_LAUNCH(swiglu_kernel, blocks_for(s.slots() * s.I), kThreads, stream, w.A,
+            static_cast<const bf16 *>(w.GU), s);
+}
+
+} // namespace
+
+namespace grouped_path {
+
+int64_t scratch_words(const MoeShape &s, bool backward) {
+  return Scratch(nullptr, s, backward).bytes / 4;
+}
+
+void forward(void *scratch, const MoeShape &s, void *y, const void *x,
+             const MoeWeights &m, cudaStream_t stream) {
+  const Scratch w(scratch, s, false);
+  forward_hidden(w, s, x, m, stream);
+  product_m<Store::F32>(rows(w.A, s.I), rows(m.down, s.I, s.H * s.I), w.YP, w,
+                        s, s.H, s.I, stream);
+  MT_LAUNCH(combine_kernel, blocks_for(s.T * s.H), kThreads, stream, B(y),
+            static_cast<const float *>(w.YP), static_cast<const int *>(w.POS),
+            static_cast<const float *>(w.W), s);
+}
+
+void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
+              const void *dy, const void *x, const MoeWeights &m,
+              cudaStream_t stream) {
+  const Scratch w(scratch, s, true);
+  const int64_t H = s.H, I = s.I;
+  forward_hidden(w, s, x, m, stream);
+  product_m<Store::F32>(rows(dy, H, 0, w.ROW, int(s.k)),
+                        k_rows(m.down, I, H * I), w.DAP, w, s, I, H, stream);
+  MT_LAUNCH(slot_backward_kernel, dim3(unsigned(s.slots())), dim3(kThreads),
+            stream, w.DW, w.DGU, w.DOUT, static_cast<const float *>(w.DAP),
+            static_cast<const bf16 *>(w.A), static_cast<const bf16 *>(w.GU),
+            static_cast<const int *>(w.ROW), static_cast<const float *>(w.W),
+            B(dy), s);
+  MT_LAUNCH(routing_grad_kernel, blocks_for(s.T), kThreads, stream, w.DL,
+            static_cast<const float *>(w.P), static_cast<const int *>(w.X),
+            static_cast<const float *>(w.W), static_cast<const float *>(w.DW),
+            s);
+  if (g.drouter)
+    MT_LAUNCH(router_grad_kernel, blocks_for(s.E * H), kThreads, stream,
+              g.drouter, static_cast<const float *>(w.DL), B(x), s);
+  if (g.ddown)
+    product_k(k_rows(w.DOUT, H), k_rows(w.A, I), g.ddown, w, s, H, I, stream);
+  if (g.dgate_up)
+    product_k(k_rows(w.DGU, 2 * I), k_rows(x, H, 0, w.ROW, int(s.k)),
+              g.dgate_up, w, s, 2 * I, H, stream);
+  if (!g.dx)
+    return;
+  product_m<Store::F32>(rows(w.DGU, 2 * I), k_rows(m.gate_up, H, 2 * I * H),
+                        w.DXP, w, s, H, 2 * I, stream);
+  MT_LAUNCH(input_combine_kernel, blocks_for(s.T * H), kThreads, stream,
+            B(g.dx), static_cast<const float *>(w.DXP),
+            static_cast<const float *>(w.DL), static_cast<const int *>(w.POS),
+            B(m.router), s);
+}
+
+} // namespace grouped_path
+} // namespace mtrt::MT_KNS::moe
