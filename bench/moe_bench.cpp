@@ -158,6 +158,8 @@ int main(int argc, char **argv) {
     float *drouter = zeros_f32(E * H), *dgate_up = zeros_f32(E * 2 * I * H),
           *ddown = zeros_f32(E * H * I);
     const double flops = 2.0 * double(T) * double(E * H + 3 * s.k * H * I);
+    mtrt::MoeRouting routing;
+    routing.normalize = s.normalize;
     struct Timing {
       double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
       bool finite;
@@ -167,12 +169,12 @@ int main(int argc, char **argv) {
       Timing t;
       t.fwd_ms = time_ms(stream, n, [&] {
         k.moe_forward(y, x, router, gate_up, down, nullptr, T, H, E, I, s.k,
-                      s.normalize);
+                      routing);
       });
       t.finite = all_finite(y, T * H);
       t.bwd_ms = time_ms(stream, n, [&] {
         k.moe_backward(dx, drouter, dgate_up, ddown, dy, x, router, gate_up,
-                       down, nullptr, T, H, E, I, s.k, s.normalize);
+                       down, nullptr, T, H, E, I, s.k, routing);
       });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2 * flops / (t.bwd_ms * 1e-3) / 1e12;

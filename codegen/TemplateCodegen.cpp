@@ -40,6 +40,16 @@ std::string ints(ArrayRef<int64_t> xs) {
   return s + "}";
 }
 
+/// A mixture of experts' routing as the kernels' MoeRouting aggregate:
+/// {sigmoid, normalize, groups, top_groups, scale}.
+template <class MoeLike> std::string routingLiteral(MoeLike m) {
+  StringRef r = m.getRouting();
+  return llvm::formatv("{{{0}, {1}, {2}, {3}, {4}}", r.starts_with("sigmoid"),
+                       r.ends_with("_renorm"), m.getGroups(), m.getTopGroups(),
+                       lit(m.getScale().convertToDouble()))
+      .str();
+}
+
 ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
@@ -336,8 +346,7 @@ private:
                            ref(m.getY()), ref(m.getX()), ref(m.getRouter()),
                            ref(m.getGateUp()), ref(m.getDown()),
                            opt(m.getBias()), count(m.getX()) / H, H, E, I,
-                           m.getTopK(),
-                           m.getRouting() == "softmax_renorm");
+                           m.getTopK(), routingLiteral(m));
     } else if (auto m = dyn_cast<MoeGradOp>(op)) {
       auto d = shapeOf(m.getDown());
       int64_t H = d[1], E = d[0], I = d[2];
@@ -352,7 +361,7 @@ private:
           grad(m.getDx()), *dr, *dgu, *dd, ref(m.getDy()), ref(m.getX()),
           ref(m.getRouter()), ref(m.getGateUp()), ref(m.getDown()),
           opt(m.getBias()), count(m.getX()) / H, H, E, I, m.getTopK(),
-          m.getRouting() == "softmax_renorm");
+          routingLiteral(m));
     } else if (auto s = dyn_cast<XieluOp>(op)) {
       os_ << llvm::formatv("  k.xielu_forward({0}, {1}, {2}, {3}, {4}, {5}, "
                            "{6});\n",

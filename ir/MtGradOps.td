@@ -181,7 +181,10 @@ def Mt_MoeGradOp : Mt_GradOp<"moe_grad"> {
                        Mt_GradTensor:$router, Mt_GradTensor:$gate_up,
                        Mt_GradTensor:$down, Optional<Mt_GradTensor>:$bias,
                        I64Attr:$top_k,
-                       DefaultValuedStrAttr<StrAttr, "softmax">:$routing);
+                       DefaultValuedStrAttr<StrAttr, "softmax">:$routing,
+                       DefaultValuedAttr<I64Attr, "1">:$groups,
+                       DefaultValuedAttr<I64Attr, "1">:$top_groups,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$drouter,
                       Mt_GradTensor:$dgate_up, Mt_GradTensor:$ddown);
 }

@@ -202,9 +202,21 @@ LogicalResult MoeOp::verify() {
     return emitOpError("top_k must be in [1, ") << E << "], not " << getTopK();
   if (getBias() && failed(expectShape(*this, getBias(), {E}, "bias")))
     return failure();
-  if (getRouting() != "softmax" && getRouting() != "softmax_renorm")
-    return emitOpError("routing must be softmax or softmax_renorm, not ")
+  if (getRouting() != "softmax" && getRouting() != "softmax_renorm" &&
+      getRouting() != "sigmoid" && getRouting() != "sigmoid_renorm")
+    return emitOpError("routing must be softmax, softmax_renorm, sigmoid or "
+                       "sigmoid_renorm, not ")
            << getRouting();
+  const int64_t G = getGroups(), TG = getTopGroups();
+  if (G < 1 || E % G != 0 || (G > 1 && E / G < 2))
+    return emitOpError("groups must divide the ")
+           << E << " experts into groups of at least 2, not " << G;
+  if (TG < 1 || TG > G || getTopK() > TG * (E / G))
+    return emitOpError("top_groups must be in [1, ")
+           << G << "] and leave top_k = " << getTopK()
+           << " experts to choose from, not " << TG;
+  if (double scale = getScale().convertToDouble(); !(scale > 0))
+    return emitOpError("scale must be positive, not ") << scale;
   return verifyElementwise(*this);
 }
 

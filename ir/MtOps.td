@@ -347,7 +347,7 @@ def Mt_SoftcapOp : Mt_PrimOp<"softcap"> {
 }
 
 def Mt_MoeOp : Mt_PrimOp<"moe"> {
-  let summary = "a mixture of SwiGLU experts, top-k softmax routing";
+  let summary = "a mixture of SwiGLU experts, top-k routing";
   let description = [{
     Per token x [H] (the rows of x [..., H]): p = softmax(router · x) over E
     experts, the k largest p_e (ties to the lower index) weigh their experts
@@ -357,7 +357,12 @@ def Mt_MoeOp : Mt_PrimOp<"moe"> {
     router [E, H], gate_up [E, 2I, H], down [E, H, I]. Mixtral and
     Qwen3-MoE renormalize, OLMoE does not. With a `bias` [E] (frozen; ERNIE
     4.5's score correction) the k experts are those of the largest p_e +
-    bias_e, still weighted by their p_e.
+    bias_e, still weighted by their p_e. `routing = "sigmoid"` or
+    `"sigmoid_renorm"` takes p = sigmoid(router · x) instead (DeepSeek V3,
+    GLM-4.5). With `groups` > 1 the experts form that many equal groups and
+    only the `top_groups` groups whose two largest p_e + bias_e sum highest
+    compete. The weights are multiplied by `scale` (the routed scaling
+    factor) last.
 
     ```mlir
     %y = mt.moe %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> tensor<2x16x64xf32>
@@ -366,7 +371,10 @@ def Mt_MoeOp : Mt_PrimOp<"moe"> {
   let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$router,
                        Mt_FloatTensor:$gate_up, Mt_FloatTensor:$down,
                        Optional<Mt_FloatTensor>:$bias, I64Attr:$top_k,
-                       DefaultValuedStrAttr<StrAttr, "softmax">:$routing);
+                       DefaultValuedStrAttr<StrAttr, "softmax">:$routing,
+                       DefaultValuedAttr<I64Attr, "1">:$groups,
+                       DefaultValuedAttr<I64Attr, "1">:$top_groups,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = "$x `,` $router `,` $gate_up `,` $down (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
 }

@@ -148,7 +148,10 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     SmallVector<Value> primals{m.getX(), m.getRouter(), m.getGateUp(),
                                m.getDown()};
     SmallVector<NamedAttribute> attrs{
-        attr("top_k"), b_.getNamedAttr("routing", m.getRoutingAttr())};
+        attr("top_k"), b_.getNamedAttr("routing", m.getRoutingAttr()),
+        b_.getNamedAttr("groups", m.getGroupsAttr()),
+        b_.getNamedAttr("top_groups", m.getTopGroupsAttr()),
+        b_.getNamedAttr("scale", m.getScaleAttr())};
     SmallVector<Value> operands{dy};
     operands.append(primals);
     if (m.getBias()) // frozen: it selects, and gets no gradient

@@ -10,20 +10,25 @@
 //   or (v, i) = TopK(p + bias, k), w = GatherElements(p, i), renormalized
 //   (over a Clip of the sum at a tiny minimum) or not: experts chosen by
 //   biased scores, weighed by their probabilities (ERNIE 4.5)
+//   or p = Sigmoid(linear(x, router)) in any of these (GLM-4.5), the
+//   biased scores masked to the best groups of experts (groupLimited), and
+//   w times a constant
 //   xr = Reshape(Expand(Unsqueeze(x, 1), [T, k, H]), [T·k, H])
 //   h = Squeeze(MatMul(GatherND(gate_up [E, 2I, H], i'), Unsqueeze(xr, -1)))
 //   a = silu(g) · u, (g, u) = Split(h, last)
 //   o = Squeeze(MatMul(GatherND(down [E, H, I], i'), Unsqueeze(a, -1)))
 //   y = ReduceSum(Reshape(o · w', [T, k, H]), axis 1)
 // with i' and w' views of i and w as [T·k, 1]. The whole block becomes
-// mt.moe %x, %router, %gate_up, %down[, %bias] {top_k, routing}, the bias a
-// frozen copy.
+// mt.moe %x, %router, %gate_up, %down[, %bias] {top_k, routing, groups,
+// top_groups, scale}, the bias a frozen copy.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
 
 #include "frontend/Error.h"
 #include "frontend/fusion/Match.h"
+
+#include <cmath>
 
 namespace mt::onnx_import {
 namespace {
@@ -109,8 +114,8 @@ Value *routerOf(Value *logits, Value *&x) {
 
 bool lastAxis(Node *n) { return n->getInt("axis", -1) == n->in(0)->rank() - 1; }
 
-// w / s or w / Clip(s, tiny), s = ReduceSum(w, last, keepdims): w
-// renormalized (a clamp that only guards against 0 changes nothing).
+// w / s, w / Clip(s, tiny) or w / (s + tiny), s = ReduceSum(w, last,
+// keepdims): w renormalized (a guard against 0 changes nothing).
 bool renormalized(Value *v, Value *w) {
   Node *div = producer(v, "Div");
   if (!div || div->in(0) != w)
@@ -122,6 +127,11 @@ bool renormalized(Value *v, Value *w) {
     if (!lo || *lo > 1e-6 || (clip->inputs.size() > 2 && clip->in(2)))
       return false;
     d = clip->in(0);
+  } else if (auto guarded = commuted(producer(d, "Add"), [](Value *c) {
+               auto eps = constScalar(c);
+               return eps && *eps >= 0 && *eps <= 1e-6;
+             })) {
+    d = guarded->second;
   }
   Node *total = producer(d, "ReduceSum");
   return total && total->in(0) == w && total->getInt("keepdims", 1) == 1 &&
@@ -130,44 +140,111 @@ bool renormalized(Value *v, Value *w) {
 
 struct Routing {
   Value *x = nullptr, *router = nullptr, *bias = nullptr;
-  bool normalize = false;
+  bool normalize = false, sigmoid = false;
+  int64_t groups = 1, topGroups = 1;
+  double scale = 1;
 };
+
+// Every element of v's compile-time value is `expected`.
+bool allEqual(Value *v, double expected) {
+  if (!v || !v->constant || v->constant->numel == 0)
+    return false;
+  for (int64_t i = 0; i < v->constant->numel; ++i)
+    if (v->constant->at(i) != expected)
+      return false;
+  return true;
+}
+
+// Where(Not(Cast(m)), -inf, c) or Where(Cast(m), c, -inf): the biased
+// scores c [T, E] kept only in the groups that compete, where
+//   m = Reshape(Expand(Unsqueeze(ScatterElements(0, gi, 1), -1), [T, G, n]))
+//   gi = TopK(ReduceSum(TopK(Reshape(c, [T, G, n]), 2).values, -1), top)
+// (DeepSeek V3's and GLM-4.5's group-limited routing). Returns c and sets
+// the groups.
+Value *groupLimited(Node *where, Routing &r) {
+  Value *mask = nullptr, *c = nullptr;
+  auto ninf = [](Value *v) {
+    auto f = constScalar(v);
+    return f && std::isinf(*f) && *f < 0;
+  };
+  if (Node *no = producer(where->in(0), "Not"); no && ninf(where->in(1)))
+    mask = no->in(0), c = where->in(2);
+  else if (ninf(where->in(2)))
+    mask = where->in(0), c = where->in(1);
+  Node *cast = mask ? producer(mask, "Cast") : nullptr;
+  Node *flat = cast ? producer(cast->in(0), "Reshape") : nullptr;
+  Node *expand = flat ? producer(flat->in(0), "Expand") : nullptr;
+  Node *unsq = expand ? producer(expand->in(0), "Unsqueeze") : nullptr;
+  Node *scatter = unsq ? producer(unsq->in(0), "ScatterElements") : nullptr;
+  if (!scatter || c->rank() != 2 || flat->out()->shape != c->shape ||
+      !lastAxis(scatter) || scatter->getString("reduction", "none") != "none" ||
+      !allEqual(scatter->in(0), 0) || !allEqual(scatter->in(2), 1) ||
+      (unsq->getInts("axes") != std::vector<int64_t>{2} &&
+       unsq->getInts("axes") != std::vector<int64_t>{-1}))
+    return nullptr;
+  const Shape &g = expand->out()->shape; // [T, G, n]
+  Node *top = producer(scatter->in(1), "TopK");
+  Node *sum = top ? producer(top->in(0), "ReduceSum") : nullptr;
+  Node *best2 = sum ? producer(sum->in(0), "TopK") : nullptr;
+  Node *view = best2 ? producer(best2->in(0), "Reshape") : nullptr;
+  if (!view || g.size() != 3 || g[0] != c->dim(0) || g[1] * g[2] != c->dim(1) ||
+      top->out(1) != scatter->in(1) || !lastAxis(top) ||
+      top->getInt("largest", 1) != 1 || sum->in(0) != best2->out(0) ||
+      sum->getInt("keepdims", 1) != 0 ||
+      sum->getInts("axes") != std::vector<int64_t>{2} || !lastAxis(best2) ||
+      best2->getInt("largest", 1) != 1 || best2->out(0)->dim(-1) != 2 ||
+      view->in(0) != c || view->out()->shape != g)
+    return nullptr;
+  r.groups = g[1];
+  r.topGroups = top->out(1)->dim(-1);
+  return c;
+}
 
 // The routing that chose TopK's experts and weighs them by w: top k of the
 // softmax, weights its values (or those renormalized); top k of the logits
-// (Granite), weights their softmax (the probabilities renormalized); or top
-// k of the softmax plus a bias (ERNIE 4.5), weights the probabilities
-// gathered at the chosen experts (or those renormalized).
+// (Granite), weights their softmax (the probabilities renormalized); top k
+// of the softmax or the sigmoid plus a bias (ERNIE 4.5, GLM-4.5), among
+// the competing groups of experts (DeepSeek V3, GLM-4.5), weights the
+// scores gathered at the chosen experts (or those renormalized); any of
+// them times a constant (the routed scaling factor).
 bool routingOf(Node *topk, Value *w, Routing &r) {
   Value *scores = topk->in(0);
-  if (auto biased = commuted(producer(scores, "Add"), [](Value *v) {
-        return producer(v, "Softmax") != nullptr;
-      })) {
+  if (Node *where = producer(scores, "Where")) {
+    scores = groupLimited(where, r);
+    if (!scores)
+      return false;
+  }
+  w = peelScale(w, r.scale);
+  auto isScore = [](Value *v) {
+    return producerOneOf(v, {"Softmax", "Sigmoid"}) != nullptr;
+  };
+  if (auto biased = commuted(producer(scores, "Add"), isScore)) {
     auto bias = weightView(biased->second);
     if (!bias || bias->transposed)
       return false;
     r.bias = bias->param;
     scores = biased->first;
   }
-  Node *softmax = producer(scores, "Softmax");
-  r.router = routerOf(softmax ? softmax->in(0) : scores, r.x);
-  if (!r.router || (softmax && !lastAxis(softmax)))
+  Node *probs = producerOneOf(scores, {"Softmax", "Sigmoid"});
+  r.sigmoid = probs && probs->op == "Sigmoid";
+  r.router = routerOf(probs ? probs->in(0) : scores, r.x);
+  if (!r.router || (probs && !r.sigmoid && !lastAxis(probs)))
     return false;
-  if (!softmax) { // top k of the logits
+  if (!probs) { // top k of the logits
     Node *chosen = producer(w, "Softmax");
     r.normalize = true;
-    return chosen && chosen->in(0) == topk->out(0) && lastAxis(chosen);
+    return r.groups == 1 && chosen && chosen->in(0) == topk->out(0) &&
+           lastAxis(chosen);
   }
-  Value *picked = topk->out(0);
-  if (r.bias) { // the values are biased: gather the probabilities
-    picked = nullptr;
-    for (Node *u : softmax->out()->users)
-      if (u->op == "GatherElements" && u->in(1) == topk->out(1) &&
-          lastAxis(u) && (w == u->out() || renormalized(w, u->out())))
-        picked = u->out();
-    if (!picked)
-      return false;
-  }
+  // The chosen scores: TopK's values where they are the scores themselves,
+  // else the scores gathered at the chosen experts.
+  Value *picked = r.bias ? nullptr : topk->out(0);
+  for (Node *u : probs->out()->users)
+    if (u->op == "GatherElements" && u->in(1) == topk->out(1) && lastAxis(u) &&
+        (w == u->out() || renormalized(w, u->out())))
+      picked = u->out();
+  if (!picked)
+    return false;
   r.normalize = w != picked;
   return w == picked || renormalized(w, picked);
 }
@@ -229,7 +306,14 @@ void fuseMoe(Graph &g, Node *sum) {
       ins.push_back(frozenCopy(g, r.bias));
     Node *moe = replaceWithPrimitive(g, sum, "mt.moe", ins, x->shape);
     moe->setInt("top_k", k);
-    moe->setString("routing", r.normalize ? "softmax_renorm" : "softmax");
+    moe->setString("routing", std::string(r.sigmoid ? "sigmoid" : "softmax") +
+                                  (r.normalize ? "_renorm" : ""));
+    if (r.groups > 1) {
+      moe->setInt("groups", r.groups);
+      moe->setInt("top_groups", r.topGroups);
+    }
+    if (r.scale != 1)
+      moe->setFloat("scale", r.scale);
     return;
   }
 }

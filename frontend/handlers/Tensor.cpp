@@ -601,6 +601,20 @@ std::vector<ConstPtr> foldCumSum(OpContext &ctx) {
 
 // TopK: the k largest (or smallest) along an axis and their int64 indices;
 // a mixture of experts' routing, fused by the MoE idiom, so never folded.
+// Shape only: a mixture of experts' group mask scatters ones into zeros
+// (frontend/fusion/Moe.cpp); anywhere else it is left unfused and refused.
+void inferScatterElements(OpContext &ctx) {
+  const Shape &data = ctx.shape(0), &idx = ctx.shape(1);
+  if (!isInteger(ctx.in(1).dtype))
+    ctx.error("indices must be integers");
+  if (idx.size() != data.size() || ctx.shape(2) != idx)
+    ctx.error("data {}, indices {} and updates {} must share a rank, and "
+              "indices and updates a shape",
+              shapeStr(data), shapeStr(idx), shapeStr(ctx.shape(2)));
+  ctx.node.setInt("axis", ctx.axis(ctx.node.getInt("axis", 0), data.size()));
+  ctx.setOutput(0, ctx.in(0).dtype, data);
+}
+
 void inferTopK(OpContext &ctx) {
   const Shape &x = ctx.shape(0);
   const int64_t axis = ctx.axis(ctx.node.getInt("axis", -1), x.size());
@@ -634,6 +648,7 @@ void addTensorHandlers(std::vector<OpHandler> &t) {
                foldGatherElements});
   t.push_back({"", "GatherND", 13, inferGatherND, foldGatherND});
   t.push_back({"", "TopK", 11, inferTopK, nullptr});
+  t.push_back({"", "ScatterElements", 13, inferScatterElements, nullptr});
   t.push_back({"", "Expand", 13, inferExpand, foldExpand});
   t.push_back({"", "ConstantOfShape", 9, inferConstantOfShape, nullptr});
   t.push_back({"", "Range", 11, inferRange, nullptr});

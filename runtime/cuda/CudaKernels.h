@@ -162,12 +162,12 @@ public:
   void moe_forward(void *y, const void *x, const void *router,
                    const void *gate_up, const void *down, const void *bias,
                    int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
-                   bool normalize) override;
+                   const MoeRouting &routing) override;
   void moe_backward(void *dx, float *drouter, float *dgate_up, float *ddown,
                     const void *dy, const void *x, const void *router,
                     const void *gate_up, const void *down, const void *bias,
                     int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
-                    bool normalize) override;
+                    const MoeRouting &routing) override;
   void xielu_forward(void *y, const void *x, const void *alpha_p,
                      const void *alpha_n, int64_t n, float beta,
                      float eps) override;

@@ -1,7 +1,8 @@
 //===- MoeCommon.cuh - what both mixture-of-experts paths share ---*- C++
 //-*-===//
 //
-// The routing (softmax, top-k of p + bias, renormalization) and its
+// The routing (softmax or sigmoid, grouped top-k of p + bias,
+// renormalization and scaling) and its
 // gradient into the router, on CUDA cores in f32 with fixed-order sums; and
 // the interface of the two paths over the experts (MoeKernels.cu: reference
 // kernels; MoeGrouped.cu: grouped tensor-core GEMMs), each of which runs on
@@ -17,9 +18,13 @@ namespace mtrt::MT_KNS::moe {
 
 struct MoeShape {
   int64_t T, H, E, I, k;
-  bool normalize;
+  MoeRouting r;
   __host__ __device__ int64_t slots() const { return T * k; }
 };
+
+/// The most expert groups the routing kernel takes (DeepSeek V3 and GLM-4.5
+/// have 8 or 1).
+constexpr int64_t kMaxGroups = 64;
 
 /// The experts' weights: the pointers every chunk shares.
 struct MoeWeights {
@@ -39,9 +44,57 @@ __device__ __forceinline__ float sigmoidf(float v) {
   return 1.f / (1.f + expf(-v));
 }
 
+// Among the top_groups groups whose two best scores (p + bias) sum largest,
+// ties to the lower group: whether expert e competes. `chosen` holds the
+// groups.
+__device__ __forceinline__ bool competes(const int *chosen, int64_t e,
+                                         const MoeShape &s) {
+  if (s.r.groups <= 1)
+    return true;
+  const int64_t g = e / (s.E / s.r.groups);
+  for (int64_t i = 0; i < s.r.top_groups; ++i)
+    if (chosen[i] == int(g))
+      return true;
+  return false;
+}
+
+__device__ __forceinline__ float biased(const float *p, const bf16 *bias,
+                                        int64_t e) {
+  return p[e] + (bias ? bf2f(bias[e]) : 0.f);
+}
+
+// The top_groups best groups of one token (thread 0's serial work).
+__device__ void choose_groups(int *chosen, const float *p, const bf16 *bias,
+                              const MoeShape &s) {
+  const int64_t n = s.E / s.r.groups;
+  for (int64_t j = 0; j < s.r.top_groups; ++j) {
+    int best = -1;
+    float best_sum = 0.f;
+    for (int64_t g = 0; g < s.r.groups; ++g) {
+      bool taken = false;
+      for (int64_t i = 0; i < j; ++i)
+        taken = taken || chosen[i] == int(g);
+      float b1 = -INFINITY, b2 = -INFINITY;
+      for (int64_t e = g * n; e < (g + 1) * n; ++e) {
+        const float v = biased(p, bias, e);
+        if (v > b1)
+          b2 = b1, b1 = v;
+        else if (v > b2)
+          b2 = v;
+      }
+      if (!taken && (best < 0 || b1 + b2 > best_sum)) {
+        best = int(g);
+        best_sum = b1 + b2;
+      }
+    }
+    chosen[j] = best;
+  }
+}
+
 // A block per token: logits by thread over experts, then thread 0 takes the
-// softmax and the top k of p + bias (ties to the lower index). P [T, E]
-// keeps the probabilities; X, W [T·k] the chosen experts and weights.
+// scores (softmax or sigmoid) and the top k of p + bias among the
+// competing groups (ties to the lower index). P [T, E] keeps the scores;
+// X, W [T·k] the chosen experts and weights (renormalized, scaled).
 __global__ void route_kernel(float *P, int *X, float *W, const bf16 *x,
                              const bf16 *router, const bf16 *bias, MoeShape s) {
   const int64_t t = blockIdx.x;
@@ -55,21 +108,30 @@ __global__ void route_kernel(float *P, int *X, float *W, const bf16 *x,
   __syncthreads();
   if (threadIdx.x != 0)
     return;
-  float m = -INFINITY, sum = 0.f, total = 0.f;
-  for (int64_t e = 0; e < s.E; ++e)
-    m = fmaxf(m, p[e]);
-  for (int64_t e = 0; e < s.E; ++e)
-    sum += p[e] = expf(p[e] - m);
-  for (int64_t e = 0; e < s.E; ++e)
-    p[e] /= sum;
+  if (s.r.sigmoid) {
+    for (int64_t e = 0; e < s.E; ++e)
+      p[e] = sigmoidf(p[e]);
+  } else {
+    float m = -INFINITY, sum = 0.f;
+    for (int64_t e = 0; e < s.E; ++e)
+      m = fmaxf(m, p[e]);
+    for (int64_t e = 0; e < s.E; ++e)
+      sum += p[e] = expf(p[e] - m);
+    for (int64_t e = 0; e < s.E; ++e)
+      p[e] /= sum;
+  }
+  int chosen[kMaxGroups];
+  if (s.r.groups > 1)
+    choose_groups(chosen, p, bias, s);
+  float total = 0.f;
   for (int64_t j = 0; j < s.k; ++j) {
     int best = -1;
     float best_score = 0.f;
     for (int64_t e = 0; e < s.E; ++e) {
-      bool taken = false;
+      bool taken = !competes(chosen, e, s);
       for (int64_t i = 0; i < j; ++i)
         taken = taken || X[t * s.k + i] == int(e);
-      const float score = p[e] + (bias ? bf2f(bias[e]) : 0.f);
+      const float score = biased(p, bias, e);
       if (!taken && (best < 0 || score > best_score)) {
         best = int(e);
         best_score = score;
@@ -78,13 +140,14 @@ __global__ void route_kernel(float *P, int *X, float *W, const bf16 *x,
     X[t * s.k + j] = best;
     total += W[t * s.k + j] = p[best];
   }
-  if (s.normalize)
-    for (int64_t j = 0; j < s.k; ++j)
-      W[t * s.k + j] /= total;
+  for (int64_t j = 0; j < s.k; ++j)
+    W[t * s.k + j] =
+        (s.r.normalize ? W[t * s.k + j] / total : W[t * s.k + j]) * s.r.scale;
 }
 
-// Per token: the chosen weights' gradient DW [T·k] through the
-// renormalization and the softmax into the router logits, DL [T, E].
+// Per token: the chosen weights' gradient DW [T·k] through the scaling and
+// renormalization, then the softmax or the sigmoid, into the router
+// logits, DL [T, E].
 __global__ void routing_grad_kernel(float *DL, const float *P, const int *X,
                                     const float *W, const float *DW,
                                     MoeShape s) {
@@ -99,8 +162,13 @@ __global__ void routing_grad_kernel(float *DL, const float *P, const int *X,
     for (int64_t e = 0; e < s.E; ++e)
       dl[e] = 0.f;
     for (int64_t j = 0; j < s.k; ++j) {
-      const float dw = DW[t * s.k + j];
-      dl[X[t * s.k + j]] = s.normalize ? (dw - mean) / total : dw;
+      const float d = s.r.scale * DW[t * s.k + j];
+      dl[X[t * s.k + j]] = s.r.normalize ? (d - mean) / total : d;
+    }
+    if (s.r.sigmoid) {
+      for (int64_t e = 0; e < s.E; ++e)
+        dl[e] *= p[e] * (1.f - p[e]);
+      continue;
     }
     for (int64_t e = 0; e < s.E; ++e)
       dot += dl[e] * p[e];

@@ -324,6 +324,13 @@ template <class Fn> void over_chunks(const MoeShape &s, int64_t chunk, Fn fn) {
   }
 }
 
+void check_routing(const MoeRouting &r) {
+  if (r.groups > kMaxGroups)
+    fail("the cuda backend's mixture-of-experts kernels take at most ",
+         kMaxGroups, " expert groups; this plan's routing has ", r.groups,
+         " (train it with --backend cpu)");
+}
+
 } // namespace
 } // namespace moe
 
@@ -340,12 +347,13 @@ MoeKernels moe_kernels_from_env() {
 void CudaKernels::moe_forward(void *y, const void *x, const void *router,
                               const void *gate_up, const void *down,
                               const void *bias, int64_t T, int64_t H, int64_t E,
-                              int64_t I, int64_t k, bool normalize) {
+                              int64_t I, int64_t k, const MoeRouting &routing) {
   using namespace moe;
   if (T <= 0)
     return;
   const cudaStream_t stream = cudaStream_t(stream_);
-  const MoeShape s{T, H, E, I, k, normalize};
+  check_routing(routing);
+  const MoeShape s{T, H, E, I, k, routing};
   const Path p = path_of(moe_);
   const int64_t chunk = chunk_tokens(p, s, false);
   MoeShape c = s;
@@ -363,12 +371,13 @@ void CudaKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
                                const void *router, const void *gate_up,
                                const void *down, const void *bias, int64_t T,
                                int64_t H, int64_t E, int64_t I, int64_t k,
-                               bool normalize) {
+                               const MoeRouting &routing) {
   using namespace moe;
   if (T <= 0)
     return;
   const cudaStream_t stream = cudaStream_t(stream_);
-  const MoeShape s{T, H, E, I, k, normalize};
+  check_routing(routing);
+  const MoeShape s{T, H, E, I, k, routing};
   const Path p = path_of(moe_);
   const int64_t chunk = chunk_tokens(p, s, true);
   MoeShape c = s;

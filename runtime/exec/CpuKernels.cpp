@@ -177,9 +177,9 @@ void CpuKernels::gelu_backward(void *dx, const void *dy, const void *x,
 void CpuKernels::moe_forward(void *y, const void *x, const void *router,
                              const void *gate_up, const void *down,
                              const void *bias, int64_t T, int64_t H, int64_t E,
-                             int64_t I, int64_t k, bool normalize) {
-  cpu::moe_forward(F(y), F(x), F(router), F(gate_up), F(down), F(bias), T, H,
-                   E, I, k, normalize);
+                             int64_t I, int64_t k, const MoeRouting &routing) {
+  cpu::moe_forward(F(y), F(x), F(router), F(gate_up), F(down), F(bias), T, H, E,
+                   I, k, routing);
   store(y, T * H);
 }
 void CpuKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
@@ -187,9 +187,9 @@ void CpuKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
                               const void *router, const void *gate_up,
                               const void *down, const void *bias, int64_t T,
                               int64_t H, int64_t E, int64_t I, int64_t k,
-                              bool normalize) {
+                              const MoeRouting &routing) {
   cpu::moe_backward(F(dx), drouter, dgate_up, ddown, F(dy), F(x), F(router),
-                    F(gate_up), F(down), F(bias), T, H, E, I, k, normalize);
+                    F(gate_up), F(down), F(bias), T, H, E, I, k, routing);
   store(dx, T * H);
 }
 void CpuKernels::xielu_forward(void *y, const void *x, const void *alpha_p,

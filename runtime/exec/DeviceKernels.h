@@ -23,6 +23,7 @@
 namespace mtrt {
 
 using Broadcast = cpu::Broadcast;
+using MoeRouting = cpu::MoeRouting;
 
 class DeviceKernels {
 public:
@@ -110,13 +111,13 @@ public:
   virtual void moe_forward(void *y, const void *x, const void *router,
                            const void *gate_up, const void *down,
                            const void *bias, int64_t T, int64_t H, int64_t E,
-                           int64_t I, int64_t k, bool normalize) = 0;
+                           int64_t I, int64_t k, const MoeRouting &routing) = 0;
   virtual void moe_backward(void *dx, float *drouter, float *dgate_up,
                             float *ddown, const void *dy, const void *x,
                             const void *router, const void *gate_up,
                             const void *down, const void *bias, int64_t T,
                             int64_t H, int64_t E, int64_t I, int64_t k,
-                            bool normalize) = 0;
+                            const MoeRouting &routing) = 0;
   /// alpha_p, alpha_n: one-element weights (cpu::xielu_forward's ap, an).
   virtual void xielu_forward(void *y, const void *x, const void *alpha_p,
                              const void *alpha_n, int64_t n, float beta,

@@ -60,16 +60,30 @@ void rope_backward(float *dx, const float *dy, const float *cos,
 // ---- mixture of experts (T tokens of H; E experts of intermediate I) ------
 // docs/primitives.md, moe: router [E, H], gate_up [E, 2I, H], down [E, H, I];
 // bias [E] (or null) shifts the scores that choose the experts.
+
+/// How a token's experts are chosen and weighed: scores p = softmax or
+/// sigmoid of the router logits; with groups > 1 the experts form `groups`
+/// equal groups and only the top_groups groups with the largest sums of
+/// their two best biased scores compete; the k best biased scores among
+/// them choose; their p, renormalized to sum 1 when normalize, times
+/// scale, weigh them.
+struct MoeRouting {
+  bool sigmoid = false;
+  bool normalize = false;
+  int64_t groups = 1, top_groups = 1;
+  float scale = 1.f;
+};
+
 void moe_forward(float *y, const float *x, const float *router,
                  const float *gate_up, const float *down, const float *bias,
                  int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
-                 bool normalize);
+                 const MoeRouting &routing);
 // Adds to dx and to each param gradient that is not null.
 void moe_backward(float *dx, float *drouter, float *dgate_up, float *ddown,
                   const float *dy, const float *x, const float *router,
                   const float *gate_up, const float *down, const float *bias,
                   int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
-                  bool normalize);
+                  const MoeRouting &routing);
 
 // ---- causal attention with grouped KV heads -------------------------------
 // q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0; query head h reads KV

@@ -137,6 +137,15 @@ ARCHITECTURES = {
                                                 moe_intermediate_size=32, moe_num_shared_experts=1,
                                                 moe_layer_start_index=0),
                      T.Ernie4_5_MoeForCausalLM),
+    # GLM-4.5 (DeepSeek V3's routing): sigmoid scores plus a selection bias
+    # choose 2 of 8 experts within the best 2 of 4 groups (by the sums of
+    # their two best biased scores); the chosen scores, renormalized and
+    # scaled by 2.5, weigh them; a shared expert; the first layer dense.
+    "glm4_moe": (T.Glm4MoeConfig, dict(COMMON, head_dim=16, n_routed_experts=8,
+                                       num_experts_per_tok=2, n_group=4, topk_group=2,
+                                       routed_scaling_factor=2.5, moe_intermediate_size=32,
+                                       n_shared_experts=1, pad_token_id=0),
+                 T.Glm4MoeForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

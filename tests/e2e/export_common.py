@@ -31,4 +31,9 @@ def build(architectures, name, seed=0):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
+        # Selection biases are buffers that start at 0: made nonzero, as
+        # trained ones are, so that they change which experts are chosen.
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.add_(0.02 * torch.randn_like(b))
     return LogitsOnly(model)

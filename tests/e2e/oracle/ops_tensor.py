@@ -134,6 +134,20 @@ def _gather_elements(node, x, indices):
     return torch.gather(x, axis, torch.where(indices < 0, indices + n, indices))
 
 
+@op("ScatterElements", 11)
+def _scatter_elements(node, x, indices, updates):
+    """A copy of x with updates written at indices along axis (reduction
+    none; a repeated index keeps the last write, as torch does)."""
+    if node.attr("reduction", "none") != "none":
+        raise OracleError("ScatterElements: only reduction none is implemented")
+    axis = norm_axis(node.attr("axis", 0), x.dim())
+    n = x.shape[axis]
+    if indices.numel() and (indices.min() < -n or indices.max() >= n):
+        raise OracleError(f"index out of range [-{n}, {n}) on axis {axis}")
+    idx = torch.where(indices < 0, indices + n, indices)
+    return x.scatter(axis, idx, updates.to(x.dtype))
+
+
 @op("GatherND", 12)
 def _gather_nd(node, x, indices):
     """Per the spec: out[b..., i...] = x[b..., *indices[b..., i..., :]], the

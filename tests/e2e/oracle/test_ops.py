@@ -382,6 +382,16 @@ class TopK(unittest.TestCase):
         self.assertEqual(indices.tolist(), [[0, 1, 0, 1]])
 
 
+class ScatterElements(unittest.TestCase):
+    def test_writes_updates_at_indices_along_axis(self):
+        x = np.zeros((2, 4))
+        out = run_node("ScatterElements", [x, i64([[3, 1], [-4, 2]]), np.array([[1.0, 2.0], [3.0, 4.0]])],
+                       opset=13, axis=1)[0]
+        np.testing.assert_array_equal(out, [[0, 2, 0, 1], [3, 0, 4, 0]])
+        out = run_node("ScatterElements", [x, i64([[1, 0, 1, 0]]), np.ones((1, 4))], opset=13)[0]
+        np.testing.assert_array_equal(out, [[0, 1, 0, 1], [1, 0, 1, 0]])
+
+
 class GatherND(unittest.TestCase):
     """Values picked by hand from x = arange(24).reshape(2, 3, 4)."""
 

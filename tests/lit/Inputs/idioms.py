@@ -155,14 +155,19 @@ def _(g):
     return ref
 
 
-def _moe(g, renormalize, topk_of_logits=False, selection_bias=False):
+def _moe(g, renormalize, topk_of_logits=False, selection_bias=False, grouped=False):
     """x [B,S,16] through 4 SwiGLU experts (I = 8), 2 per token, as HF's
     batched experts export: routing Gemm/Softmax/TopK, rows repeated per
     choice, GatherND of each choice's expert matrices, batched MatMuls.
     topk_of_logits: TopK of the logits, then Softmax of the chosen ones
     (Granite-MoE), the renormalized weights again. selection_bias: TopK of
     the probabilities plus a bias [4], the weights gathered from the
-    probabilities and renormalized over a Clip of their sum (ERNIE 4.5)."""
+    probabilities and renormalized over a Clip of their sum (ERNIE 4.5).
+    grouped: sigmoid scores plus the bias choose within the better of 2
+    groups of 2 experts (by the sums of their two best biased scores: a
+    Where over the ScatterElements mask of a TopK of group sums), the
+    chosen scores renormalized over the sum plus 1e-20 and scaled by 2.5
+    (DeepSeek V3, GLM-4.5)."""
     E, I, K = 4, 8, 2
     x = x_input(g)
     flat = g.op("Reshape", x, g.ints(-1, HIDDEN))
@@ -171,7 +176,27 @@ def _moe(g, renormalize, topk_of_logits=False, selection_bias=False):
     down, DN = param(g, "moe.down", [E, HIDDEN, I], std=0.35)
     logits = g.op("Gemm", flat, router, transB=1)
     BIAS = np.array([0.3, -0.2, 0.1, 0.0])
-    if selection_bias:
+    if grouped:
+        probs = g.op("Sigmoid", logits)
+        bias = g.tensor("moe.selection_bias", BIAS.astype(np.float32))
+        c = g.op("Add", probs, bias)
+        best2, _ = g.op("TopK", g.op("Reshape", c, g.ints(-1, 2, 2)), g.ints(2), axis=-1,
+                        outputs=2)
+        _, gidx = g.op("TopK", g.op("ReduceSum", best2, g.ints(-1), keepdims=0), g.ints(1),
+                       axis=-1, outputs=2)
+        zeros = g.op("Expand", g.const(0.0), g.op("Shape", g.op("ReduceSum", best2, g.ints(-1),
+                                                                 keepdims=0)))
+        ones = g.op("Expand", g.const(1.0), g.op("Shape", gidx))
+        mask = g.op("ScatterElements", zeros, gidx, ones, axis=1)
+        mask = g.op("Reshape", g.op("Expand", g.unsqueeze(mask, -1), g.ints(1, 1, 2)),
+                    g.ints(-1, E))
+        keep = g.op("Not", g.op("Cast", mask, to=TensorProto.BOOL))
+        masked = g.op("Where", keep, g.const(-np.inf), c)
+        _, idx = g.op("TopK", masked, g.ints(K), axis=-1, outputs=2)
+        values = g.op("GatherElements", probs, idx, axis=-1)
+        total = g.op("Add", g.op("ReduceSum", values, g.ints(-1), keepdims=1), g.const(1e-20))
+        w = g.op("Mul", g.op("Div", values, total), g.const(2.5))
+    elif selection_bias:
         probs = g.op("Softmax", logits, axis=-1)
         bias = g.tensor("moe.selection_bias", BIAS.astype(np.float32))
         _, idx = g.op("TopK", g.op("Add", probs, bias), g.ints(K), axis=-1, outputs=2)
@@ -185,7 +210,7 @@ def _moe(g, renormalize, topk_of_logits=False, selection_bias=False):
         values, idx = g.op("TopK", g.op("Softmax", logits, axis=-1), g.ints(K), axis=-1,
                            outputs=2)
         w = values
-    if renormalize and not topk_of_logits and not selection_bias:
+    if renormalize and not topk_of_logits and not selection_bias and not grouped:
         w = g.op("Div", values, g.op("ReduceSum", values, g.ints(-1), keepdims=1))
     tokens = g.dim(flat, 0)
     rows = g.op("Reshape", g.op("Expand", g.unsqueeze(flat, 1), g.shape_of(tokens, K, HIDDEN)),
@@ -204,12 +229,20 @@ def _moe(g, renormalize, topk_of_logits=False, selection_bias=False):
     def ref(f):
         xs = f["x"].reshape(-1, HIDDEN)
         logits = xs @ R.T
-        p = np.exp(logits - logits.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
+        if grouped:
+            p = 1 / (1 + np.exp(-logits))
+        else:
+            p = np.exp(logits - logits.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
         out = np.zeros_like(xs)
         for t in range(xs.shape[0]):
-            chosen = np.argsort(-(p[t] + (BIAS if selection_bias else 0)), kind="stable")[:K]
+            score = p[t] + (BIAS if selection_bias or grouped else 0)
+            if grouped:  # groups of 2: each group's sum is its two scores
+                best = int(np.argmax(score.reshape(2, 2).sum(-1)))
+                score = np.where(np.arange(E) // 2 == best, score, -np.inf)
+            chosen = np.argsort(-score, kind="stable")[:K]
             wt = p[t, chosen] / (p[t, chosen].sum() if renormalize else 1)
+            wt = wt * (2.5 if grouped else 1)
             for e, we in zip(chosen, wt):
                 h = GU[e] @ xs[t]
                 act = h[:I] / (1 + np.exp(-h[:I])) * h[I:]
@@ -236,6 +269,14 @@ def _(g):
        "over Clip(ReduceSum, 1e-12) (ERNIE 4.5)")
 def _(g):
     return _moe(g, True, selection_bias=True)
+
+
+@idiom("moe-grouped-sigmoid", "moe-renormalized with sigmoid scores plus a bias [4] choosing "
+       "within the better of 2 groups of 2 (Where(Not(Cast(ScatterElements mask)), -inf, .)), "
+       "the weights gathered, renormalized over ReduceSum + 1e-20 and scaled by 2.5 "
+       "(DeepSeek V3, GLM-4.5)")
+def _(g):
+    return _moe(g, True, grouped=True)
 
 
 @idiom("moe-raw-weights", "moe-renormalized without the Div: the top 2 probabilities as they "

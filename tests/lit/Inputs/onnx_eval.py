@@ -151,6 +151,14 @@ def _reduce_sum(a, x, axes=None):
     return np.sum(x, axis=axes, keepdims=bool(a.get("keepdims", 1)))
 
 
+def _scatter_elements(a, x, i, u):
+    """reduction none: a copy of x with u written at i along axis."""
+    assert a.get("reduction", b"none") in (b"none", "none")
+    out = x.copy()
+    np.put_along_axis(out, i, u, axis=a.get("axis", 0))
+    return out
+
+
 def _split(a, x, split=None):
     axis = a.get("axis", 0)
     sizes = list(np.ravel(split)) if split is not None else a.get("split")
@@ -208,6 +216,8 @@ OPS = {
     "ReduceMean": _reduce_mean,
     "ReduceSum": _reduce_sum,
     "GatherElements": lambda a, x, i: np.take_along_axis(x, i, axis=a.get("axis", 0)),
+    "ScatterElements": _scatter_elements,
+    "Not": lambda a, x: np.logical_not(x),
     "Clip": lambda a, x, lo=None, hi=None: np.clip(x, -np.inf if lo is None else lo,
                                                    np.inf if hi is None else hi),
     "TopK": lambda a, x, k: _topk(a, x, k),

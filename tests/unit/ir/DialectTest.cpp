@@ -249,14 +249,14 @@ TEST_F(DialectTest, RopeRotationIsHalfOrInterleaved) {
 
 TEST_F(DialectTest, MoeChecksExpertShapesTopKAndRouting) {
   auto graph = [&](const std::string &gateUp, int64_t k,
-                   const std::string &routing) {
+                   const std::string &routing, const std::string &more = "") {
     std::string args =
         "%x: tensor<6x16xf32>, %r: tensor<4x16xf32>, %gu: " + gateUp +
         ", %d: tensor<4x16x8xf32>";
     std::string body = "%y = mt.moe %x, %r, %gu, %d {routing = \"" + routing +
-                       "\", top_k = " + std::to_string(k) +
-                       " : i64} : (tensor<6x16xf32>, tensor<4x16xf32>, " +
-                       gateUp + ", tensor<4x16x8xf32>) -> tensor<6x16xf32>";
+                       "\", top_k = " + std::to_string(k) + " : i64" + more +
+                       "} : (tensor<6x16xf32>, tensor<4x16xf32>, " + gateUp +
+                       ", tensor<4x16x8xf32>) -> tensor<6x16xf32>";
     return parseError(graphWith(args, body, "tensor<6x16xf32>"));
   };
   EXPECT_EQ(graph("tensor<4x16x16xf32>", 2, "softmax_renorm"), "");
@@ -267,9 +267,28 @@ TEST_F(DialectTest, MoeChecksExpertShapesTopKAndRouting) {
   EXPECT_NE(graph("tensor<4x16x16xf32>", 5, "softmax")
                 .find("top_k must be in [1, 4], not 5"),
             std::string::npos);
-  EXPECT_NE(graph("tensor<4x16x16xf32>", 2, "sigmoid")
-                .find("routing must be softmax or softmax_renorm"),
+  EXPECT_NE(graph("tensor<4x16x16xf32>", 2, "sparsemixer")
+                .find("routing must be softmax, softmax_renorm, sigmoid or "
+                      "sigmoid_renorm"),
             std::string::npos);
+  // Grouped routing: 2 groups of 2, the best one competes, scaled.
+  const std::string gu = "tensor<4x16x16xf32>";
+  EXPECT_EQ(graph(gu, 2, "sigmoid_renorm",
+                  ", groups = 2 : i64, top_groups = 1 : i64, scale = 2.5"),
+            "");
+  EXPECT_NE(graph(gu, 2, "sigmoid", ", groups = 3 : i64")
+                .find("groups must divide the 4 experts into groups of at "
+                      "least 2, not 3"),
+            std::string::npos);
+  EXPECT_NE(graph(gu, 2, "sigmoid", ", groups = 4 : i64, top_groups = 2 : i64")
+                .find("groups of at least 2"),
+            std::string::npos);
+  EXPECT_NE(graph(gu, 3, "sigmoid", ", groups = 2 : i64, top_groups = 1 : i64")
+                .find("top_groups must be in [1, 2] and leave top_k = 3"),
+            std::string::npos);
+  EXPECT_NE(
+      graph(gu, 2, "sigmoid", ", scale = 0.0").find("scale must be positive"),
+      std::string::npos);
   // A selection bias has one entry per expert.
   auto biased = [&](const std::string &bias) {
     std::string args = "%x: tensor<6x16xf32>, %r: tensor<4x16xf32>, %gu: "

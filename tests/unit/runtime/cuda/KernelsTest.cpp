@@ -554,13 +554,21 @@ TEST_P(MoeTest, ForwardAndBackward) {
     int64_t T, H, E, I, k;
     bool normalize, bias;
     const char *chunk; // MEGATRAIN_CUDA_MOE_CHUNK_TOKENS, or none
+    bool sigmoid = false;
+    int64_t groups = 1, top_groups = 1;
+    float scale = 1.f;
   };
-  for (const Case c : {Case{9, 40, 4, 24, 2, true, false, nullptr},
-                       Case{300, 16, 5, 8, 3, false, false, nullptr},
-                       Case{9, 40, 4, 24, 2, true, true, "7"},
-                       Case{300, 16, 5, 8, 3, false, false, "7"},
-                       Case{150, 136, 3, 36, 2, true, false, nullptr},
-                       Case{150, 136, 3, 36, 2, false, true, "61"}}) {
+  for (const Case c :
+       {Case{9, 40, 4, 24, 2, true, false, nullptr},
+        Case{300, 16, 5, 8, 3, false, false, nullptr},
+        Case{9, 40, 4, 24, 2, true, true, "7"},
+        Case{300, 16, 5, 8, 3, false, false, "7"},
+        Case{150, 136, 3, 36, 2, true, false, nullptr},
+        Case{150, 136, 3, 36, 2, false, true, "61"},
+        // Sigmoid scores in the best 2 of 4 groups, scaled (DeepSeek V3,
+        // GLM-4.5); softmax in groups, unnormalized and scaled.
+        Case{40, 24, 8, 16, 3, true, true, nullptr, true, 4, 2, 2.5f},
+        Case{40, 24, 6, 16, 2, false, false, "9", false, 3, 1, 1.5f}}) {
     if (c.chunk)
       setenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS", c.chunk, 1);
     const int64_t T = c.T, H = c.H, E = c.E, I = c.I, k = c.k;
@@ -574,21 +582,26 @@ TEST_P(MoeTest, ForwardAndBackward) {
     Tensor bias = Tensor::random(E, 102, -0.2f, 0.2f);
     const void *bd = c.bias ? bias.dev() : nullptr;
     const float *bh = c.bias ? bias.host() : nullptr;
+    MoeRouting r;
+    r.sigmoid = c.sigmoid, r.normalize = c.normalize, r.groups = c.groups;
+    r.top_groups = c.top_groups, r.scale = c.scale;
     k_->moe_forward(y.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), bd, T,
-                    H, E, I, k, c.normalize);
+                    H, E, I, k, r);
     cpu_.moe_forward(y.host(), x.host(), router.host(), gu.host(), down.host(),
-                     bh, T, H, E, I, k, c.normalize);
+                     bh, T, H, E, I, k, r);
     k_->moe_backward(dx.dev(), dr.dev_f32(), dgu.dev_f32(), dd.dev_f32(),
                      dy.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), bd,
-                     T, H, E, I, k, c.normalize);
+                     T, H, E, I, k, r);
     cpu_.moe_backward(dx.host(), dr.host(), dgu.host(), dd.host(), dy.host(),
                       x.host(), router.host(), gu.host(), down.host(), bh, T, H,
-                      E, I, k, c.normalize);
+                      E, I, k, r);
     sync();
     unsetenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS");
     const std::string at = "T=" + std::to_string(T) +
                            (c.chunk ? std::string(" chunk ") + c.chunk : "") +
-                           (c.bias ? " bias" : "");
+                           (c.bias ? " bias" : "") +
+                           (c.sigmoid ? " sigmoid" : "") + " groups " +
+                           std::to_string(c.groups);
     EXPECT_TRUE(near(y.fetch(), y.h, kUlp, sums)) << "y, " << at;
     EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, sums)) << "dx, " << at;
     EXPECT_TRUE(near(dr.fetch(), dr.h, rtol, atol)) << "drouter, " << at;

@@ -1,10 +1,11 @@
 //===- MoeTest.cpp - the mixture of experts against float64 loops ---------===//
 //
-// The oracle is a naive float64 forward (softmax routing, top k, SwiGLU
-// experts); the kernel's gradients are checked against its central
-// differences, which see through the renormalization and the softmax as
-// long as no perturbation changes which experts a token chooses (the
-// random values keep the k-th and (k+1)-th probabilities apart).
+// The oracle is a naive float64 forward (softmax or sigmoid routing, the
+// best groups of experts by sorting, top k, SwiGLU experts); the kernel's
+// gradients are checked against its central differences, which see through
+// the scaling, renormalization and softmax or sigmoid as long as no
+// perturbation changes which experts a token chooses (the random values
+// keep the k-th and (k+1)-th scores, and the groups' sums, apart).
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,7 +22,41 @@ using namespace mtrt::cpu;
 struct MoeShape {
   int64_t T, H, E, I, k;
   bool normalize, bias;
+  bool sigmoid = false;
+  int64_t groups = 1, top_groups = 1;
+  float scale = 1.f;
+
+  MoeRouting routing() const {
+    MoeRouting r;
+    r.sigmoid = sigmoid, r.normalize = normalize, r.groups = groups;
+    r.top_groups = top_groups, r.scale = scale;
+    return r;
+  }
 };
+
+// The experts of the top_groups groups with the largest sums of their two
+// best scores (stable: ties to the lower group).
+std::vector<bool> competing(const MoeShape &s, const Doubles &score) {
+  std::vector<bool> in(s.E, true);
+  if (s.groups == 1)
+    return in;
+  const int64_t n = s.E / s.groups;
+  Doubles sums(s.groups);
+  for (int64_t g = 0; g < s.groups; ++g) {
+    Doubles v(score.begin() + g * n, score.begin() + (g + 1) * n);
+    std::sort(v.begin(), v.end(), std::greater<double>());
+    sums[g] = v[0] + v[1];
+  }
+  std::vector<int64_t> order(s.groups);
+  for (int64_t g = 0; g < s.groups; ++g)
+    order[g] = g;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return sums[a] > sums[b]; });
+  for (int64_t e = 0; e < s.E; ++e)
+    in[e] = std::find(order.begin(), order.begin() + s.top_groups, e / n) !=
+            order.begin() + s.top_groups;
+  return in;
+}
 
 // inputs: x [T, H], router [E, H], gate_up [E, 2I, H], down [E, H, I], and
 // the selection bias [E] (read when s.bias).
@@ -40,22 +75,31 @@ Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
         p[e] += router[e * s.H + h] * x[t * s.H + h];
       m = std::max(m, p[e]);
     }
-    for (double &v : p)
-      sum += v = std::exp(v - m);
-    for (double &v : p)
-      v /= sum;
-    std::vector<int64_t> order(s.E);
+    if (s.sigmoid) {
+      for (double &v : p)
+        v = 1 / (1 + std::exp(-v));
+    } else {
+      for (double &v : p)
+        sum += v = std::exp(v - m);
+      for (double &v : p)
+        v /= sum;
+    }
+    Doubles score(s.E);
     for (int64_t e = 0; e < s.E; ++e)
-      order[e] = e;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return p[a] + bias[a] > p[b] + bias[b];
-    });
+      score[e] = p[e] + bias[e];
+    const std::vector<bool> in = competing(s, score);
+    std::vector<int64_t> order;
+    for (int64_t e = 0; e < s.E; ++e)
+      if (in[e])
+        order.push_back(e);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return score[a] > score[b]; });
     double total = 0;
     for (int64_t j = 0; j < s.k; ++j)
       total += p[order[j]];
     for (int64_t j = 0; j < s.k; ++j) {
       const int64_t e = order[j];
-      const double w = s.normalize ? p[e] / total : p[e];
+      const double w = (s.normalize ? p[e] / total : p[e]) * s.scale;
       Doubles a(s.I);
       for (int64_t i = 0; i < s.I; ++i) {
         double g = 0, u = 0;
@@ -87,7 +131,7 @@ std::vector<Floats> random_inputs(const MoeShape &s, uint32_t seed) {
 void forward(const MoeShape &s, const std::vector<Floats> &in, Floats &y) {
   moe_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), in[3].data(),
               s.bias ? in[4].data() : nullptr, s.T, s.H, s.E, s.I, s.k,
-              s.normalize);
+              s.routing());
 }
 
 // grads: dx, drouter, dgate_up, ddown; a null entry is skipped.
@@ -96,7 +140,7 @@ void backward(const MoeShape &s, const std::vector<Floats> &in,
   moe_backward(ptr(g[0]), ptr(g[1]), ptr(g[2]), ptr(g[3]), dy.data(),
                in[0].data(), in[1].data(), in[2].data(), in[3].data(),
                s.bias ? in[4].data() : nullptr, s.T, s.H, s.E, s.I, s.k,
-               s.normalize);
+               s.routing());
 }
 
 const MoeShape kShapes[] = {
@@ -105,6 +149,13 @@ const MoeShape kShapes[] = {
     {5, 6, 3, 4, 1, true, false},  // one expert per token: its weight is 1
     {4, 6, 4, 3, 4, false, false}, // every expert
     {8, 8, 6, 4, 2, true, true},   // ERNIE 4.5: chosen by p + bias
+    // GLM-4.5: sigmoid scores chosen by p + bias, renormalized and scaled.
+    {8, 8, 6, 4, 2, true, true, true, 1, 1, 2.5f},
+    // DeepSeek V3: the same within the best 2 of 4 groups of 2 experts.
+    {8, 8, 8, 3, 3, true, true, true, 4, 2, 2.5f},
+    // Sigmoid weights as they are, one of 3 groups; softmax in groups.
+    {7, 8, 6, 3, 2, false, false, true, 3, 1, 1.f},
+    {8, 8, 8, 3, 2, true, false, false, 2, 1, 1.5f},
 };
 
 TEST(Moe, ForwardMatchesFloat64) {
