@@ -146,6 +146,24 @@ ARCHITECTURES = {
                                        routed_scaling_factor=2.5, moe_intermediate_size=32,
                                        n_shared_experts=1, pad_token_id=0),
                  T.Glm4MoeForCausalLM),
+    # dots.llm1: the same routing, 2 of 8 experts in the better of 2 groups,
+    # the chosen scores as they are, scaled by 1.5.
+    "dots1": (T.Dots1Config, dict(COMMON, head_dim=16, n_routed_experts=8,
+                                  num_experts_per_tok=2, n_group=2, topk_group=1,
+                                  routed_scaling_factor=1.5, norm_topk_prob=False,
+                                  moe_intermediate_size=32, n_shared_experts=1,
+                                  first_k_dense_replace=0, pad_token_id=0),
+              T.Dots1ForCausalLM),
+    # EXAONE MoE: the same routing, a dense first layer, a sliding-window
+    # layer before a global one.
+    "exaone_moe": (T.ExaoneMoeConfig, dict(COMMON, head_dim=16, num_experts=8,
+                                           num_experts_per_tok=2, n_group=4, topk_group=2,
+                                           moe_intermediate_size=32, num_shared_experts=1,
+                                           sliding_window=8,
+                                           layer_types=["sliding_attention", "full_attention"],
+                                           mlp_layer_types=["dense", "sparse"],
+                                           pad_token_id=0),
+                   T.ExaoneMoeForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),
