@@ -2,7 +2,7 @@
 //-*-===//
 //
 // The routing (softmax or sigmoid, grouped top-k of p + bias,
-// renormalization and scaling) and its
+// renormalization and scaling) from the router logits, and its
 // gradient into the router, on CUDA cores in f32 with fixed-order sums; and
 // the interface of the two paths over the experts (MoeKernels.cu: reference
 // kernels; MoeGrouped.cu: grouped tensor-core GEMMs), each of which runs on
@@ -91,58 +91,64 @@ __device__ void choose_groups(int *chosen, const float *p, const bf16 *bias,
   }
 }
 
-// A block per token: logits by thread over experts, then thread 0 takes the
-// scores (softmax or sigmoid) and the top k of p + bias among the
-// competing groups (ties to the lower index). P [T, E] keeps the scores;
-// X, W [T·k] the chosen experts and weights (renormalized, scaled).
-__global__ void route_kernel(float *P, int *X, float *W, const bf16 *x,
-                             const bf16 *router, const bf16 *bias, MoeShape s) {
-  const int64_t t = blockIdx.x;
-  float *p = P + t * s.E;
-  for (int64_t e = threadIdx.x; e < s.E; e += blockDim.x) {
+// P[t, e] = router[e] · x_t in f32: the reference path's router logits (the
+// grouped path's are a GEMM).
+__global__ void logits_kernel(float *P, const bf16 *x, const bf16 *router,
+                              MoeShape s) {
+  const int64_t n = s.T * s.E;
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const int64_t t = i / s.E, e = i % s.E;
     float l = 0.f;
     for (int64_t h = 0; h < s.H; ++h)
       l += bf2f(router[e * s.H + h]) * bf2f(x[t * s.H + h]);
-    p[e] = l;
+    P[i] = l;
   }
-  __syncthreads();
-  if (threadIdx.x != 0)
-    return;
-  if (s.r.sigmoid) {
-    for (int64_t e = 0; e < s.E; ++e)
-      p[e] = sigmoidf(p[e]);
-  } else {
-    float m = -INFINITY, sum = 0.f;
-    for (int64_t e = 0; e < s.E; ++e)
-      m = fmaxf(m, p[e]);
-    for (int64_t e = 0; e < s.E; ++e)
-      sum += p[e] = expf(p[e] - m);
-    for (int64_t e = 0; e < s.E; ++e)
-      p[e] /= sum;
-  }
-  int chosen[kMaxGroups];
-  if (s.r.groups > 1)
-    choose_groups(chosen, p, bias, s);
-  float total = 0.f;
-  for (int64_t j = 0; j < s.k; ++j) {
-    int best = -1;
-    float best_score = 0.f;
-    for (int64_t e = 0; e < s.E; ++e) {
-      bool taken = !competes(chosen, e, s);
-      for (int64_t i = 0; i < j; ++i)
-        taken = taken || X[t * s.k + i] == int(e);
-      const float score = biased(p, bias, e);
-      if (!taken && (best < 0 || score > best_score)) {
-        best = int(e);
-        best_score = score;
-      }
+}
+
+// A thread per token, from its logits in P [T, E]: the scores (softmax or
+// sigmoid, in place), then the top k of p + bias among the competing
+// groups (ties to the lower index). X, W [T·k]: the chosen experts and
+// their weights (renormalized, scaled).
+__global__ void route_kernel(float *P, int *X, float *W, const bf16 *bias,
+                             MoeShape s) {
+  for (int64_t t = global_index(); t < s.T; t += global_stride()) {
+    float *p = P + t * s.E;
+    if (s.r.sigmoid) {
+      for (int64_t e = 0; e < s.E; ++e)
+        p[e] = sigmoidf(p[e]);
+    } else {
+      float m = -INFINITY, sum = 0.f;
+      for (int64_t e = 0; e < s.E; ++e)
+        m = fmaxf(m, p[e]);
+      for (int64_t e = 0; e < s.E; ++e)
+        sum += p[e] = expf(p[e] - m);
+      for (int64_t e = 0; e < s.E; ++e)
+        p[e] /= sum;
     }
-    X[t * s.k + j] = best;
-    total += W[t * s.k + j] = p[best];
+    int chosen[kMaxGroups];
+    if (s.r.groups > 1)
+      choose_groups(chosen, p, bias, s);
+    float total = 0.f;
+    for (int64_t j = 0; j < s.k; ++j) {
+      int best = -1;
+      float best_score = 0.f;
+      for (int64_t e = 0; e < s.E; ++e) {
+        bool taken = !competes(chosen, e, s);
+        for (int64_t i = 0; i < j; ++i)
+          taken = taken || X[t * s.k + i] == int(e);
+        const float score = biased(p, bias, e);
+        if (!taken && (best < 0 || score > best_score)) {
+          best = int(e);
+          best_score = score;
+        }
+      }
+      X[t * s.k + j] = best;
+      total += W[t * s.k + j] = p[best];
+    }
+    for (int64_t j = 0; j < s.k; ++j)
+      W[t * s.k + j] =
+          (s.r.normalize ? W[t * s.k + j] / total : W[t * s.k + j]) * s.r.scale;
   }
-  for (int64_t j = 0; j < s.k; ++j)
-    W[t * s.k + j] =
-        (s.r.normalize ? W[t * s.k + j] / total : W[t * s.k + j]) * s.r.scale;
 }
 
 // Per token: the chosen weights' gradient DW [T·k] through the scaling and
@@ -174,19 +180,6 @@ __global__ void routing_grad_kernel(float *DL, const float *P, const int *X,
       dot += dl[e] * p[e];
     for (int64_t e = 0; e < s.E; ++e)
       dl[e] = p[e] * (dl[e] - dot);
-  }
-}
-
-// drouter[e, c] += Σ_t DL[t, e] · x[t, c], tokens in order.
-__global__ void router_grad_kernel(float *drouter, const float *DL,
-                                   const bf16 *x, MoeShape s) {
-  const int64_t n = s.E * s.H;
-  for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const int64_t e = i / s.H, c = i % s.H;
-    float acc = 0.f;
-    for (int64_t t = 0; t < s.T; ++t)
-      acc += DL[t * s.E + e] * bf2f(x[t * s.H + c]);
-    drouter[i] += acc;
   }
 }
 

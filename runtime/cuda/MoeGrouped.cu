@@ -14,10 +14,10 @@
 //             positions (grouped K); DXP = DGU·gate_up, then
 //             dx_t += Σ_j DXP[pos(t, j)] + routerᵀ·l̄_t.
 //
-// Every sum runs in a fixed order (positions are in token order, each
-// output element is one block's sum), so results are deterministic. The
-// router's own products stay on CUDA cores (MoeCommon.cuh): E outputs a
-// token against the experts' 3·k·I.
+// The router's products (the logits; in the backward its gradient and its
+// part of dx, with l̄ in bf16) are the same GEMMs over all tokens as one
+// group. Every sum runs in a fixed order (positions are in token order,
+// each output element is one block's sum), so results are deterministic.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,14 +36,16 @@ using grouped::Store;
 
 /// A chunk's scratch, carved in 16-byte aligned arrays. Positions: POS
 /// [slot] is a slot's position, ROW [position] its slot; OFF and TILES
-/// [E + 1] the experts' first positions and first row tiles. DAP (backward,
-/// [S, I]) and DXP ([S, H]) are live at different times and share a region.
+/// [E + 1] the experts' first positions and first row tiles; WHOLE the one
+/// group of all T tokens (the router's products). DAP (backward, [S, I])
+/// and DXP ([S, H]) are live at different times and share a region.
 struct Scratch {
   float *P = nullptr, *W = nullptr, *YP = nullptr, *DAP = nullptr,
-        *DW = nullptr, *DXP = nullptr, *DL = nullptr;
+        *DW = nullptr, *DXP = nullptr, *DL = nullptr, *DXR = nullptr;
   int *X = nullptr, *POS = nullptr, *ROW = nullptr, *OFF = nullptr,
-      *TILES = nullptr;
-  bf16 *GU = nullptr, *A = nullptr, *DGU = nullptr, *DOUT = nullptr;
+      *TILES = nullptr, *WHOLE = nullptr;
+  bf16 *GU = nullptr, *A = nullptr, *DGU = nullptr, *DOUT = nullptr,
+       *DLB = nullptr;
   int64_t bytes = 0;
 
   Scratch(void *base, const MoeShape &s, bool backward) {
@@ -55,7 +57,7 @@ struct Scratch {
     };
     const int64_t S = s.slots();
     take(P, s.T * s.E), take(W, S), take(X, S), take(POS, S), take(ROW, S);
-    take(OFF, s.E + 1), take(TILES, s.E + 1);
+    take(OFF, s.E + 1), take(TILES, s.E + 1), take(WHOLE, 4);
     take(GU, S * 2 * s.I), take(A, S * s.I);
     if (!backward) {
       take(YP, S * s.H);
@@ -64,7 +66,7 @@ struct Scratch {
     take(DAP, S * max64(s.I, s.H));
     DXP = DAP;
     take(DW, S), take(DGU, S * 2 * s.I), take(DOUT, S * s.H),
-        take(DL, s.T * s.E);
+        take(DL, s.T * s.E), take(DLB, s.T * s.E), take(DXR, s.T * s.H);
   }
 };
 
@@ -149,20 +151,29 @@ __global__ void slot_backward_kernel(float *DW, bf16 *DGU, bf16 *DOUT,
     DOUT[pos * s.H + h] = f2bf(w * bf2f(dy[t * s.H + h]));
 }
 
-// dx[t, c] += Σ_j DXP[pos(t, j), c] + Σ_e router[e, c] · DL[t, e].
+// dx[t, c] += Σ_j DXP[pos(t, j), c] + DXR[t, c] (routerᵀ · l̄_t).
 __global__ void input_combine_kernel(bf16 *dx, const float *DXP,
-                                     const float *DL, const int *POS,
-                                     const bf16 *router, MoeShape s) {
+                                     const float *DXR, const int *POS,
+                                     MoeShape s) {
   const int64_t n = s.T * s.H;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const int64_t t = i / s.H, c = i % s.H;
     float acc = 0.f;
     for (int64_t j = 0; j < s.k; ++j)
       acc += DXP[POS[t * s.k + j] * s.H + c];
-    for (int64_t e = 0; e < s.E; ++e)
-      acc += bf2f(router[e * s.H + c]) * DL[t * s.E + e];
-    add_store(dx, i, acc);
+    add_store(dx, i, acc + DXR[i]);
   }
+}
+
+// The group of all T tokens: offsets {0, T}, row tiles {0, ⌈T / 128⌉}.
+__global__ void whole_group_kernel(int *g, MoeShape s) {
+  g[0] = 0, g[1] = int(s.T), g[2] = 0;
+  g[3] = int((s.T + grouped::kBM - 1) / grouped::kBM);
+}
+
+__global__ void to_bf16_kernel(bf16 *y, const float *x, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    y[i] = f2bf(x[i]);
 }
 
 /// An operand stored with K contiguous (rows) or along its rows (k_rows).
@@ -175,38 +186,55 @@ Operand k_rows(const void *m, int64_t ld, int64_t group_stride = 0,
   return {B(m), ld, group_stride, gather, div, true};
 }
 
-/// C[p, :N] over every expert's positions p (grouped M).
+/// Rows grouped by expert (their positions), or all T tokens as one group
+/// (the router's products), with the most row tiles a launch may need.
+struct Grouping {
+  Groups groups;
+  int64_t rows;
+};
+Grouping by_expert(const Scratch &w, const MoeShape &s) {
+  return {Groups{w.OFF, w.TILES, int(s.E)}, s.slots()};
+}
+Grouping whole(const Scratch &w, const MoeShape &s) {
+  return {Groups{w.WHOLE, w.WHOLE + 2, 1}, s.T};
+}
+
+/// C[p, :N] over every group's rows p (grouped M).
 template <Store S>
-void product_m(const Operand &a, const Operand &b, void *c, const Scratch &w,
-               const MoeShape &s, int64_t N, int64_t K, cudaStream_t stream) {
-  const dim3 grid(unsigned(grouped::max_row_tiles(s.slots(), s.E)),
+void product_m(const Operand &a, const Operand &b, void *c, const Grouping &g,
+               int64_t N, int64_t K, cudaStream_t stream) {
+  const dim3 grid(unsigned(grouped::max_row_tiles(g.rows, g.groups.experts)),
                   unsigned((N + grouped::kBN - 1) / grouped::kBN));
   launch_kernel("moe_grouped_m_kernel", grouped::grouped_m_kernel<S>, grid,
                 dim3(grouped::kGemmThreads), stream, a, b, Output{c, N, 0},
-                Groups{w.OFF, w.TILES, int(s.E)}, N, K);
+                g.groups, N, K);
 }
 
-/// C_e[:M, :N] += Σ over expert e's positions (grouped K).
-void product_k(const Operand &a, const Operand &b, float *c, const Scratch &w,
-               const MoeShape &s, int64_t M, int64_t N, cudaStream_t stream) {
+/// C_e[:M, :N] += Σ over group e's rows (grouped K).
+void product_k(const Operand &a, const Operand &b, float *c, const Grouping &g,
+               int64_t M, int64_t N, cudaStream_t stream) {
   const int64_t tiles = ((M + grouped::kBM - 1) / grouped::kBM) *
                         ((N + grouped::kBN - 1) / grouped::kBN);
-  launch_kernel(
-      "moe_grouped_k_kernel", grouped::grouped_k_kernel<Store::F32Add>,
-      dim3(unsigned(tiles), unsigned(s.E)), dim3(grouped::kGemmThreads), stream,
-      a, b, Output{c, N, M * N}, Groups{w.OFF, w.TILES, int(s.E)}, M, N);
+  launch_kernel("moe_grouped_k_kernel",
+                grouped::grouped_k_kernel<Store::F32Add>,
+                dim3(unsigned(tiles), unsigned(g.groups.experts)),
+                dim3(grouped::kGemmThreads), stream, a, b, Output{c, N, M * N},
+                g.groups, M, N);
 }
 
 // Routing, positions, GU and A: what the forward and the backward share.
 void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
                     const MoeWeights &m, cudaStream_t stream) {
-  MT_LAUNCH(route_kernel, dim3(unsigned(s.T)), dim3(kThreads), stream, w.P, w.X,
-            w.W, B(x), B(m.router), B(m.bias), s);
+  MT_LAUNCH(whole_group_kernel, dim3(1), dim3(1), stream, w.WHOLE, s);
+  product_m<Store::F32>(rows(x, s.H), rows(m.router, s.H), w.P, whole(w, s),
+                        s.E, s.H, stream);
+  MT_LAUNCH(route_kernel, blocks_for(s.T), kThreads, stream, w.P, w.X, w.W,
+            B(m.bias), s);
   MT_LAUNCH(expert_slots_kernel, dim3(1), dim3(kThreads), stream, w.POS, w.ROW,
             w.OFF, w.TILES, static_cast<const int *>(w.X), s);
   product_m<Store::Bf16>(rows(x, s.H, 0, w.ROW, int(s.k)),
-                         rows(m.gate_up, s.H, 2 * s.I * s.H), w.GU, w, s,
-                         2 * s.I, s.H, stream);
+                         rows(m.gate_up, s.H, 2 * s.I * s.H), w.GU,
+                         by_expert(w, s), 2 * s.I, s.H, stream);
   MT_LAUNCH(swiglu_kernel, blocks_for(s.slots() * s.I), kThreads, stream, w.A,
             static_cast<const bf16 *>(w.GU), s);
 }
@@ -223,8 +251,8 @@ void forward(void *scratch, const MoeShape &s, void *y, const void *x,
              const MoeWeights &m, cudaStream_t stream) {
   const Scratch w(scratch, s, false);
   forward_hidden(w, s, x, m, stream);
-  product_m<Store::F32>(rows(w.A, s.I), rows(m.down, s.I, s.H * s.I), w.YP, w,
-                        s, s.H, s.I, stream);
+  product_m<Store::F32>(rows(w.A, s.I), rows(m.down, s.I, s.H * s.I), w.YP,
+                        by_expert(w, s), s.H, s.I, stream);
   MT_LAUNCH(combine_kernel, blocks_for(s.T * s.H), kThreads, stream, B(y),
             static_cast<const float *>(w.YP), static_cast<const int *>(w.POS),
             static_cast<const float *>(w.W), s);
@@ -236,8 +264,9 @@ void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
   const Scratch w(scratch, s, true);
   const int64_t H = s.H, I = s.I;
   forward_hidden(w, s, x, m, stream);
+  const Grouping experts = by_expert(w, s), tokens = whole(w, s);
   product_m<Store::F32>(rows(dy, H, 0, w.ROW, int(s.k)),
-                        k_rows(m.down, I, H * I), w.DAP, w, s, I, H, stream);
+                        k_rows(m.down, I, H * I), w.DAP, experts, I, H, stream);
   MT_LAUNCH(slot_backward_kernel, dim3(unsigned(s.slots())), dim3(kThreads),
             stream, w.DW, w.DGU, w.DOUT, static_cast<const float *>(w.DAP),
             static_cast<const bf16 *>(w.A), static_cast<const bf16 *>(w.GU),
@@ -247,22 +276,28 @@ void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
             static_cast<const float *>(w.P), static_cast<const int *>(w.X),
             static_cast<const float *>(w.W), static_cast<const float *>(w.DW),
             s);
+  // The router's gradients as products over all tokens, l̄ in bf16.
+  MT_LAUNCH(to_bf16_kernel, blocks_for(s.T * s.E), kThreads, stream, w.DLB,
+            static_cast<const float *>(w.DL), s.T * s.E);
   if (g.drouter)
-    MT_LAUNCH(router_grad_kernel, blocks_for(s.E * H), kThreads, stream,
-              g.drouter, static_cast<const float *>(w.DL), B(x), s);
+    product_k(k_rows(w.DLB, s.E), k_rows(x, H), g.drouter, tokens, s.E, H,
+              stream);
   if (g.ddown)
-    product_k(k_rows(w.DOUT, H), k_rows(w.A, I), g.ddown, w, s, H, I, stream);
+    product_k(k_rows(w.DOUT, H), k_rows(w.A, I), g.ddown, experts, H, I,
+              stream);
   if (g.dgate_up)
     product_k(k_rows(w.DGU, 2 * I), k_rows(x, H, 0, w.ROW, int(s.k)),
-              g.dgate_up, w, s, 2 * I, H, stream);
+              g.dgate_up, experts, 2 * I, H, stream);
   if (!g.dx)
     return;
   product_m<Store::F32>(rows(w.DGU, 2 * I), k_rows(m.gate_up, H, 2 * I * H),
-                        w.DXP, w, s, H, 2 * I, stream);
+                        w.DXP, experts, H, 2 * I, stream);
+  product_m<Store::F32>(rows(w.DLB, s.E), k_rows(m.router, H), w.DXR, tokens, H,
+                        s.E, stream);
   MT_LAUNCH(input_combine_kernel, blocks_for(s.T * H), kThreads, stream,
             B(g.dx), static_cast<const float *>(w.DXP),
-            static_cast<const float *>(w.DL), static_cast<const int *>(w.POS),
-            B(m.router), s);
+            static_cast<const float *>(w.DXR), static_cast<const int *>(w.POS),
+            s);
 }
 
 } // namespace grouped_path

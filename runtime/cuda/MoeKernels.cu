@@ -108,6 +108,19 @@ __global__ void hidden_grad_kernel(float *DGU, const float *GU,
   }
 }
 
+// drouter[e, c] += Σ_t DL[t, e] · x[t, c], tokens in order.
+__global__ void router_grad_kernel(float *drouter, const float *DL,
+                                   const bf16 *x, MoeShape s) {
+  const int64_t n = s.E * s.H;
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const int64_t e = i / s.H, c = i % s.H;
+    float acc = 0.f;
+    for (int64_t t = 0; t < s.T; ++t)
+      acc += DL[t * s.E + e] * bf2f(x[t * s.H + c]);
+    drouter[i] += acc;
+  }
+}
+
 // dx[t, c] += Σ_j gate_up[e_j]ᵀ · DGU[slot] + routerᵀ · DL[t].
 __global__ void input_grad_kernel(bf16 *dx, const float *DGU, const float *DL,
                                   const int *X, const bf16 *gate_up,
@@ -203,8 +216,10 @@ struct Scratch {
 
 void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
                     const MoeWeights &m, cudaStream_t stream) {
-  MT_LAUNCH(route_kernel, dim3(unsigned(s.T)), dim3(kThreads), stream, w.P, w.X,
-            w.W, B(x), B(m.router), B(m.bias), s);
+  MT_LAUNCH(logits_kernel, blocks_for(s.T * s.E), kThreads, stream, w.P, B(x),
+            B(m.router), s);
+  MT_LAUNCH(route_kernel, blocks_for(s.T), kThreads, stream, w.P, w.X, w.W,
+            B(m.bias), s);
   MT_LAUNCH(hidden_kernel, blocks_for(s.slots() * 2 * s.I), kThreads, stream,
             w.GU, static_cast<const int *>(w.X), B(x), B(m.gate_up), s);
   MT_LAUNCH(activation_kernel, blocks_for(s.slots() * s.I), kThreads, stream,
