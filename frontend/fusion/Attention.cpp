@@ -4,8 +4,9 @@
 //   MatMul(Softmax(mask(scale · MatMul(q, kᵀ)), last dim), v)
 // where kᵀ is a Transpose (of k, or of k's pre-transpose layout); the scale
 // is any product of Mul/Div by constants on the scores or on q and k; mask is
-// any chain of Add of a constant bias and Where(constant condition, scores,
-// fill) / Where(condition, fill, scores) that together keep exactly j <= i
+// any chain of Add of a constant bias, Where(constant condition, scores,
+// fill) / Where(condition, fill, scores) and Mul by a 0/1 constant (whose
+// zeros another term masks: OpenAI GPT) that together keep exactly j <= i
 // (or the last W of those keys: a sliding window), and whose finite biases,
 // if any, are ALiBi's m_h · j (BLOOM, MPT);
 // GQA's repeat of k and v as Unsqueeze/Reshape + Expand + Reshape is undone.
@@ -43,7 +44,9 @@ struct MaskForm {
 };
 
 struct MaskTerm {
-  enum Kind { Additive, KeepWhereTrue, KeepWhereFalse } kind;
+  // ZeroWhereFalse: a product with a 0/1 constant (OpenAI GPT's scores ·
+  // tril + -1e4 · (1 - tril)), which another term must mask where it is 0.
+  enum Kind { Additive, KeepWhereTrue, KeepWhereFalse, ZeroWhereFalse } kind;
   ConstPtr condition;  // Additive: the bias; Where: the condition
   ConstPtr fill;       // Where: the masked value
   Shape view;          // the scores' shape where the mask applies
@@ -118,6 +121,20 @@ private:
         s = bias->second;
         continue;
       }
+      auto zeroing = commuted(producer(s, "Mul"), [](Value *c) {
+        if (!c->constant || c->constant->numel < 2)
+          return false;
+        for (int64_t i = 0; i < c->constant->numel; ++i)
+          if (double v = c->constant->at(i); v != 0 && v != 1)
+            return false;
+        return true;
+      });
+      if (zeroing && isActivation(zeroing->second)) {
+        masks.push_back({MaskTerm::ZeroWhereFalse, zeroing->first->constant,
+                         nullptr});
+        s = zeroing->second;
+        continue;
+      }
       Node *where = producer(s, "Where");
       if (where && where->in(0)->constant) {
         if (isActivation(where->in(1)) && where->in(2)->constant) {
@@ -148,12 +165,16 @@ private:
     int64_t H = scores[1], S = scores[2];
     int64_t row = seqMajor ? (b * S + i) * H + h : (b * H + h) * S + i;
     int64_t flat = row * scores[3] + j;
-    bool keep = true;
+    bool keep = true, zeroed = false;
     bias = 0;
     for (const MaskTerm &m : masks) {
       const Shape &view = m.view;
       double c =
           m.condition->at(BroadcastIndex(view, m.condition->shape)(flat));
+      if (m.kind == MaskTerm::ZeroWhereFalse) {
+        zeroed |= c == 0;
+        continue;
+      }
       if (m.kind == MaskTerm::Additive) {
         if (c <= kMaskedBelow)
           keep = false;
@@ -170,6 +191,10 @@ private:
       }
       keep &= k;
     }
+    if (zeroed && keep)
+      fail("{}: the attention multiplies score ({}, {}) by 0 and keeps it; a "
+           "product mask must be masked again where it is 0",
+           at->describe(), i, j);
     return keep;
   }
 

@@ -164,6 +164,11 @@ ARCHITECTURES = {
                                            mlp_layer_types=["dense", "sparse"],
                                            pad_token_id=0),
                    T.ExaoneMoeForCausalLM),
+    # OpenAI GPT: the causal mask as a product, scores · tril + -1e4 · (1 -
+    # tril); each layer's tril buffer equal to the others' (the oracle ties
+    # them: frozen together).
+    "openai-gpt": (T.OpenAIGPTConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                                           n_positions=128), T.OpenAIGPTLMHeadModel),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

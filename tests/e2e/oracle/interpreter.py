@@ -173,8 +173,11 @@ class OnnxModel:
         return plan
 
     def tied_value(self, name):
+        """A tie member's value: its source's (a param, or a frozen constant)."""
         tie = self.ties[name]
-        source = self.params[tie.source]
+        source = self.params.get(tie.source)
+        if source is None:
+            source = self.constants[tie.source]
         return source.t() if tie.transposed else source
 
     def run(self, **feeds):

@@ -286,7 +286,13 @@ def main(argv=None):
         config.check()
         tokens = load_tokens(args.data, config.seq_len)
         model = OnnxModel(args.model, tie_detect=not args.no_tie_detect)
-        for name in (n for spec in args.freeze for n in spec.split(",") if n):
+        frozen = {n for spec in args.freeze for n in spec.split(",") if n}
+        for name in sorted(frozen):
+            if name in model.ties:  # a copy of its source: frozen with it
+                source = model.ties[name].source
+                if source not in frozen:
+                    raise OracleError(f"--freeze {name}: it equals {source}, which is trained")
+                continue
             if name not in model.params:
                 raise OracleError(f"--freeze {name}: no float initializer of that name")
             model.constants[name] = model.params.pop(name).detach()

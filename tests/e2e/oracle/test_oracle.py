@@ -246,6 +246,28 @@ class ReferenceTraining(unittest.TestCase):
                 self.assertFalse(os.path.exists(log))
         self.assertIn("byte offset 12", err)
 
+    def test_freezing_a_tied_copy(self):
+        """A copy of another initializer (tied to it) freezes with its source;
+        alone, while the source trains, it is refused by name."""
+        from onnx import TensorProto, helper, numpy_helper
+        emb = np.random.default_rng(1).normal(size=(VOCAB, 8)).astype(np.float32)
+        graph = helper.make_graph(
+            [helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+             helper.make_node("MatMul", ["h", "head"], ["z"]),
+             helper.make_node("Add", ["z", "bias"], ["logits"])],
+            "tied", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"])],
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", VOCAB])],
+            [numpy_helper.from_array(emb, "emb"), numpy_helper.from_array(emb.T.copy(), "head"),
+             numpy_helper.from_array(np.linspace(-1, 1, VOCAB, dtype=np.float32), "bias")])
+        path = os.path.join(self.tmp.name, "tied.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        common = [path, "--data", self.data, "--batch", 1, "--seq-len", Hyper.S, "--steps", 1]
+        rc, err = self.run_main(*common, "--freeze", "head")
+        self.assertEqual(rc, 1)
+        self.assertIn("--freeze head: it equals emb, which is trained", err)
+        rc, err = self.run_main(*common, "--freeze", "emb,head")
+        self.assertEqual(rc, 0, err)
+
     def test_command_line(self):
         bad = os.path.join(self.tmp.name, "cli_bad.u32")
         with open(bad, "wb") as f:

@@ -864,6 +864,37 @@ def _(g):
     return _attention_idiom(g, _mask_add(FMIN))
 
 
+def _product_mask(keep_below=0):
+    """OpenAI GPT's: scores · b + -1e4 · (1 - b), b a [64, 64] lower-triangular 0/1
+    table sliced to [S, S]; keep_below > 0: b keeps only the main diagonal and
+    the keep_below below it, while the -1e4 term keeps the whole triangle."""
+    def mask(g, s, x):
+        seq = g.dim(x, 1)
+        tril = np.tril(np.ones((1, 1, MAX_POS, MAX_POS), np.float32))
+        b = tril - np.tril(tril, -1 - keep_below) if keep_below else tril
+        ends = g.op("Concat", seq, seq, axis=0)
+        bt = g.slice(g.tensor("attn.bias", b), [0, 0], ends, [2, 3])
+        keep = g.slice(g.tensor("attn.keep", tril), [0, 0], ends, [2, 3])
+        fill = g.op("Mul", g.op("Sub", g.const(1.0), keep), g.const(-10000.0))
+        return g.op("Add", g.op("Mul", s, bt), fill)
+    return mask
+
+
+@idiom("attention-product-mask",
+       "Add(Mul(scores, b), Mul(Sub(1, b), -10000)), b a lower-triangular 0/1 table sliced to "
+       "[S, S] (OpenAI GPT); scale Div")
+def _(g):
+    return _attention_idiom(g, _product_mask())
+
+
+@idiom("bad-attention-product-mask",
+       "attention-product-mask whose 0/1 table keeps only the main diagonal and the one below, "
+       "where the -1e4 term keeps the whole triangle: zero scores, not a mask")
+def _(g):
+    _attention_idiom(g, _product_mask(keep_below=1))
+    return None
+
+
 @idiom("attention-range-greater-where",
        "i=Unsqueeze(Range(0,S),1), j=Unsqueeze(Range,0), Where(Greater(j,i), -inf, scores); "
        "scale Mul(q,0.7071), Mul(k,0.7071)")
