@@ -163,6 +163,12 @@ LogicalResult MoeGradOp::verify() {
                       {getX(), getRouter(), getGateUp(), getDown()});
 }
 
+LogicalResult CausalConvGradOp::verify() {
+  if (failed(sameType(*this, getDy(), getX(), "dy")))
+    return failure();
+  return checkResults(*this, getResults(), {getX(), getW()});
+}
+
 LogicalResult XieluGradOp::verify() {
   if (failed(sameType(*this, getDy(), getX(), "dy")))
     return failure();

@@ -189,6 +189,17 @@ def Mt_MoeGradOp : Mt_GradOp<"moe_grad"> {
                       Mt_GradTensor:$dgate_up, Mt_GradTensor:$ddown);
 }
 
+def Mt_CausalConvGradOp : Mt_GradOp<"causal_conv_grad"> {
+  let summary = "dx, dw of mt.causal_conv";
+  let description = [{
+    ```mlir
+    %dx, %dw = mt.causal_conv_grad %dy, %x, %w : (tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<64x1x3xf32>) -> (tensor<2x64x16xf32>, tensor<64x1x3xf32>)
+    ```
+  }];
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x, Mt_GradTensor:$w);
+  let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$dw);
+}
+
 def Mt_XieluGradOp : Mt_GradOp<"xielu_grad"> {
   let summary = "dx, dαp, dαn of mt.xielu";
   let description = [{

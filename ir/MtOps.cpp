@@ -230,6 +230,16 @@ LogicalResult XieluOp::verify() {
   return success();
 }
 
+LogicalResult CausalConvOp::verify() {
+  if (failed(verifyElementwise(*this)))
+    return failure();
+  auto x = shapeOf(getX()), w = shapeOf(getW());
+  if (x.size() != 3 || w.size() != 3 || w[0] != x[1] || w[1] != 1 || w[2] < 1)
+    return emitOpError("expects x [B, C, S] and w [C, 1, K], not ")
+           << str(x) << " and " << str(w);
+  return success();
+}
+
 LogicalResult SwigluOp::verify() {
   if (failed(verifyElementwise(*this)))
     return failure();

@@ -396,6 +396,22 @@ def Mt_XieluOp : Mt_PrimOp<"xielu"> {
   let assemblyFormat = "$x `,` $alpha_p `,` $alpha_n attr-dict `:` functional-type(operands, results)";
 }
 
+def Mt_CausalConvOp : Mt_PrimOp<"causal_conv"> {
+  let summary = "a depthwise causal convolution along the sequence";
+  let description = [{
+    x [B, C, S] (channels before positions), w [C, 1, K]:
+    y[b, c, s] = Σ_{j<K} w[c, 0, j] · x[b, c, s − (K − 1) + j], positions
+    before 0 read as 0. LFM2's short convolution (K = 3).
+
+    ```mlir
+    %y = mt.causal_conv %x, %w : (tensor<2x64x16xf32>, tensor<64x1x3xf32>) -> tensor<2x64x16xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$w);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x `,` $w attr-dict `:` functional-type(operands, results)";
+}
+
 def Mt_SwigluOp : Mt_PrimOp<"swiglu"> {
   let summary = "y = silu(gate) · up";
   let description = [{

@@ -16,7 +16,8 @@ namespace mt {
 bool writesParamGradient(Operation *op, unsigned i) {
   if (isa<LinearGradOp>(op))
     return i >= 1;
-  if (isa<RmsNormGradOp, LayerNormGradOp, XieluGradOp, MoeGradOp>(op))
+  if (isa<RmsNormGradOp, LayerNormGradOp, XieluGradOp, MoeGradOp,
+          CausalConvGradOp>(op))
     return i >= 1;
   return isa<EmbedGradOp, PositionEmbedGradOp, EmbedPieceGradOp>(op);
 }

@@ -162,6 +162,14 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
       addGradient(p, d);
     return success();
   }
+  if (auto c = dyn_cast<CausalConvOp>(op)) {
+    SmallVector<Value> primals{c.getX(), c.getW()};
+    Operation *g = create(loc, "mt.causal_conv_grad", {dy, c.getX(), c.getW()},
+                          typesOf(primals));
+    for (auto [p, d] : llvm::zip(primals, g->getResults()))
+      addGradient(p, d);
+    return success();
+  }
   if (auto s = dyn_cast<XieluOp>(op)) {
     SmallVector<Value> primals{s.getX(), s.getAlphaP(), s.getAlphaN()};
     Operation *g = create(loc, "mt.xielu_grad",

@@ -20,6 +20,7 @@ void removeNoOps(Graph &g);     // Identity, Dropout, float-to-float Cast
 void fuseEmbeddings(Graph &g);  // Gather of a table by ids or positions
 void fuseNorms(Graph &g);       // RMSNorm and LayerNorm, op or decomposed
 void fuseMoe(Graph &g);         // top-k routed SwiGLU experts
+void fuseCausalConv(Graph &g);  // depthwise Conv over past positions
 void fuseActivations(Graph &g); // GELU (erf, tanh), SiLU, then SwiGLU
 void fuseRope(Graph &g);        // rotate-half RoPE, full or partial
 void fuseAttention(Graph &g);   // causal SDPA with GQA, or Attention-23

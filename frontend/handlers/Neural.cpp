@@ -73,6 +73,36 @@ void inferGemm(OpContext &ctx) {
   ctx.setOutput(0, ctx.in(0).dtype, {m, n});
 }
 
+// 1-d only (LFM2's short convolution): x [N, C, L], w [M, C / group, K].
+void inferConv(OpContext &ctx) {
+  const Shape &x = ctx.shape(0), &w = ctx.shape(1);
+  if (x.size() != 3 || w.size() != 3)
+    ctx.error("only 1-d convolutions are supported: x {}, w {}", shapeStr(x),
+              shapeStr(w));
+  const int64_t group = ctx.node.getInt("group", 1);
+  if (ctx.node.getString("auto_pad", "NOTSET") != "NOTSET")
+    ctx.error("auto_pad {} is not supported (explicit pads are)",
+              ctx.node.getString("auto_pad", ""));
+  if (group < 1 || x[1] % group != 0 || w[1] * group != x[1] ||
+      w[0] % group != 0)
+    ctx.error("x {} and w {} do not form {} groups", shapeStr(x), shapeStr(w),
+              group);
+  std::vector<int64_t> pads = ctx.node.getInts("pads"),
+                       strides = ctx.node.getInts("strides"),
+                       dilations = ctx.node.getInts("dilations");
+  if (pads.empty())
+    pads = {0, 0};
+  const int64_t stride = strides.empty() ? 1 : strides[0],
+                dilation = dilations.empty() ? 1 : dilations[0];
+  if (pads.size() != 2 || stride < 1 || dilation < 1)
+    ctx.error("pads, strides or dilations do not describe one axis");
+  const int64_t span = dilation * (w[2] - 1) + 1,
+                length = x[2] + pads[0] + pads[1];
+  if (length < span)
+    ctx.error("the kernel spans {} positions of {}", span, length);
+  ctx.setOutput(0, ctx.in(0).dtype, {x[0], w[0], (length - span) / stride + 1});
+}
+
 void inferSameAsInput(OpContext &ctx) {
   ctx.setOutput(0, ctx.in(0).dtype, ctx.shape(0));
 }
@@ -126,6 +156,7 @@ void addNeuralHandlers(std::vector<OpHandler> &t) {
   t.push_back({"", "MatMul", 13, inferMatMul, foldMatMul});
   t.push_back({"", "Gemm", 13, inferGemm, nullptr});
   t.push_back({"", "Softmax", 13, inferSoftmax, nullptr});
+  t.push_back({"", "Conv", 11, inferConv, nullptr});
   t.push_back({"", "LayerNormalization", 17, inferNorm, nullptr});
   t.push_back({"", "RMSNormalization", 23, inferNorm, nullptr});
   // ONNX Runtime registers SimplifiedLayerNormalization in the default

@@ -192,6 +192,18 @@ void CpuKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
                     F(gate_up), F(down), F(bias), T, H, E, I, k, routing);
   store(dx, T * H);
 }
+void CpuKernels::causal_conv_forward(void *y, const void *x, const void *w,
+                                     int64_t B, int64_t C, int64_t S,
+                                     int64_t K) {
+  cpu::causal_conv_forward(F(y), F(x), F(w), B, C, S, K);
+  store(y, B * C * S);
+}
+void CpuKernels::causal_conv_backward(void *dx, float *dw, const void *dy,
+                                      const void *x, const void *w, int64_t B,
+                                      int64_t C, int64_t S, int64_t K) {
+  cpu::causal_conv_backward(F(dx), dw, F(dy), F(x), F(w), B, C, S, K);
+  store(dx, B * C * S);
+}
 void CpuKernels::xielu_forward(void *y, const void *x, const void *alpha_p,
                                const void *alpha_n, int64_t n, float beta,
                                float eps) {

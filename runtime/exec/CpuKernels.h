@@ -80,6 +80,11 @@ public:
                     const void *gate_up, const void *down, const void *bias,
                     int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
                     const MoeRouting &routing) override;
+  void causal_conv_forward(void *y, const void *x, const void *w, int64_t B,
+                           int64_t C, int64_t S, int64_t K) override;
+  void causal_conv_backward(void *dx, float *dw, const void *dy, const void *x,
+                            const void *w, int64_t B, int64_t C, int64_t S,
+                            int64_t K) override;
   void xielu_forward(void *y, const void *x, const void *alpha_p,
                      const void *alpha_n, int64_t n, float beta,
                      float eps) override;

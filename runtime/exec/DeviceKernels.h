@@ -118,6 +118,13 @@ public:
                             const void *down, const void *bias, int64_t T,
                             int64_t H, int64_t E, int64_t I, int64_t k,
                             const MoeRouting &routing) = 0;
+  /// x, y [B, C, S], w [C, 1, K] (cpu::causal_conv_forward); dx may be null.
+  virtual void causal_conv_forward(void *y, const void *x, const void *w,
+                                   int64_t B, int64_t C, int64_t S,
+                                   int64_t K) = 0;
+  virtual void causal_conv_backward(void *dx, float *dw, const void *dy,
+                                    const void *x, const void *w, int64_t B,
+                                    int64_t C, int64_t S, int64_t K) = 0;
   /// alpha_p, alpha_n: one-element weights (cpu::xielu_forward's ap, an).
   virtual void xielu_forward(void *y, const void *x, const void *alpha_p,
                              const void *alpha_n, int64_t n, float beta,

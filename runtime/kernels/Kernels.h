@@ -129,6 +129,15 @@ void xielu_forward(float *y, const float *x, int64_t n, float ap, float an,
 void xielu_backward(float *dx, float *dap, float *dan, const float *dy,
                     const float *x, int64_t n, float ap, float an, float beta,
                     float eps);
+// Depthwise causal convolution along the sequence (LFM2's short conv): x,
+// y [B, C, S], w [C, K]; y[b, c, s] = Σ_{j<K} w[c, j] · x[b, c, s − (K−1) +
+// j], positions before 0 reading 0. The backward adds to dx (or skips it
+// when null) and to dw (or skips it), each sum in a fixed order.
+void causal_conv_forward(float *y, const float *x, const float *w, int64_t B,
+                         int64_t C, int64_t S, int64_t K);
+void causal_conv_backward(float *dx, float *dw, const float *dy, const float *x,
+                          const float *w, int64_t B, int64_t C, int64_t S,
+                          int64_t K);
 // y = silu(gate) · up
 void swiglu_forward(float *y, const float *gate, const float *up, int64_t n);
 void swiglu_backward(float *dgate, float *dup, const float *dy,

@@ -164,6 +164,10 @@ ARCHITECTURES = {
                                            mlp_layer_types=["dense", "sparse"],
                                            pad_token_id=0),
                    T.ExaoneMoeForCausalLM),
+    # LFM2: a short-convolution layer (a depthwise causal Conv1d over 3
+    # positions between two gates) before an attention layer.
+    "lfm2": (T.Lfm2Config, dict(COMMON, head_dim=16, layer_types=["conv", "full_attention"],
+                                pad_token_id=0), T.Lfm2ForCausalLM),
     # OpenAI GPT: the causal mask as a product, scores · tril + -1e4 · (1 -
     # tril); each layer's tril buffer equal to the others' (the oracle ties
     # them: frozen together).

@@ -28,6 +28,28 @@ def _normalized_dims(node, x):
     return list(range(norm_axis(node.attr("axis", -1), x.dim()), x.dim()))
 
 
+@op("Conv", 11)
+def _conv(node, x, w, b=None):
+    """N-d convolution per the spec: explicit pads (begins, then ends), strides,
+    dilations and groups; auto_pad other than NOTSET is not implemented."""
+    if node.attr("auto_pad", "NOTSET") != "NOTSET":
+        raise OracleError("Conv: only auto_pad NOTSET is implemented")
+    dims = x.dim() - 2
+    if dims not in (1, 2, 3):
+        raise OracleError(f"Conv: {dims}-d convolutions are not implemented")
+    pads = list(node.attr("pads", [0] * 2 * dims))
+    # F.pad takes (last dim's begin, end, the one before's, ...).
+    padding = []
+    for d in reversed(range(dims)):
+        padding += [pads[d], pads[d + dims]]
+    conv = (torch.nn.functional.conv1d, torch.nn.functional.conv2d,
+            torch.nn.functional.conv3d)[dims - 1]
+    return conv(torch.nn.functional.pad(x, padding), w, b,
+                stride=list(node.attr("strides", [1] * dims)),
+                dilation=list(node.attr("dilations", [1] * dims)),
+                groups=node.attr("group", 1))
+
+
 @op("LayerNormalization", 17)
 def _layer_norm(node, x, scale, bias=None):
     dims = _normalized_dims(node, x)

@@ -382,6 +382,20 @@ class TopK(unittest.TestCase):
         self.assertEqual(indices.tolist(), [[0, 1, 0, 1]])
 
 
+class Conv(unittest.TestCase):
+    def test_depthwise_causal_padding_by_hand(self):
+        # Two channels, taps [1, 2, 3] and [0, 0, 1]; pads 2 before and 0
+        # after: y[s] = 1·x[s−2] + 2·x[s−1] + 3·x[s] and y[s] = x[s].
+        x = np.array([[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]])
+        w = np.array([[[1.0, 2.0, 3.0]], [[0.0, 0.0, 1.0]]])
+        y = run_node("Conv", [x, w], opset=11, group=2, pads=[2, 0])[0]
+        np.testing.assert_array_equal(y, [[[3, 8, 14, 20], [5, 6, 7, 8]]])
+        # Symmetric pads, a stride, a dilation and a bias on one full channel.
+        y = run_node("Conv", [x[:, :1], w[:1], np.array([0.5])], opset=11, pads=[1, 1],
+                     strides=[2], dilations=[1])[0]
+        np.testing.assert_array_equal(y, [[[8.5, 20.5]]])
+
+
 class ScatterElements(unittest.TestCase):
     def test_writes_updates_at_indices_along_axis(self):
         x = np.zeros((2, 4))

@@ -285,6 +285,43 @@ def _(g):
     return _moe(g, False)
 
 
+def _causal_conv(g, pads):
+    """x [B,S,16] transposed to [B,16,S], a depthwise Conv with 3 taps per
+    channel and `pads`, sliced back to S positions, transposed back (LFM2's
+    short convolution)."""
+    K = 3
+    x = x_input(g)
+    w, W = param(g, "conv.weight", [HIDDEN, 1, K], std=0.5)
+    xt = g.op("Transpose", x, perm=[0, 2, 1])
+    conv = g.op("Conv", xt, w, group=HIDDEN, pads=pads, kernel_shape=[K])
+    y = g.op("Slice", conv, g.ints(0), g.op("Reshape", g.dim(x, 1), g.ints(1)), g.ints(2))
+    y_output(g, g.op("Transpose", y, perm=[0, 2, 1]), HIDDEN)
+
+    def ref(f):
+        xs = np.transpose(f["x"], (0, 2, 1))
+        padded = np.concatenate([np.zeros(xs.shape[:2] + (pads[0],)), xs], axis=-1)
+        out = sum(W[None, :, 0, j, None] * padded[:, :, j:j + xs.shape[2]] for j in range(K))
+        return np.transpose(out, (0, 2, 1))
+    return ref
+
+
+@idiom("causal-conv", "Slice(Conv(Transpose(x), w [16,1,3], group 16, pads [2, 2]), [0, S)) "
+       "transposed back: a depthwise causal convolution (LFM2)")
+def _(g):
+    return _causal_conv(g, [2, 2])
+
+
+@idiom("causal-conv-pads-before", "causal-conv with pads [2, 0]: causal without the Slice")
+def _(g):
+    return _causal_conv(g, [2, 0])
+
+
+@idiom("bad-conv-centered", "causal-conv with pads [1, 1]: each position sees the next one too")
+def _(g):
+    _causal_conv(g, [1, 1])
+    return None
+
+
 @idiom("sigmoid-gate", "Add(x, Mul(Sigmoid(MatMul(x, w[16,1])), x)): a Sigmoid outside any "
        "SiLU, a gate (Qwen2-MoE's shared expert)")
 def _(g):

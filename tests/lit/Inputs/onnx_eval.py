@@ -151,6 +151,21 @@ def _reduce_sum(a, x, axes=None):
     return np.sum(x, axis=axes, keepdims=bool(a.get("keepdims", 1)))
 
 
+def _conv1d(a, x, w, b=None):
+    """1-d, unit strides and dilations: x [N, C, L], w [M, C / group, K]."""
+    assert len(w.shape) == 3 and a.get("strides", [1]) == [1] and a.get("dilations", [1]) == [1]
+    pads = a.get("pads", [0, 0])
+    x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[1])))
+    group, (M, Cg, K) = a.get("group", 1), w.shape
+    L = x.shape[2] - K + 1
+    y = np.zeros((x.shape[0], M, L), x.dtype)
+    for m in range(M):
+        c0 = m // (M // group) * Cg
+        for j in range(K):
+            y[:, m] += np.einsum("ncl,c->nl", x[:, c0:c0 + Cg, j:j + L], w[m, :, j])
+    return y if b is None else y + b[None, :, None]
+
+
 def _scatter_elements(a, x, i, u):
     """reduction none: a copy of x with u written at i along axis."""
     assert a.get("reduction", b"none") in (b"none", "none")
@@ -217,6 +232,7 @@ OPS = {
     "ReduceSum": _reduce_sum,
     "GatherElements": lambda a, x, i: np.take_along_axis(x, i, axis=a.get("axis", 0)),
     "ScatterElements": _scatter_elements,
+    "Conv": _conv1d,
     "Not": lambda a, x: np.logical_not(x),
     "Clip": lambda a, x, lo=None, hi=None: np.clip(x, -np.inf if lo is None else lo,
                                                    np.inf if hi is None else hi),

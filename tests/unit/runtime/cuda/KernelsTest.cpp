@@ -632,6 +632,34 @@ TEST(MoeKernelsFromEnv, NamesTheFamilyOrRefuses) {
   unsetenv("MEGATRAIN_CUDA_MOE");
 }
 
+// The causal convolution: taps that reach before position 0, one tap, and
+// several (batch, channel) rows whose dw sums run over more than a block.
+TEST_F(CudaKernelsTest, CausalConv) {
+  struct Case {
+    int64_t B, C, S, K;
+  };
+  for (const Case c :
+       {Case{2, 5, 37, 3}, Case{1, 3, 4, 1}, Case{3, 2, 300, 4}}) {
+    const int64_t n = c.B * c.C * c.S;
+    Tensor x = Tensor::random(n, 110), w = Tensor::random(c.C * c.K, 111);
+    Tensor y = Tensor::output(n), dy = Tensor::random(n, 112),
+           dx = Tensor::grad(n, 113);
+    Tensor dw = Tensor::f32(c.C * c.K, 114);
+    k_->causal_conv_forward(y.dev(), x.dev(), w.dev(), c.B, c.C, c.S, c.K);
+    cpu_.causal_conv_forward(y.host(), x.host(), w.host(), c.B, c.C, c.S, c.K);
+    k_->causal_conv_backward(dx.dev(), dw.dev_f32(), dy.dev(), x.dev(), w.dev(),
+                             c.B, c.C, c.S, c.K);
+    cpu_.causal_conv_backward(dx.host(), dw.host(), dy.host(), x.host(),
+                              w.host(), c.B, c.C, c.S, c.K);
+    sync();
+    const std::string at =
+        "S=" + std::to_string(c.S) + " K=" + std::to_string(c.K);
+    EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kSums)) << "y, " << at;
+    EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx, " << at;
+    EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5)) << "dw, " << at;
+  }
+}
+
 // xIELU over a ragged last row of the param gradients' [n / 1024, 1024]
 // view; values reach both branches and the band between eps and 0.
 TEST_F(CudaKernelsTest, Xielu) {
