@@ -168,6 +168,12 @@ ARCHITECTURES = {
     # positions between two gates) before an attention layer.
     "lfm2": (T.Lfm2Config, dict(COMMON, head_dim=16, layer_types=["conv", "full_attention"],
                                 pad_token_id=0), T.Lfm2ForCausalLM),
+    # LFM2-MoE: a dense conv layer, then an attention layer whose experts
+    # are chosen by sigmoid scores plus a bias, renormalized, scaled by 1.5.
+    "lfm2_moe": (T.Lfm2MoeConfig, dict(COMMON, head_dim=16, layer_types=["conv", "full_attention"],
+                                       num_dense_layers=1, num_experts=8, num_experts_per_tok=2,
+                                       moe_intermediate_size=32, routed_scaling_factor=1.5,
+                                       pad_token_id=0), T.Lfm2MoeForCausalLM),
     # OpenAI GPT: the causal mask as a product, scores · tril + -1e4 · (1 -
     # tril); each layer's tril buffer equal to the others' (the oracle ties
     # them: frozen together).

@@ -34,6 +34,6 @@ def build(architectures, name, seed=0):
         # Selection biases are buffers that start at 0: made nonzero, as
         # trained ones are, so that they change which experts are chosen.
         for name, b in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):
+            if name.endswith(("e_score_correction_bias", "expert_bias")):
                 b.add_(0.02 * torch.randn_like(b))
     return LogitsOnly(model)
