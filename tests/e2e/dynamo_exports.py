@@ -174,6 +174,11 @@ ARCHITECTURES = {
                                        num_dense_layers=1, num_experts=8, num_experts_per_tok=2,
                                        moe_intermediate_size=32, routed_scaling_factor=1.5,
                                        pad_token_id=0), T.Lfm2MoeForCausalLM),
+    # XGLM: sinusoidal positions (a frozen table, offset by 2), a scaled
+    # embedding, pre-norm LayerNorms.
+    "xglm": (T.XGLMConfig, dict(vocab_size=256, d_model=64, ffn_dim=128, num_layers=2,
+                                attention_heads=4, max_position_embeddings=128, use_cache=False),
+             T.XGLMForCausalLM),
     # OpenAI GPT: the causal mask as a product, scores · tril + -1e4 · (1 -
     # tril); each layer's tril buffer equal to the others' (the oracle ties
     # them: frozen together).
