@@ -2,8 +2,8 @@
 //-*-===//
 //
 // The routing (softmax or sigmoid, grouped top-k of p + bias,
-// renormalization and scaling) from the router logits, and its
-// gradient into the router, on CUDA cores in f32 with fixed-order sums; and
+// renormalization and scaling) from the router logits, and its gradient
+// back into the logits, on CUDA cores in f32 with fixed-order sums; and
 // the interface of the two paths over the experts (MoeKernels.cu: reference
 // kernels; MoeGrouped.cu: grouped tensor-core GEMMs), each of which runs on
 // one chunk of tokens in scratch of its own layout.
@@ -63,7 +63,7 @@ __device__ __forceinline__ float biased(const float *p, const bf16 *bias,
   return p[e] + (bias ? bf2f(bias[e]) : 0.f);
 }
 
-// The top_groups best groups of one token (thread 0's serial work).
+// The top_groups best groups of one token (its thread's serial work).
 __device__ void choose_groups(int *chosen, const float *p, const bf16 *bias,
                               const MoeShape &s) {
   const int64_t n = s.E / s.r.groups;
