@@ -184,6 +184,35 @@ ARCHITECTURES = {
     # them: frozen together).
     "openai-gpt": (T.OpenAIGPTConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
                                            n_positions=128), T.OpenAIGPTLMHeadModel),
+    # Further decoders: Ministral (sliding windows), VaultGemma, Jais 2,
+    # Mellum; and mixtures of experts: MiniMax-M2 (sigmoid scores with a
+    # selection bias), Cohere 2 MoE, AFMoE (shared experts, a dense first
+    # layer), Hunyuan V3 (scaled routing), Solar Open (group-limited, 2
+    # groups), Granite-MoE with a shared expert, FlexOlmo (5 of 7 experts).
+    "ministral": (T.MinistralConfig, dict(COMMON, head_dim=16, pad_token_id=0),
+                  T.MinistralForCausalLM),
+    "vaultgemma": (T.VaultGemmaConfig, dict(COMMON, head_dim=16, pad_token_id=0),
+                   T.VaultGemmaForCausalLM),
+    "jais2": (T.Jais2Config, dict(COMMON, head_dim=16, pad_token_id=0), T.Jais2ForCausalLM),
+    "mellum": (T.MellumConfig, dict(COMMON, head_dim=16, pad_token_id=0), T.MellumForCausalLM),
+    "minimax_m2": (T.MiniMaxM2Config, dict(COMMON, head_dim=16, num_local_experts=8,
+                                           num_experts_per_tok=2, pad_token_id=0),
+                   T.MiniMaxM2ForCausalLM),
+    "cohere2_moe": (T.Cohere2MoeConfig, dict(COMMON, head_dim=16, pad_token_id=0),
+                    T.Cohere2MoeForCausalLM),
+    "afmoe": (T.AfmoeConfig, dict(COMMON, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                  moe_intermediate_size=32, num_shared_experts=1,
+                                  pad_token_id=0), T.AfmoeForCausalLM),
+    "hy_v3": (T.HYV3Config, dict(COMMON, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                 moe_intermediate_size=32, pad_token_id=0), T.HYV3ForCausalLM),
+    "solar_open": (T.SolarOpenConfig, dict(COMMON, head_dim=16, n_routed_experts=8,
+                                           num_experts_per_tok=2, moe_intermediate_size=32,
+                                           n_group=2, topk_group=1, pad_token_id=0),
+                   T.SolarOpenForCausalLM),
+    "granitemoeshared": (T.GraniteMoeSharedConfig, dict(COMMON, head_dim=16, pad_token_id=0),
+                         T.GraniteMoeSharedForCausalLM),
+    "flex_olmo": (T.FlexOlmoConfig, dict(COMMON, head_dim=16, pad_token_id=0),
+                  T.FlexOlmoForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),
