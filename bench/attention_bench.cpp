@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/KernelTiming.h"
 #include "runtime/cuda/CudaKernels.h"
 
 #include <cuda_runtime_api.h>
@@ -31,6 +32,10 @@
 
 namespace {
 
+using bench::all_finite;
+using bench::check;
+using bench::time_ms;
+
 struct Shape {
   const char *name;
   int64_t B, H, Hkv, S, D, window;
@@ -46,13 +51,6 @@ const Shape kShapes[] = {
     {"mistral-7b S16384 W4096", 1, 32, 8, 16384, 128, 4096},
     {"gemma-7b S4096", 1, 16, 16, 4096, 256, 0},
 };
-
-void check(cudaError_t e, const char *what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "error: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 /// Uniform bf16 in [-1, 1): one host pool, drawn once; each array is a
 /// copy of it from another offset.
@@ -85,39 +83,6 @@ double visible_pairs(int64_t S, int64_t window) {
   const double s = double(S);
   const double w = window > 0 && window < S ? double(window) : s;
   return s * w - w * (w - 1) / 2;
-}
-
-/// Milliseconds per call of f, the median of `iters` timed calls after one
-/// untimed (the upper median for an even count).
-template <class F> double time_ms(cudaStream_t stream, int iters, F f) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  f();
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    check(cudaEventRecord(a, stream), "record");
-    f();
-    check(cudaEventRecord(b, stream), "record");
-    check(cudaEventSynchronize(b), "kernel");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "elapsed");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-bool all_finite(const void *d, int64_t n) {
-  std::vector<uint16_t> h(static_cast<size_t>(n));
-  check(cudaMemcpy(h.data(), d, size_t(n) * 2, cudaMemcpyDeviceToHost),
-        "download");
-  for (uint16_t x : h)
-    if ((x & 0x7f80u) == 0x7f80u)
-      return false;
-  return true;
 }
 
 } // namespace

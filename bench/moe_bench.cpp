@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/KernelTiming.h"
 #include "runtime/cuda/CudaKernels.h"
 
 #include <cuda_runtime_api.h>
@@ -29,6 +30,10 @@
 
 namespace {
 
+using bench::all_finite;
+using bench::check;
+using bench::time_ms;
+
 struct Shape {
   const char *name;
   int64_t T, H, E, I, k;
@@ -42,13 +47,6 @@ const Shape kShapes[] = {
     {"qwen3-30b-a3b T4096", 4096, 2048, 128, 768, 8, true},
     {"olmoe-1b-7b T4096", 4096, 2048, 64, 1024, 8, false},
 };
-
-void check(cudaError_t e, const char *what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "error: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 /// n bf16 uniform in [-scale, scale) on the device.
 void *random_bf16(int64_t n, float scale, uint32_t seed) {
@@ -73,39 +71,6 @@ float *zeros_f32(int64_t n) {
   check(cudaMalloc(&d, size_t(n) * 4), "cudaMalloc");
   check(cudaMemset(d, 0, size_t(n) * 4), "memset");
   return static_cast<float *>(d);
-}
-
-/// Milliseconds per call of f, the median of `iters` timed calls after one
-/// untimed (the upper median for an even count).
-template <class F> double time_ms(cudaStream_t stream, int iters, F f) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  f();
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    check(cudaEventRecord(a, stream), "record");
-    f();
-    check(cudaEventRecord(b, stream), "record");
-    check(cudaEventSynchronize(b), "kernel");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "elapsed");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-bool all_finite(const void *d, int64_t n) {
-  std::vector<uint16_t> h(static_cast<size_t>(n));
-  check(cudaMemcpy(h.data(), d, size_t(n) * 2, cudaMemcpyDeviceToHost),
-        "download");
-  for (uint16_t x : h)
-    if ((x & 0x7f80u) == 0x7f80u)
-      return false;
-  return true;
 }
 
 } // namespace
