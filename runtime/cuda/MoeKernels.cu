@@ -330,20 +330,27 @@ int64_t chunk_tokens(const Path &p, const MoeShape &s, bool backward) {
   return lo;
 }
 
-// Calls fn(chunk's shape, first token) over chunks of `chunk` tokens.
-template <class Fn> void over_chunks(const MoeShape &s, int64_t chunk, Fn fn) {
-  MoeShape c = s;
-  for (int64_t t0 = 0; t0 < s.T; t0 += chunk) {
-    c.T = std::min(chunk, s.T - t0);
-    fn(c, t0);
-  }
-}
-
 void check_routing(const MoeRouting &r) {
   if (r.groups > kMaxGroups)
     fail("the cuda backend's mixture-of-experts kernels take at most ",
          kMaxGroups, " expert groups; this plan's routing has ", r.groups,
          " (train it with --backend cpu)");
+}
+
+// Calls fn(scratch, chunk's shape, first token) over the chunks of s.T
+// tokens that the path's budget allows, the scratch from alloc(bytes).
+template <class Alloc, class Fn>
+void over_chunks(const Path &p, const MoeShape &s, bool backward, Alloc alloc,
+                 Fn fn) {
+  check_routing(s.r);
+  const int64_t chunk = chunk_tokens(p, s, backward);
+  MoeShape c = s;
+  c.T = chunk;
+  void *buf = alloc(p.scratch_words(c, backward) * 4);
+  for (int64_t t0 = 0; t0 < s.T; t0 += chunk) {
+    c.T = std::min(chunk, s.T - t0);
+    fn(buf, c, t0);
+  }
 }
 
 } // namespace
@@ -367,17 +374,14 @@ void CudaKernels::moe_forward(void *y, const void *x, const void *router,
   if (T <= 0)
     return;
   const cudaStream_t stream = cudaStream_t(stream_);
-  check_routing(routing);
-  const MoeShape s{T, H, E, I, k, routing};
   const Path p = path_of(moe_);
-  const int64_t chunk = chunk_tokens(p, s, false);
-  MoeShape c = s;
-  c.T = chunk;
-  void *buf = scratch(p.scratch_words(c, false) * 4);
-  over_chunks(s, chunk, [&](const MoeShape &c, int64_t t0) {
-    p.forward(buf, c, at(y, t0 * H), at(x, t0 * H),
-              MoeWeights{router, gate_up, down, bias}, stream);
-  });
+  over_chunks(
+      p, MoeShape{T, H, E, I, k, routing}, false,
+      [&](int64_t bytes) { return scratch(bytes); },
+      [&](void *buf, const MoeShape &c, int64_t t0) {
+        p.forward(buf, c, at(y, t0 * H), at(x, t0 * H),
+                  MoeWeights{router, gate_up, down, bias}, stream);
+      });
 }
 
 // The param gradients add chunk by chunk, in token order.
@@ -391,20 +395,17 @@ void CudaKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
   if (T <= 0)
     return;
   const cudaStream_t stream = cudaStream_t(stream_);
-  check_routing(routing);
-  const MoeShape s{T, H, E, I, k, routing};
   const Path p = path_of(moe_);
-  const int64_t chunk = chunk_tokens(p, s, true);
-  MoeShape c = s;
-  c.T = chunk;
-  void *buf = scratch(p.scratch_words(c, true) * 4);
-  over_chunks(s, chunk, [&](const MoeShape &c, int64_t t0) {
-    p.backward(
-        buf, c,
-        MoeGrads{dx ? at(dx, t0 * H) : nullptr, drouter, dgate_up, ddown},
-        at(dy, t0 * H), at(x, t0 * H), MoeWeights{router, gate_up, down, bias},
-        stream);
-  });
+  over_chunks(
+      p, MoeShape{T, H, E, I, k, routing}, true,
+      [&](int64_t bytes) { return scratch(bytes); },
+      [&](void *buf, const MoeShape &c, int64_t t0) {
+        p.backward(
+            buf, c,
+            MoeGrads{dx ? at(dx, t0 * H) : nullptr, drouter, dgate_up, ddown},
+            at(dy, t0 * H), at(x, t0 * H),
+            MoeWeights{router, gate_up, down, bias}, stream);
+      });
 }
 
 } // namespace mtrt::MT_KNS
