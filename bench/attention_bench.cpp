@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
       Timing t;
       t.fwd_ms = time_ms(stream, n, [&] {
         k.attention_forward(y, q, kk, v, s.B, s.H, s.Hkv, s.S, s.D, scale,
-                            s.window, 0.f, nullptr);
+                            s.window, 0.f, nullptr, nullptr);
       });
       t.finite = all_finite(y, nq);
       // The backward as a step runs it: δ, then the gradients.
@@ -155,7 +155,8 @@ int main(int argc, char **argv) {
         k.attention_delta(static_cast<float *>(delta), dy, y, nq / s.D, s.D);
         k.attention_backward(dq, dk, dv, dy, q, kk, v,
                              static_cast<const float *>(delta), s.B, s.H, s.Hkv,
-                             s.S, s.D, scale, s.window, 0.f, nullptr);
+                             s.S, s.D, scale, s.window, 0.f, nullptr, nullptr,
+                             nullptr);
       });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;

@@ -290,7 +290,8 @@ private:
           << attentionDims(at.getQ(), at.getK(),
                            at.getScale().convertToDouble())
           << ", " << at.getWindow().value_or(0) << ", "
-          << softcap(at.getSoftcapAttr()) << ", " << slopes << ");\n";
+          << softcap(at.getSoftcapAttr()) << ", " << slopes << ", "
+          << opt(at.getSinks()) << ");\n";
     } else if (auto d = dyn_cast<AttentionDeltaOp>(op)) {
       int64_t D = shapeOf(d.getY()).back();
       os_ << llvm::formatv(
@@ -302,13 +303,17 @@ private:
       std::string slopes = alibiSlopes(g.getAlibiSlopes());
       std::string dq = grad(g.getDq()), dk = grad(g.getDk()),
                   dv = grad(g.getDv());
+      auto dsinks = paramGrad(&op, g.getDsinks());
+      if (failed(dsinks))
+        return failure();
       os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv << ", "
           << ref(g.getDy()) << ", " << ref(g.getQ()) << ", " << ref(g.getK())
           << ", " << ref(g.getV()) << ", static_cast<const float *>("
           << ref(g.getDelta()) << "), "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
           << ", " << g.getWindow().value_or(0) << ", "
-          << softcap(g.getSoftcapAttr()) << ", " << slopes << ");\n";
+          << softcap(g.getSoftcapAttr()) << ", " << slopes << ", "
+          << opt(g.getSinks()) << ", " << *dsinks << ");\n";
     } else if (auto r = dyn_cast<ReluOp>(op)) {
       os_ << llvm::formatv("  k.relu_forward({0}, {1}, {2});\n", ref(r.getY()),
                            ref(r.getX()), count(r.getX()));

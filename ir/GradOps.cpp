@@ -124,6 +124,9 @@ LogicalResult AttentionGradOp::verify() {
   if (auto c = getSoftcapAttr(); c && !(c.getValueAsDouble() > 0))
     return emitOpError("softcap must be positive, not ")
            << c.getValueAsDouble();
+  if (getSinks())
+    return checkResults(*this, getResults(),
+                        {getQ(), getK(), getV(), getSinks()});
   return checkResults(*this, getResults(), {getQ(), getK(), getV()});
 }
 

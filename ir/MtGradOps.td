@@ -94,20 +94,23 @@ def Mt_AttentionDeltaOp : Mt_GradOp<"attention_delta"> {
 }
 
 def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
-  let summary = "dq, dk, dv of mt.attention, recomputing the scores";
+  let summary = "dq, dk, dv (and dsinks) of mt.attention, recomputing the scores";
   let description = [{
-    `delta` is mt.attention_delta's δ of each query row.
+    `delta` is mt.attention_delta's δ of each query row. With `sinks`, the
+    fourth result is their gradient.
 
     ```mlir
     %dq, %dk, %dv = mt.attention_grad %dy, %q, %k, %v, %delta {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>)
     ```
   }];
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$q, Mt_GradTensor:$k,
-                       Mt_GradTensor:$v, Mt_GradTensor:$delta, F64Attr:$scale,
+                       Mt_GradTensor:$v, Mt_GradTensor:$delta,
+                       Optional<Mt_GradTensor>:$sinks, F64Attr:$scale,
                        OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
                        OptionalAttr<I64Attr>:$window,
                        OptionalAttr<F64Attr>:$softcap);
-  let results = (outs Mt_GradTensor:$dq, Mt_GradTensor:$dk, Mt_GradTensor:$dv);
+  let results = (outs Mt_GradTensor:$dq, Mt_GradTensor:$dk, Mt_GradTensor:$dv,
+                      Optional<Mt_GradTensor>:$dsinks);
 }
 
 def Mt_ReluGradOp : Mt_GradOp<"relu_grad"> {

@@ -163,6 +163,16 @@ LogicalResult AttentionOp::verify() {
   if (auto c = getSoftcapAttr(); c && !(c.getValueAsDouble() > 0))
     return emitOpError("softcap must be positive, not ")
            << c.getValueAsDouble();
+  if (getSinks()) {
+    auto sinks = shapeOf(getSinks());
+    int64_t n = 1;
+    for (int64_t d : sinks)
+      n *= d;
+    if (n != q[1])
+      return emitOpError("sinks ")
+             << str(sinks) << " must hold one logit per query head (" << q[1]
+             << ")";
+  }
   return expectShape(*this, getY(), q, "result");
 }
 

@@ -270,17 +270,21 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
     ALiBi slopes m (one per query head, `alibi_slopes`) are 0 when absent;
     with a sliding `window` W, only keys j > i − W take part. With a
     `softcap` c (Gemma 2), each scaled product s = scale · q_i · k_j enters
-    as c · tanh(s / c).
+    as c · tanh(s / c). With `sinks` (a param of H elements, [H] or
+    [1, H, 1, 1]; gpt-oss), head h's softmax has one more logit, sinks[h],
+    that weighs no value: the row's weights sum to less than 1.
 
     ```mlir
     %y = mt.attention %q, %k, %v {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>) -> tensor<2x4x16x16xf32>
+    %z = mt.attention %q, %k, %v, %sinks {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>, tensor<4xf32>) -> tensor<2x4x16x16xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$q, Mt_FloatTensor:$k, Mt_FloatTensor:$v,
+                       Optional<Mt_FloatTensor>:$sinks,
                        F64Attr:$scale, OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
                        OptionalAttr<I64Attr>:$window, OptionalAttr<F64Attr>:$softcap);
   let results = (outs Mt_FloatTensor:$y);
-  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$q `,` $k `,` $v (`,` $sinks^)? attr-dict `:` functional-type(operands, results)";
 }
 
 class Mt_UnaryOp<string mnemonic> : Mt_PrimOp<mnemonic> {

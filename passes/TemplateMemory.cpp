@@ -19,6 +19,8 @@ bool writesParamGradient(Operation *op, unsigned i) {
   if (isa<RmsNormGradOp, LayerNormGradOp, XieluGradOp, MoeGradOp,
           CausalConvGradOp>(op))
     return i >= 1;
+  if (isa<AttentionGradOp>(op))
+    return i == 3; // dsinks
   return isa<EmbedGradOp, PositionEmbedGradOp, EmbedPieceGradOp>(op);
 }
 

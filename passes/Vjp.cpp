@@ -117,13 +117,17 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     Operation *delta = create(
         loc, "mt.attention_delta", {dy, a.getY()},
         {RankedTensorType::get(q.getShape().drop_back(), q.getElementType())});
+    SmallVector<Value> operands{dy, a.getQ(), a.getK(), a.getV(),
+                                delta->getResult(0)};
+    SmallVector<Value> primals{a.getQ(), a.getK(), a.getV()};
+    if (a.getSinks()) {
+      operands.push_back(a.getSinks());
+      primals.push_back(a.getSinks());
+    }
     Operation *g =
-        create(loc, "mt.attention_grad",
-               {dy, a.getQ(), a.getK(), a.getV(), delta->getResult(0)},
-               typesOf({a.getQ(), a.getK(), a.getV()}), attrs);
-    addGradient(a.getQ(), g->getResult(0));
-    addGradient(a.getK(), g->getResult(1));
-    addGradient(a.getV(), g->getResult(2));
+        create(loc, "mt.attention_grad", operands, typesOf(primals), attrs);
+    for (auto [p, d] : llvm::zip(primals, g->getResults()))
+      addGradient(p, d);
     return success();
   }
   if (auto r = dyn_cast<ReluOp>(op)) {

@@ -17,8 +17,11 @@
 // -inf (OPT's clamp to the lowest float) is a no-op. Scores soft-capped
 // before the masks, a · Tanh(b · scores) with constants a and b (Gemma 2's
 // cap · tanh(s / cap)), become the attention's `softcap` |a| and a factor
-// a · b of its scale. Also the Attention op of opset 23 (causal, no cache,
-// optionally soft-capped), 3-d or 4-d.
+// a · b of its scale. Sinks (gpt-oss): the 4-d probabilities are
+// Slice(Softmax(c − ReduceMax(c)), all but the last key), c =
+// Concat(masked scores, Expand(sinks [1, H, 1, 1])) on the key axis; the
+// sinks param becomes the attention's `sinks` operand. Also the Attention
+// op of opset 23 (causal, no cache, optionally soft-capped), 3-d or 4-d.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -416,18 +419,88 @@ private:
     }
   }
 
+  // x when p = Slice(x) keeps all but the last element of x's last axis
+  // (the sink's column), else null.
+  static Value *allButLastKey(Value *p) {
+    Node *s = producer(p, "Slice");
+    if (!s || s->inputs.size() < 3)
+      return nullptr;
+    Value *x = s->in(0);
+    Shape want = x->shape;
+    if (want.empty() || want.back() < 2)
+      return nullptr;
+    want.back() -= 1;
+    auto all = [&](size_t i, double value) {
+      if (i >= s->inputs.size() || !s->in(i))
+        return i == 4; // absent steps are 1
+      return allEqual(s->in(i), value);
+    };
+    return p->shape == want && all(1, 0) && all(4, 1) ? x : nullptr;
+  }
+
+  static bool allEqual(Value *v, double value) {
+    if (!v->constant || v->constant->numel == 0)
+      return false;
+    for (int64_t i = 0; i < v->constant->numel; ++i)
+      if (v->constant->at(i) != value)
+        return false;
+    return true;
+  }
+
+  // c when v = c − ReduceMax(c, last axis, keepdims): a shift the softmax
+  // cancels.
+  static Value *withoutRowMax(Value *v) {
+    Node *sub = producer(v, "Sub");
+    Node *max = sub ? producer(sub->in(1), "ReduceMax") : nullptr;
+    if (!max || max->in(0) != sub->in(0) || max->getInt("keepdims", 1) != 1)
+      return v;
+    const int64_t r = sub->in(0)->rank();
+    std::vector<int64_t> axes = max->getInts("axes");
+    if (max->inputs.size() > 1 && max->in(1) && max->in(1)->constant &&
+        max->in(1)->constant->numel == 1)
+      axes = {int64_t(max->in(1)->constant->at(0))};
+    bool last = axes.size() == 1 && (axes[0] == -1 || axes[0] == r - 1);
+    return last ? sub->in(0) : v;
+  }
+
+  // The masked scores of c = Concat(scores, Expand(sinks), last axis) with
+  // sinks a param of H elements ([1, H, 1, 1], or a Reshape of [H]); sets
+  // `sinks`. Null when c is not that.
+  static Value *sinkLogits(Value *c, Value *&sinks) {
+    Node *cat = producer(c, "Concat");
+    if (!cat || cat->inputs.size() != 2 || c->rank() != 4 ||
+        (cat->getInt("axis", 0) != 3 && cat->getInt("axis", 0) != -1))
+      return nullptr;
+    Node *expand = producer(cat->in(1), "Expand");
+    Value *w = expand ? expand->in(0) : nullptr;
+    if (Node *r = w ? producer(w, "Reshape") : nullptr)
+      w = r->in(0);
+    auto param = w ? weightView(w) : std::nullopt;
+    const int64_t H = c->dim(1);
+    if (!param || param->transposed || param->param->numel() != H ||
+        expand->in(0)->shape != Shape{1, H, 1, 1} ||
+        cat->in(1)->shape != Shape{c->dim(0), H, c->dim(2), 1})
+      return nullptr;
+    sinks = param->param;
+    return cat->in(0);
+  }
+
   void fuseDecomposed(Node *mm) {
-    Node *softmax = softmaxOf(mm->in(0));
+    Value *withSink = allButLastKey(mm->in(0));
+    Node *softmax = softmaxOf(withSink ? withSink : mm->in(0));
     Value *v = mm->in(1);
     if (!softmax || !isActivation(v) || (v->rank() != 4 && v->rank() != 3) ||
         mm->in(0)->rank() != v->rank() ||
         softmax->getInt("axis", -1) != softmax->out()->rank() - 1)
       return;
+    Value *logits = softmax->in(0), *sinks = nullptr;
+    if (withSink && !(logits = sinkLogits(withoutRowMax(logits), sinks)))
+      return;
     std::vector<MaskTerm> masks;
     double scale = 1.0, softcap = 0.0;
-    Value *scores = rawScores(softmax->in(0), masks, scale, softcap);
+    Value *scores = rawScores(logits, masks, scale, softcap);
     Node *qk = producer(scores, "MatMul");
-    if (!qk)
+    if (!qk || (sinks && scores->rank() != 4))
       return;
     Value *q = peelScale(qk->in(0), scale);
     Value *kt = peelScale(qk->in(1), scale);
@@ -460,6 +533,11 @@ private:
     if (mergedOut && !(v = unmerge(v, B, H)))
       return;
     MaskForm form = checkCausal(masks, Shape{B, H, q->dim(2), v->dim(2)}, mm);
+    // The kernels bias by m_h · (j − i), a shift per row that the softmax
+    // cancels, but not against an unbiased sink.
+    if (sinks && !form.slopes.empty())
+      fail("{}: attention sinks together with ALiBi are not supported",
+           mm->describe());
     // A scale may also sit before kᵀ's transpose (k · d^-¼, then kᵀ).
     k = unrepeat(peelScale(k ? k : untranspose(mm, kt), scale));
     v = unrepeat(v);
@@ -473,13 +551,15 @@ private:
     auto setAttrs = [&](Node *attn) {
       setScoreAttrs(attn, scale, softcap, form);
     };
+    std::vector<Value *> ins{q, k, v};
+    if (sinks)
+      ins.push_back(sinks);
     if (!mergedOut) {
-      setAttrs(
-          replaceWithPrimitive(g_, mm, "mt.attention", {q, k, v}, q->shape));
+      setAttrs(replaceWithPrimitive(g_, mm, "mt.attention", ins, q->shape));
       return;
     }
     // The product was [B·H, S, D]: the attention's output merged the same way.
-    Node *attn = g_.newNode("mt.attention", mm->name, {q, k, v}, mm);
+    Node *attn = g_.newNode("mt.attention", mm->name, ins, mm);
     setAttrs(attn);
     Value *y = g_.addOutput(attn, DType::F32, q->shape);
     y->fromInput = true;

@@ -3,7 +3,7 @@
 //
 // The attention kernels come in two families over the same (B, H, S, D)
 // head-major layout, grouped KV heads, causal mask with an optional sliding
-// window, soft cap and ALiBi:
+// window, soft cap, ALiBi and sinks:
 //  - AttentionTensorCore.cu: products on tensor cores (Mma.cuh), bf16
 //    operands with f32 accumulation, the default;
 //  - AttentionKernels.cu: on CUDA cores, all math f32, under
@@ -24,14 +24,26 @@ constexpr int kMaxAlibiHeads = 256;
 
 /// What turns a scaled dot product into a score: the soft cap (none when
 /// 0) and per-head ALiBi slopes; heads past `heads` (all of them without
-/// ALiBi) have slope 0. Travels by value in the launch parameters.
+/// ALiBi) have slope 0. `sinks` (a param on the device, or null) gives each
+/// head one more logit in every row's softmax, weighing no value: a row's
+/// running max starts at it and its running sum at 1 (exp(sink − sink)).
+/// Travels by value in the launch parameters.
 struct ScoreForm {
   float softcap = 0.f;
   int heads = 0;
   float slope[kMaxAlibiHeads] = {};
+  const bf16 *sinks = nullptr;
 
   __device__ __forceinline__ float slope_of(int64_t h) const {
     return h < heads ? slope[h] : 0.f;
+  }
+  /// A row's running max before any key: the sink, else -inf.
+  __device__ __forceinline__ float first_max(int64_t h) const {
+    return sinks ? bf2f(sinks[h]) : -INFINITY;
+  }
+  /// A row's running sum before any key (for one of the lanes that sum it).
+  __device__ __forceinline__ float first_sum(bool counts) const {
+    return sinks && counts ? 1.f : 0.f;
   }
   __device__ __forceinline__ float capped(float s) const {
     return softcap > 0.f ? softcap * tanhf(s / softcap) : s;
@@ -69,6 +81,13 @@ stage_row_stats(float *ls, float *ds, const float *lse, const float *delta,
     ds[ii] = in ? delta[base + i0 + ii] : 0.f;
   }
 }
+
+/// dsinks[h] += −Σ_{b,i} exp(sink_h − lse) · δ over head h's rows: the
+/// gradient of each head's sink, from the log-sum-exp (sink included) and δ
+/// of every row, B·H·S floats each.
+void sink_backward(float *dsinks, const bf16 *sinks, const float *lse,
+                   const float *delta, int64_t Bn, int64_t H, int64_t S,
+                   cudaStream_t stream);
 
 /// The attention kernels on tensor cores (AttentionTensorCore.cu), for head
 /// dims up to 256. The backward reads attention_delta's δ and uses lse,

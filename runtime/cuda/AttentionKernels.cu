@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(BR *TPR)
 #pragma unroll
   for (int u = 0; u < DPT; ++u)
     o[u] = 0.f;
-  float m = -INFINITY, l = 0.f;
+  // Every lane of a row holds the row's whole sum.
+  float m = form.first_max(h), l = form.first_sum(true);
 
   const int64_t keys = min64(q0 + BR, S); // what the block's last row needs
   for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
@@ -371,6 +372,26 @@ __global__ void attention_delta_kernel(float *delta, const bf16 *dy,
     delta[r] = s;
 }
 
+/// dsinks[h] += −Σ exp(sink_h − lse_r) · δ_r over head h's rows r. Grid
+/// (H), kSinkThreads threads; each thread sums its rows in order, then one
+/// block sum: deterministic.
+constexpr int kSinkThreads = 256;
+__global__ void __launch_bounds__(kSinkThreads)
+    sink_backward_kernel(float *dsinks, const bf16 *sinks, const float *lse,
+                         const float *delta, int64_t H, int64_t S,
+                         int64_t rows_per_head) {
+  const int64_t h = blockIdx.x;
+  const float sink = bf2f(sinks[h]);
+  float part = 0.f;
+  for (int64_t n = threadIdx.x; n < rows_per_head; n += kSinkThreads) {
+    const int64_t r = (n / S * H + h) * S + n % S; // (b, h, i), n = b·S + i
+    part += expf(sink - lse[r]) * delta[r];
+  }
+  const float total = block_sum(part);
+  if (threadIdx.x == 0)
+    dsinks[h] -= total;
+}
+
 using Attention64 = Attention<4, 16, 64>;
 using Attention128 = Attention<4, 32, 64>;
 using Attention256 = Attention<8, 32, 32>;
@@ -403,6 +424,14 @@ ScoreForm score_form(const char *op, float softcap, const float *slopes,
 
 } // namespace
 
+void attn::sink_backward(float *dsinks, const bf16 *sinks, const float *lse,
+                         const float *delta, int64_t Bn, int64_t H, int64_t S,
+                         cudaStream_t stream) {
+  launch_kernel("attention_sink_backward_kernel", sink_backward_kernel,
+                dim3(unsigned(H)), dim3(kSinkThreads), stream, dsinks, sinks,
+                lse, delta, H, S, Bn * S);
+}
+
 void check_attention_limits(int64_t head_dim, int64_t alibi_heads) {
   if (head_dim > 256)
     fail("the cuda backend's attention kernels take head dims up to 256; "
@@ -428,11 +457,13 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
                                     const void *v, int64_t Bn, int64_t H,
                                     int64_t Hkv, int64_t S, int64_t D,
                                     float scale, int64_t window, float softcap,
-                                    const float *alibi_slopes) {
+                                    const float *alibi_slopes,
+                                    const void *sinks) {
   if (Bn * H * S * D <= 0)
     return;
   check_shape("attention_forward", H, Hkv, D);
-  const ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
+  ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
+  a.sinks = B(sinks);
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ == AttentionKernels::TensorCores)
     attn::tensor_core_forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
@@ -459,18 +490,18 @@ void CudaKernels::attention_delta(float *delta, const void *dy, const void *y,
                 D);
 }
 
-void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
-                                     const void *dy, const void *q,
-                                     const void *k, const void *v,
-                                     const float *delta, int64_t Bn, int64_t H,
-                                     int64_t Hkv, int64_t S, int64_t D,
-                                     float scale, int64_t window, float softcap,
-                                     const float *alibi_slopes) {
-  if (Bn * H * S * D <= 0 || (!dq && !dk && !dv))
+void CudaKernels::attention_backward(
+    void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
+    const void *v, const float *delta, int64_t Bn, int64_t H, int64_t Hkv,
+    int64_t S, int64_t D, float scale, int64_t window, float softcap,
+    const float *alibi_slopes, const void *sinks, float *dsinks) {
+  if (Bn * H * S * D <= 0 || (!dq && !dk && !dv && !dsinks))
     return;
   check_shape("attention_backward", H, Hkv, D);
-  const ScoreForm a =
-      score_form("attention_backward", softcap, alibi_slopes, H);
+  ScoreForm a = score_form("attention_backward", softcap, alibi_slopes, H);
+  a.sinks = B(sinks);
+  if (dsinks && !sinks)
+    fail("cuda attention_backward: dsinks without sinks");
   const int64_t rows = Bn * H * S;
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ == AttentionKernels::TensorCores) {
@@ -478,6 +509,8 @@ void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
                                delta, lse, Bn, H, Hkv, S, D, scale, window, a,
                                s);
+    if (dsinks)
+      attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
     return;
   }
   // The CUDA-core kernels find their own δ (and log-sum-exp).
@@ -492,6 +525,8 @@ void CudaKernels::attention_backward(void *dq, void *dk, void *dv,
   else
     Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
                            own, Bn, H, Hkv, S, D, scale, window, a, s);
+  if (dsinks)
+    attn::sink_backward(dsinks, a.sinks, lse, own, Bn, H, S, s);
 }
 
 } // namespace mtrt::MT_KNS

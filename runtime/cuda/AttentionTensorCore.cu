@@ -310,7 +310,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   else
     load_a<KS>(qf, q + base * D, w0, S, D);
   float o[NT][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  // A row's four lanes sum l: one of them counts the sink.
+  float m[2] = {form.first_max(h), form.first_max(h)},
+        l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
   const int64_t keys = min64(q0 + kRows, S);
   for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
@@ -391,7 +393,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int r = 0; r < 2; ++r)
     dl[r] = rows[r] < S ? delta[base + rows[r]] : 0.f;
   float acc[NT][4] = {}; // Σ_j p̃_ij (dP_ij − δ_i) k_j, p̃ under the max m
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float m[2] = {form.first_max(h), form.first_max(h)},
+        l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
   const int64_t keys = min64(q0 + kRows, S);
   for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {

@@ -72,23 +72,27 @@ public:
   // window: query i sees keys i − window < j ≤ i (0: all j ≤ i).
   // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
   // alibi_slopes: H host floats (query head h adds m_h · (j − i) to its
-  // scores), or null.
+  // scores), or null. sinks: H values of a param (head h's softmax has one
+  // more logit, weighing no value), or null.
   virtual void attention_forward(void *y, const void *q, const void *k,
                                  const void *v, int64_t B, int64_t H,
                                  int64_t Hkv, int64_t S, int64_t D, float scale,
                                  int64_t window, float softcap,
-                                 const float *alibi_slopes) = 0;
+                                 const float *alibi_slopes,
+                                 const void *sinks) = 0;
   // δ_r = dy_r · y_r for `rows` rows of D: the row term of the softmax's
   // backward, from the forward's output y; f32 whatever the storage.
   virtual void attention_delta(float *delta, const void *dy, const void *y,
                                int64_t rows, int64_t D) = 0;
-  // delta: attention_delta's, B·H·S floats.
+  // delta: attention_delta's, B·H·S floats. dsinks (H floats, or null)
+  // gets the sinks' gradient added.
   virtual void attention_backward(void *dq, void *dk, void *dv, const void *dy,
                                   const void *q, const void *k, const void *v,
                                   const float *delta, int64_t B, int64_t H,
                                   int64_t Hkv, int64_t S, int64_t D,
                                   float scale, int64_t window, float softcap,
-                                  const float *alibi_slopes) = 0;
+                                  const float *alibi_slopes, const void *sinks,
+                                  float *dsinks) = 0;
   virtual void relu_forward(void *y, const void *x, int64_t n) = 0;
   virtual void relu_backward(void *dx, const void *dy, const void *x,
                              int64_t n) = 0;

@@ -7,6 +7,9 @@
 // scale however long the sequence. A sliding window starts each row's keys
 // at i − window + 1, so its cost is O(S · window). Soft-capping (Gemma 2)
 // squashes each scaled score s to cap · tanh(s / cap) before the bias.
+// A sink (gpt-oss) is one more logit per head in each row's softmax, with
+// no value: the row's running max and sum start from it, not from -inf and
+// 0, and its gradient is −Σ p_sink · δ over the head's rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,7 +54,7 @@ float score_of(const float *qi, const float *kj, int64_t D, float scale,
 void attention_forward(float *y, const float *q, const float *k, const float *v,
                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                        float scale, int64_t window, float softcap,
-                       const float *alibi_slopes) {
+                       const float *alibi_slopes, const float *sinks) {
   const int64_t group = H / Hkv;
 #pragma omp parallel
   {
@@ -64,8 +67,9 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
       const int64_t kv = (b * Hkv + h / group) * S * D;
       const float *qi = q + r * D, *kh = k + kv, *vh = v + kv;
       const float slope = alibi_slopes ? alibi_slopes[h] : 0.f;
-      float running_max = -INFINITY;
-      float sum = 0.f;
+      // The sink's exp(sink - running_max) is 1.
+      float running_max = sinks ? sinks[h] : -INFINITY;
+      float sum = sinks ? 1.f : 0.f;
       std::fill(out.begin(), out.end(), 0.f);
       const int64_t first =
           window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
@@ -108,10 +112,13 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
                         const float *delta, int64_t B, int64_t H, int64_t Hkv,
                         int64_t S, int64_t D, float scale, int64_t window,
-                        float softcap, const float *alibi_slopes) {
-  if (!dq && !dk && !dv)
+                        float softcap, const float *alibi_slopes,
+                        const float *sinks, float *dsinks) {
+  if (!dq && !dk && !dv && !dsinks)
     return;
   const int64_t group = H / Hkv;
+  // dsink of each (b, h), written by the task owning it, summed over b after.
+  std::vector<double> dsink(dsinks ? B * H : 0, 0.0);
 #pragma omp parallel
   {
     std::vector<float> prob(S);  // (S) softmax row
@@ -131,19 +138,22 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
           const float slope = alibi_slopes ? alibi_slopes[h] : 0.f;
           const int64_t first =
               window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
-          float row_max = -INFINITY;
+          const float sink = sinks ? sinks[h] : -INFINITY;
+          float row_max = sink;
           for (int64_t j = first; j <= i; ++j) {
             prob[j] = score_of(qi, kh + j * D, D, scale, softcap, &dcap[j]) +
                       slope * float(j - i);
             row_max = std::max(row_max, prob[j]);
           }
-          double sum = 0.0;
+          double sum = sinks ? std::exp(double(sink) - row_max) : 0.0;
           for (int64_t j = first; j <= i; ++j) {
             prob[j] = std::exp(prob[j] - row_max);
             sum += prob[j];
           }
           const float inv_sum = float(1.0 / sum);
           const float di = delta[r]; // Σ_j p_j (dy_i · v_j) = dy_i · y_i
+          if (dsinks) // the sink's value is 0: its dp is 0, its ds −p · δ
+            dsink[b * H + h] -= std::exp(double(sink) - row_max) / sum * di;
           for (int64_t j = first; j <= i; ++j) {
             prob[j] *= inv_sum;
             dprob[j] = dot(dyi, vh + j * D, D);
@@ -164,6 +174,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
         }
     }
   }
+  if (dsinks)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t b = 0; b < B; ++b)
+        dsinks[h] += float(dsink[b * H + h]);
 }
 
 } // namespace mtrt::cpu

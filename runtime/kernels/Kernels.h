@@ -92,10 +92,13 @@ void moe_backward(float *dx, float *drouter, float *dgate_up, float *ddown,
 // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
 // alibi_slopes (H values, or null): head h adds m_h · (j − i) to the score of
 // query i and key j.
+// sinks (H values, or null): head h's softmax has one more logit, sinks[h],
+// that weighs no value (gpt-oss); attention_backward adds its gradient to
+// dsinks when that is not null.
 void attention_forward(float *y, const float *q, const float *k, const float *v,
                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                        float scale, int64_t window, float softcap,
-                       const float *alibi_slopes);
+                       const float *alibi_slopes, const float *sinks);
 // δ_r = dy_r · y_r for `rows` rows of D (y the forward's output): the row
 // term of the softmax's backward, which attention_backward reads.
 void attention_delta(float *delta, const float *dy, const float *y,
@@ -104,7 +107,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
                         const float *delta, int64_t B, int64_t H, int64_t Hkv,
                         int64_t S, int64_t D, float scale, int64_t window,
-                        float softcap, const float *alibi_slopes);
+                        float softcap, const float *alibi_slopes,
+                        const float *sinks, float *dsinks);
 
 // ---- activations (n elements) ---------------------------------------------
 void relu_forward(float *y, const float *x, int64_t n);

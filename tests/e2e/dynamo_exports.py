@@ -213,6 +213,13 @@ ARCHITECTURES = {
                          T.GraniteMoeSharedForCausalLM),
     "flex_olmo": (T.FlexOlmoConfig, dict(COMMON, head_dim=16, pad_token_id=0),
                   T.FlexOlmoForCausalLM),
+    # Flint: attention sinks (a logit per head concatenated to the scores),
+    # a sliding window, a dense first layer, then experts with a shared one.
+    "flint": (T.FlintConfig, dict(COMMON, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                  moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                                  mlp_only_layers=[0], sliding_window=5,
+                                  layer_types=["full_attention", "sliding_attention"],
+                                  pad_token_id=0), T.FlintForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

@@ -67,11 +67,12 @@ def softcap(x, cap):
     return cap * np.tanh(x / cap)
 
 
-def attention(q, k, v, scale, alibi=None, window=None, cap=None):
+def attention(q, k, v, scale, alibi=None, window=None, cap=None, sinks=None):
     """Causal attention; q [B, H, S, D], k and v [B, Hkv, S, D]; alibi: one
     slope per query head, adding slope · key position to the scores; window:
     query i sees keys i - window < j <= i; cap: the scaled scores soft-capped
-    before the masks."""
+    before the masks; sinks: one more logit per query head in each row's
+    softmax, weighing no value."""
     rep = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
     s = q @ np.swapaxes(k, -1, -2) * scale
@@ -84,8 +85,11 @@ def attention(q, k, v, scale, alibi=None, window=None, cap=None):
     if window is not None:
         keep &= ~np.tril(np.ones((n, n), bool), -window)
     s = np.where(keep, s, -np.inf)
+    if sinks is not None:
+        column = np.broadcast_to(np.asarray(sinks)[:, None, None], s.shape[:-1] + (1,))
+        s = np.concatenate([s, column], axis=-1)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
-    return (p / p.sum(axis=-1, keepdims=True)) @ v
+    return (p / p.sum(axis=-1, keepdims=True))[..., :n] @ v
 
 
 def heads(x, n):

@@ -820,10 +820,13 @@ def _(g):
 AH, AD = 4, 4  # query heads, head dim
 
 
-def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, window=None, cap=None):
+def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, window=None, cap=None,
+                     sinks=False):
     """mask_scores(g, scores, x) -> masked scores; scale: div | mul | qk (each by d^-1/4);
     alibi, window: the slopes the masks add and the window they keep, for the reference;
-    cap: the scaled scores become Mul(Tanh(Div(scores, cap)), cap) before the mask."""
+    cap: the scaled scores become Mul(Tanh(Div(scores, cap)), cap) before the mask;
+    sinks: gpt-oss's sink logits, a [1, 4, 1, 1] param concatenated to the masked scores
+    (Expand to [B, 4, S, 1]), the row max subtracted, Softmax, the last column sliced off."""
     x = x_input(g)
     q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
     k, Wk = matmul(g, x, HIDDEN, kv_heads * AD, "attn.k_proj.weight")
@@ -841,18 +844,29 @@ def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, windo
         s = g.op("Mul", s, g.const(1 / math.sqrt(AD)))
     if cap is not None:
         s = g.op("Mul", g.op("Tanh", g.op("Div", s, g.const(cap))), g.const(cap))
-    p = g.op("Softmax", mask_scores(g, s, x), axis=-1)
+    masked = mask_scores(g, s, x)
+    S = None
+    if sinks:
+        sink, S = param(g, "attn.sinks", [1, AH, 1, 1], std=1.0)
+        b, seq = g.dim(x, 0), g.dim(x, 1)
+        c = g.op("Concat", masked, g.op("Expand", sink, g.shape_of(b, AH, seq, 1)), axis=-1)
+        c = g.op("Sub", c, g.op("ReduceMax", c, axes=[-1], keepdims=1))
+        p = g.op("Softmax", c, axis=-1)
+        p = g.op("Slice", p, g.ints(0), g.ints(-1), g.ints(3), g.ints(1))
+    else:
+        p = g.op("Softmax", masked, axis=-1)
     y, Wo = matmul(g, dg.merge_heads(g, g.op("MatMul", p, v), AH * AD), AH * AD, HIDDEN,
                    "attn.o_proj.weight")
     y_output(g, y, HIDDEN)
-    return _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi, window, cap)
+    return _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi, window, cap,
+                          None if S is None else S.reshape(-1))
 
 
-def _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi=None, window=None, cap=None):
+def _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi=None, window=None, cap=None, sinks=None):
     def ref(f):
         x = f["x"]
         a = fm.attention(fm.heads(x @ Wq, AH), fm.heads(x @ Wk, kv_heads), fm.heads(x @ Wv, kv_heads),
-                         AD ** -0.5, alibi, window, cap)
+                         AD ** -0.5, alibi, window, cap, sinks)
         return fm.merge(a) @ Wo
     return ref
 
@@ -1022,6 +1036,21 @@ def _(g):
        "[64,64] -inf mask Add")
 def _(g):
     return _attention_idiom(g, _mask_add(-INF), scale="mul", cap=0.75)
+
+
+@idiom("attention-sinks",
+       "gpt-oss's sinks: Concat(masked scores, Expand(sinks [1,4,1,1], [B,4,S,1])) on the key "
+       "axis, Sub its ReduceMax, Softmax, Slice off the last column, then MatMul(p, v); GQA over "
+       "2 KV heads, a sliding window of 3")
+def _(g):
+    i, j = np.arange(MAX_POS)[:, None], np.arange(MAX_POS)[None, :]
+    table = np.where((j > i) | (i - j >= 3), FMIN, 0).astype(np.float32)
+
+    def mask(g, s, x):
+        seq = g.dim(x, 1)
+        return g.op("Add", s, g.slice(g.tensor("attn.window_mask", table), [0, 0],
+                                      g.op("Concat", seq, seq, axis=0), [0, 1]))
+    return _attention_idiom(g, mask, kv_heads=2, window=3, sinks=True)
 
 
 @idiom("attention-mqa-seq-major",

@@ -49,6 +49,11 @@ def _reduce_mean(a, x, axes=None):
     return np.mean(x, axis=None if axes is None else tuple(axes), keepdims=bool(a.get("keepdims", 1)))
 
 
+def _reduce_max(a, x, axes=None):
+    axes = _axes(a, axes)
+    return np.max(x, axis=None if axes is None else tuple(axes), keepdims=bool(a.get("keepdims", 1)))
+
+
 def _div(a, x, y):
     if np.issubdtype(np.asarray(x).dtype, np.integer):
         return np.trunc(x / y).astype(np.asarray(x).dtype)
@@ -228,6 +233,7 @@ OPS = {
                                             if "value" in a else np.float32(0)),
     "Trilu": lambda a, x, k=None: _trilu(x, 0 if k is None else int(k), a.get("upper", 1)),
     "CumSum": lambda a, x, axis: np.cumsum(x, axis=int(axis)),
+    "ReduceMax": _reduce_max,
     "ReduceMean": _reduce_mean,
     "ReduceSum": _reduce_sum,
     "GatherElements": lambda a, x, i: np.take_along_axis(x, i, axis=a.get("axis", 0)),

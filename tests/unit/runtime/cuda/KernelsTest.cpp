@@ -381,11 +381,12 @@ struct AttentionShape {
   bool alibi = false;
   int64_t window = 0;
   float softcap = 0.f;
+  bool sinks = false;
 };
 void PrintTo(const AttentionShape &s, std::ostream *os) {
   *os << "B" << s.B << " H" << s.H << " Hkv" << s.Hkv << " S" << s.S << " D"
       << s.D << (s.alibi ? " ALiBi" : "") << " window" << s.window << " softcap"
-      << s.softcap;
+      << s.softcap << (s.sinks ? " sinks" : "");
 }
 
 } // namespace
@@ -422,11 +423,17 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   for (int64_t h = 0; h < s.H; ++h)
     slopes[h] = std::exp2(-8.f * float(h + 1) / float(s.H));
   const float *alibi = s.alibi ? slopes.data() : nullptr;
+  // Sinks about as large as the scores, so that they matter.
+  Tensor sinks = Tensor::random(s.H, 68, -1.f, 2.f),
+         dsinks = Tensor::f32(s.H, 69);
+  void *sinks_dev = s.sinks ? sinks.dev() : nullptr;
+  float *sinks_host = s.sinks ? sinks.host() : nullptr;
   Tensor y = Tensor::output(nq);
   k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), s.B, s.H, s.Hkv,
-                        s.S, s.D, scale, s.window, s.softcap, alibi);
+                        s.S, s.D, scale, s.window, s.softcap, alibi, sinks_dev);
   cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), s.B, s.H,
-                         s.Hkv, s.S, s.D, scale, s.window, s.softcap, alibi);
+                         s.Hkv, s.S, s.D, scale, s.window, s.softcap, alibi,
+                         sinks_host);
   Tensor dy = Tensor::random(nq, 63);
   Tensor dq = Tensor::grad(nq, 64), dk = Tensor::grad(nk, 65),
          dv = Tensor::grad(nk, 66);
@@ -437,16 +444,19 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
   k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                          k.dev(), v.dev(), delta.dev_f32(), s.B, s.H, s.Hkv,
-                         s.S, s.D, scale, s.window, s.softcap, alibi);
+                         s.S, s.D, scale, s.window, s.softcap, alibi, sinks_dev,
+                         s.sinks ? dsinks.dev_f32() : nullptr);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
                           k.host(), v.host(), delta.host(), s.B, s.H, s.Hkv,
-                          s.S, s.D, scale, s.window, s.softcap, alibi);
+                          s.S, s.D, scale, s.window, s.softcap, alibi,
+                          sinks_host, s.sinks ? dsinks.host() : nullptr);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(delta.fetch(), delta.h, kUlp, kAttention)) << "delta";
   EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kAttention)) << "dq";
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention)) << "dk";
   EXPECT_TRUE(near(dv.fetch(), dv.h, kUlp, kAttention)) << "dv";
+  EXPECT_TRUE(near(dsinks.fetch(), dsinks.h, kUlp, kAttention)) << "dsinks";
 }
 
 const AttentionShape kAttentionShapes[] = {
@@ -457,7 +467,7 @@ const AttentionShape kAttentionShapes[] = {
     AttentionShape{1, 1, 1, 40, 160},  // 256 layout
     AttentionShape{1, 4, 2, 100, 256}, // D = 256, dK/dV in 4 blocks
     AttentionShape{1, 4, 2, 70, 256, true, 9, 2.f},
-    AttentionShape{1, 3, 3, 1, 32},    // one token
+    AttentionShape{1, 3, 3, 1, 32}, // one token
     AttentionShape{2, 4, 2, 37, 16, true},
     AttentionShape{1, 2, 1, 70, 64, true},
     AttentionShape{1, 2, 2, 33, 80, true},
@@ -471,7 +481,12 @@ const AttentionShape kAttentionShapes[] = {
     // 2), with ALiBi and a window.
     AttentionShape{2, 4, 2, 37, 16, false, 0, 2.f},
     AttentionShape{1, 2, 1, 70, 64, true, 0, 2.f},
-    AttentionShape{1, 2, 2, 70, 80, false, 9, 2.f}};
+    AttentionShape{1, 2, 2, 70, 80, false, 9, 2.f},
+    // Sinks (gpt-oss): alone, in a window, at D = 256, soft-capped.
+    AttentionShape{2, 4, 2, 37, 16, false, 0, 0.f, true},
+    AttentionShape{1, 4, 2, 130, 64, false, 40, 0.f, true},
+    AttentionShape{1, 4, 2, 70, 256, false, 9, 0.f, true},
+    AttentionShape{1, 2, 2, 70, 80, false, 0, 2.f, true}};
 
 // One suite per kernel family, so that a failure names its family.
 INSTANTIATE_TEST_SUITE_P(
@@ -515,17 +530,17 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
          y = Tensor::output(B * H * S * D);
   Tensor delta = Tensor::f32(B * H * S, 75);
   k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), B, H, Hkv, S, D,
-                        0.25f, 0, 0.f, nullptr);
+                        0.25f, 0, 0.f, nullptr, nullptr);
   cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), B, H, Hkv, S,
-                         D, 0.25f, 0, 0.f, nullptr);
+                         D, 0.25f, 0, 0.f, nullptr, nullptr);
   k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), B * H * S, D);
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
                          v.dev(), delta.dev_f32(), B, H, Hkv, S, D, 0.25f, 0,
-                         0.f, nullptr);
+                         0.f, nullptr, nullptr, nullptr);
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
                           k.host(), v.host(), delta.host(), B, H, Hkv, S, D,
-                          0.25f, 0, 0.f, nullptr);
+                          0.25f, 0, 0.f, nullptr, nullptr, nullptr);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
@@ -1056,7 +1071,8 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
   Tensor v = Tensor::random(B * Hkv * S * D, 142),
          dy = Tensor::random(B * H * S * D, 143),
          y = Tensor::random(B * H * S * D, 146);
-  Tensor delta = Tensor::f32(B * H * S, 147);
+  Tensor delta = Tensor::f32(B * H * S, 147),
+         sinks = Tensor::random(H, 148, -1.f, 2.f);
   std::vector<int32_t> ids(N);
   for (int64_t n = 0; n < N; ++n)
     ids[n] = int32_t(n % 3);
@@ -1065,15 +1081,17 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
   for (int run = 0; run < 2; ++run) {
     Tensor dq = Tensor::zeros(B * H * S * D),
            dk = Tensor::zeros(B * Hkv * S * D);
-    Tensor dv = Tensor::zeros(B * Hkv * S * D), dt = Tensor::f32(V * D, 145);
+    Tensor dv = Tensor::zeros(B * Hkv * S * D), dt = Tensor::f32(V * D, 145),
+           dsinks = Tensor::f32(H, 149);
     k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                            k.dev(), v.dev(), delta.dev_f32(), B, H, Hkv, S, D,
-                           0.2f, 0, 0.f, nullptr);
+                           0.2f, 0, 0.f, nullptr, sinks.dev(),
+                           dsinks.dev_f32());
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();
     std::vector<float> all = dq.fetch();
-    for (const Tensor *x : {&delta, &dk, &dv, &dt}) {
+    for (const Tensor *x : {&delta, &dk, &dv, &dt, &dsinks}) {
       std::vector<float> f = x->fetch();
       all.insert(all.end(), f.begin(), f.end());
     }

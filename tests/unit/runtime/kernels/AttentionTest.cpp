@@ -14,6 +14,7 @@ struct Dims {
   const float *slopes = nullptr; // ALiBi, one per query head
   int64_t window = 0;            // keys i - window < j <= i; 0: all j <= i
   float softcap = 0.f;           // scores s become softcap · tanh(s / softcap)
+  bool sinks = false;            // a 4th input: one softmax logit per head
 };
 
 // The first key query i sees.
@@ -48,12 +49,15 @@ double cap_slope(const Dims &d, double s) {
 }
 
 // The causal softmax row of query (b, h, i) over its keys first_key..i,
-// indexed by key. ALiBi adds m_h · j here, as BLOOM writes it: the kernels' m_h
-// · (j − i) differs by a constant per row, which the softmax cancels.
+// indexed by key, then the sink's probability if the head has one (0 if
+// not). ALiBi adds m_h · j here, as BLOOM writes it: the kernels' m_h · (j −
+// i) differs by a constant per row, which the softmax cancels (the sink's
+// logit is not biased, so with both it would not: no test combines them).
 Doubles probabilities(const std::vector<Doubles> &in, const Dims &d, int64_t b,
                       int64_t h, int64_t i) {
-  Doubles p(i + 1);
-  double max = -INFINITY, sum = 0.0;
+  Doubles p(i + 2);
+  const double sink = d.sinks ? in[3][h] : -INFINITY;
+  double max = sink, sum = 0.0;
   for (int64_t j = first_key(d, i); j <= i; ++j) {
     p[j] = capped(d, scaled_product(in, d, b, h, i, j)) +
            (d.slopes ? double(d.slopes[h]) * double(j) : 0.0);
@@ -61,6 +65,7 @@ Doubles probabilities(const std::vector<Doubles> &in, const Dims &d, int64_t b,
   }
   for (int64_t j = first_key(d, i); j <= i; ++j)
     sum += p[j] = std::exp(p[j] - max);
+  sum += p[i + 1] = std::exp(sink - max);
   for (double &x : p)
     x /= sum;
   return p;
@@ -80,12 +85,13 @@ Doubles ref_forward(const std::vector<Doubles> &in, const Dims &d) {
   return y;
 }
 
-// {dq, dk, dv}: dv_j += p_ij·dy_i; ds_ij = p_ij·(dy_i·v_j - Σ_l p_il·dy_i·v_l)
-// times the soft cap's slope; dq_i += scale·Σ_j ds_ij·k_j; dk_j +=
-// scale·ds_ij·q_i.
+// {dq, dk, dv[, dsinks]}: dv_j += p_ij·dy_i; ds_ij = p_ij·(dy_i·v_j -
+// Σ_l p_il·dy_i·v_l) times the soft cap's slope; dq_i += scale·Σ_j
+// ds_ij·k_j; dk_j += scale·ds_ij·q_i; the sink, whose value is 0, gets
+// p_sink·(0 - Σ_l p_il·dy_i·v_l).
 std::vector<Doubles>
 ref_backward(const Doubles &dy, const std::vector<Doubles> &in, const Dims &d) {
-  Doubles dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
+  Doubles dq(in[0].size()), dk(in[1].size()), dv(in[2].size()), dsinks(d.H);
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.H; ++h)
       for (int64_t i = 0; i < d.S; ++i) {
@@ -98,6 +104,7 @@ ref_backward(const Doubles &dy, const std::vector<Doubles> &in, const Dims &d) {
             dp[j] += dy[qi + e] * in[2][kv_at(d, b, h, j) + e];
           expected += p[j] * dp[j];
         }
+        dsinks[h] -= p[i + 1] * expected;
         for (int64_t j = first_key(d, i); j <= i; ++j) {
           const double ds = p[j] * (dp[j] - expected) *
                             cap_slope(d, scaled_product(in, d, b, h, i, j));
@@ -109,13 +116,24 @@ ref_backward(const Doubles &dy, const std::vector<Doubles> &in, const Dims &d) {
           }
         }
       }
+  if (d.sinks)
+    return {dq, dk, dv, dsinks};
   return {dq, dk, dv};
 }
 
+// q, k, v and, with sinks, logits around the scores' size (sinks well
+// below every score would not matter).
 std::vector<Floats> inputs(const Dims &d, float range = 1.f) {
-  return {random_floats(d.B * d.H * d.S * d.D, 51, -range, range),
-          random_floats(d.B * d.Hkv * d.S * d.D, 52, -range, range),
-          random_floats(d.B * d.Hkv * d.S * d.D, 53, -range, range)};
+  std::vector<Floats> in{
+      random_floats(d.B * d.H * d.S * d.D, 51, -range, range),
+      random_floats(d.B * d.Hkv * d.S * d.D, 52, -range, range),
+      random_floats(d.B * d.Hkv * d.S * d.D, 53, -range, range)};
+  if (d.sinks)
+    in.push_back(random_floats(d.H, 50, -1.f, 2.f));
+  return in;
+}
+const float *sinks_of(const std::vector<Floats> &in) {
+  return in.size() > 3 ? in[3].data() : nullptr;
 }
 
 // Grouped (H = 4, Hkv = 2), plain multi-head (H = Hkv), multi-query (Hkv = 1).
@@ -126,11 +144,13 @@ const Dims kHeads[] = {
 // one: over 130 keys the bias reaches -130·0.9.
 const float kSlopes[] = {0.25f, 0.0625f, 0.015625f, 0.9f};
 
-// Causal, with ALiBi, with a window of 2 keys, soft-capped, and together.
+// Causal, with ALiBi, with a window of 2 keys, soft-capped, and together;
+// with sinks (windowed, soft-capped), without ALiBi.
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
-  for (int form = 0; form < 8; ++form)
+  for (int form = 0; form < 12; ++form)
     for (Dims d : kHeads) {
-      d.slopes = form & 1 ? kSlopes : nullptr;
+      d.sinks = form >= 8;
+      d.slopes = form & 1 && !d.sinks ? kSlopes : nullptr;
       d.window = form & 2 ? 2 : 0;
       d.softcap = form & 4 ? 0.5f : 0.f;
       const std::vector<Doubles> in = widen(inputs(d));
@@ -147,7 +167,7 @@ void check_kernels(const Dims &d, float range, double rtol) {
   Floats y(in[0].size());
   attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
                     d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
-                    d.slopes);
+                    d.slopes, sinks_of(in));
   EXPECT_TRUE(close(y, ref_forward(widen(in), d), rtol))
       << "H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
 
@@ -156,16 +176,21 @@ void check_kernels(const Dims &d, float range, double rtol) {
   Floats dq = random_floats(in[0].size(), 56),
          dk = random_floats(in[1].size(), 57),
          dv = random_floats(in[2].size(), 58);
-  const Floats dq0 = dq, dk0 = dk, dv0 = dv;
+  Floats dsinks = random_floats(d.H, 59);
+  const Floats dq0 = dq, dk0 = dk, dv0 = dv, dsinks0 = dsinks;
   Floats delta(y.size() / d.D);
   attention_delta(delta.data(), dy.data(), y.data(), int64_t(delta.size()),
                   d.D);
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
                      in[1].data(), in[2].data(), delta.data(), d.B, d.H, d.Hkv,
-                     d.S, d.D, d.scale, d.window, d.softcap, d.slopes);
+                     d.S, d.D, d.scale, d.window, d.softcap, d.slopes,
+                     sinks_of(in), d.sinks ? dsinks.data() : nullptr);
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
   EXPECT_TRUE(close(added(dv, dv0), want[2], rtol)) << "dv, H=" << d.H;
+  if (d.sinks)
+    EXPECT_TRUE(close(added(dsinks, dsinks0), want[3], rtol))
+        << "dsinks, H=" << d.H;
 }
 
 // S = 130 spans two full key tiles of the online softmax and a partial one.
@@ -227,6 +252,21 @@ TEST(Attention, SoftcapMatchesReference) {
     }
 }
 
+// Sinks (gpt-oss), causal, in a window inside a key tile and across tiles,
+// soft-capped.
+TEST(Attention, SinksMatchReference) {
+  for (int form = 0; form < 4; ++form)
+    for (Dims d : kHeads) {
+      d.S = 130;
+      d.D = 16;
+      d.scale = 0.25f;
+      d.sinks = true;
+      d.window = form == 1 ? 7 : form == 2 ? 100 : 0;
+      d.softcap = form == 3 ? 2.f : 0.f;
+      check_kernels(d, 1.f, 1e-5);
+    }
+}
+
 // δ of rows of 70 (a tail the vector loop leaves) against a double loop.
 TEST(Attention, DeltaMatchesNaiveLoop) {
   const int64_t rows = 9, D = 70;
@@ -243,43 +283,49 @@ TEST(Attention, DeltaMatchesNaiveLoop) {
 
 TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   const Dims d = {2, 4, 2, 33, 8, 0.35f, kSlopes};
+  const Floats sinks = random_floats(d.H, 60);
   const std::vector<Floats> in = inputs(d);
   const Floats dy = random_floats(in[0].size(), 59);
   Floats y(in[0].size()), delta(in[0].size() / d.D);
   attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
                     d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
-                    d.slopes);
+                    d.slopes, sinks.data());
   attention_delta(delta.data(), dy.data(), y.data(), int64_t(delta.size()),
                   d.D);
-  const auto backward = [&](float *dq, float *dk, float *dv) {
+  const auto backward = [&](float *dq, float *dk, float *dv, float *ds) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
                        in[2].data(), delta.data(), d.B, d.H, d.Hkv, d.S, d.D,
-                       d.scale, d.window, d.softcap, d.slopes);
+                       d.scale, d.window, d.softcap, d.slopes, sinks.data(),
+                       ds);
   };
-  Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size());
-  expect_accumulates({&dq, &dk, &dv},
-                     [&] { backward(dq.data(), dk.data(), dv.data()); });
+  Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size()), ds(d.H);
+  expect_accumulates({&dq, &dk, &dv, &ds}, [&] {
+    backward(dq.data(), dk.data(), dv.data(), ds.data());
+  });
 
-  Floats fq(dq.size()), fk(dk.size()), fv(dv.size());
-  backward(fq.data(), fk.data(), fv.data());
-  Floats gq(dq.size()), gk(dk.size()), gv(dv.size());
-  backward(gq.data(), gk.data(), gv.data());
+  Floats fq(dq.size()), fk(dk.size()), fv(dv.size()), fs(d.H);
+  backward(fq.data(), fk.data(), fv.data(), fs.data());
+  Floats gq(dq.size()), gk(dk.size()), gv(dv.size()), gs(d.H);
+  backward(gq.data(), gk.data(), gv.data(), gs.data());
   EXPECT_TRUE(bitwise_equal(fq, gq));
   EXPECT_TRUE(bitwise_equal(fk, gk));
   EXPECT_TRUE(bitwise_equal(fv, gv));
-  Floats only_q(dq.size()), only_k(dk.size()), only_v(dv.size());
-  backward(only_q.data(), nullptr, nullptr);
-  backward(nullptr, only_k.data(), nullptr);
-  backward(nullptr, nullptr, only_v.data());
+  EXPECT_TRUE(bitwise_equal(fs, gs));
+  Floats only_q(dq.size()), only_k(dk.size()), only_v(dv.size()), only_s(d.H);
+  backward(only_q.data(), nullptr, nullptr, nullptr);
+  backward(nullptr, only_k.data(), nullptr, nullptr);
+  backward(nullptr, nullptr, only_v.data(), nullptr);
+  backward(nullptr, nullptr, nullptr, only_s.data());
   EXPECT_TRUE(bitwise_equal(only_q, fq));
   EXPECT_TRUE(bitwise_equal(only_k, fk));
   EXPECT_TRUE(bitwise_equal(only_v, fv));
+  EXPECT_TRUE(bitwise_equal(only_s, fs));
 
   Floats y1(in[0].size()), y2(in[0].size());
   for (Floats *y : {&y1, &y2})
     attention_forward(y->data(), in[0].data(), in[1].data(), in[2].data(), d.B,
                       d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
-                      d.slopes);
+                      d.slopes, sinks.data());
   EXPECT_TRUE(bitwise_equal(y1, y2));
 }
 
