@@ -125,6 +125,11 @@ int main(int argc, char **argv) {
     const double flops = 2.0 * double(T) * double(E * H + 3 * s.k * H * I);
     mtrt::MoeRouting routing;
     routing.normalize = s.normalize;
+    const mtrt::MoeExperts experts; // SwiGLU
+    const mtrt::MoeParams weights{router,  gate_up, down,   nullptr,
+                                  nullptr, nullptr, nullptr};
+    const mtrt::MoeWeightGrads grads{drouter, dgate_up, ddown,
+                                     nullptr, nullptr,  nullptr};
     struct Timing {
       double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
       bool finite;
@@ -133,13 +138,12 @@ int main(int argc, char **argv) {
       k.set_moe_kernels(family);
       Timing t;
       t.fwd_ms = time_ms(stream, n, [&] {
-        k.moe_forward(y, x, router, gate_up, down, nullptr, T, H, E, I, s.k,
-                      routing);
+        k.moe_forward(y, x, weights, T, H, E, I, s.k, routing, experts);
       });
       t.finite = all_finite(y, T * H);
       t.bwd_ms = time_ms(stream, n, [&] {
-        k.moe_backward(dx, drouter, dgate_up, ddown, dy, x, router, gate_up,
-                       down, nullptr, T, H, E, I, s.k, routing);
+        k.moe_backward(dx, grads, dy, x, weights, T, H, E, I, s.k, routing,
+                       experts);
       });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2 * flops / (t.bwd_ms * 1e-3) / 1e12;

@@ -50,6 +50,14 @@ template <class MoeLike> std::string routingLiteral(MoeLike m) {
       .str();
 }
 
+template <class MoeLike> std::string expertsLiteral(MoeLike m) {
+  return llvm::formatv("{{{0}, {1}, {2}, {3}, {4}}", m.getWLayout() == "in_out",
+                       m.getInterleaved(), lit(m.getAlpha().convertToDouble()),
+                       lit(m.getLimit().convertToDouble()),
+                       lit(m.getUpShift().convertToDouble()))
+      .str();
+}
+
 ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
@@ -169,6 +177,21 @@ private:
     return p;
   }
   std::string opt(Value v) { return v ? ref(v) : "nullptr"; }
+  // A mixture of experts' params as an mtrt::MoeParams literal, and its
+  // T, H, E, I.
+  template <class MoeLike> std::string moeParams(MoeLike m) {
+    return llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}, {6}}",
+                         ref(m.getRouter()), ref(m.getGateUp()),
+                         ref(m.getDown()), opt(m.getBias()),
+                         opt(m.getRouterBias()), opt(m.getGateUpBias()),
+                         opt(m.getDownBias()))
+        .str();
+  }
+  template <class MoeLike> std::string moeDims(MoeLike m) const {
+    const int64_t H = shapeOf(m.getX()).back(), E = shapeOf(m.getRouter())[0],
+                  I = numel(m.getDown()) / (E * H);
+    return llvm::formatv("{0}, {1}, {2}, {3}", count(m.getX()) / H, H, E, I);
+  }
   // Vocabulary-piece statistics, always f32: in place in an output buffer,
   // or read from an input.
   FailureOr<std::string> stats(Operation *op, Value v) {
@@ -344,29 +367,26 @@ private:
                            grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
                            count(s.getX()), s.getApproximate() == "tanh");
     } else if (auto m = dyn_cast<MoeOp>(op)) {
-      auto d = shapeOf(m.getDown());
-      int64_t H = d[1], E = d[0], I = d[2];
-      os_ << llvm::formatv("  k.moe_forward({0}, {1}, {2}, {3}, {4}, {5}, {6}, "
-                           "{7}, {8}, {9}, {10}, {11});\n",
-                           ref(m.getY()), ref(m.getX()), ref(m.getRouter()),
-                           ref(m.getGateUp()), ref(m.getDown()),
-                           opt(m.getBias()), count(m.getX()) / H, H, E, I,
-                           m.getTopK(), routingLiteral(m));
-    } else if (auto m = dyn_cast<MoeGradOp>(op)) {
-      auto d = shapeOf(m.getDown());
-      int64_t H = d[1], E = d[0], I = d[2];
-      auto dr = paramGrad(&op, m.getDrouter()),
-           dgu = paramGrad(&op, m.getDgateUp()),
-           dd = paramGrad(&op, m.getDdown());
-      if (failed(dr) || failed(dgu) || failed(dd))
-        return failure();
       os_ << llvm::formatv(
-          "  k.moe_backward({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, "
-          "{10}, {11}, {12}, {13}, {14}, {15});\n",
-          grad(m.getDx()), *dr, *dgu, *dd, ref(m.getDy()), ref(m.getX()),
-          ref(m.getRouter()), ref(m.getGateUp()), ref(m.getDown()),
-          opt(m.getBias()), count(m.getX()) / H, H, E, I, m.getTopK(),
-          routingLiteral(m));
+          "  k.moe_forward({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
+          ref(m.getY()), ref(m.getX()), moeParams(m), moeDims(m), m.getTopK(),
+          routingLiteral(m), expertsLiteral(m));
+    } else if (auto m = dyn_cast<MoeGradOp>(op)) {
+      SmallVector<std::string> grads;
+      for (Value d :
+           {m.getDrouter(), m.getDgateUp(), m.getDdown(), m.getDrouterBias(),
+            m.getDgateUpBias(), m.getDdownBias()}) {
+        auto g = paramGrad(&op, d);
+        if (failed(g))
+          return failure();
+        grads.push_back(*g);
+      }
+      os_ << llvm::formatv("  k.moe_backward({0}, {{{1}}, {2}, {3}, {4}, {5}, "
+                           "{6}, {7}, {8});\n",
+                           grad(m.getDx()), llvm::join(grads, ", "),
+                           ref(m.getDy()), ref(m.getX()), moeParams(m),
+                           moeDims(m), m.getTopK(), routingLiteral(m),
+                           expertsLiteral(m));
     } else if (auto c = dyn_cast<CausalConvOp>(op)) {
       auto x = shapeOf(c.getX());
       os_ << llvm::formatv("  k.causal_conv_forward({0}, {1}, {2}, {3}, {4}, "
@@ -545,6 +565,21 @@ private:
       os_ << "  k.slice_forward(" << ref(s.getY()) << ", " << ref(s.getX())
           << ", " << sliceDims(s.getX(), s.getY(), s.getAxis(), s.getStart())
           << ");\n";
+    } else if (auto p = dyn_cast<PadOp>(op)) {
+      // Zeros, then x added into its range.
+      os_ << "  k.zero(" << ref(p.getY()) << ", " << count(p.getY()) << ");\n"
+          << "  k.slice_backward(" << ref(p.getY()) << ", " << ref(p.getX())
+          << ", " << sliceDims(p.getY(), p.getX(), p.getAxis(), p.getStart())
+          << ");\n";
+    } else if (auto c = dyn_cast<ConcatOp>(op)) {
+      // Zeros, then each operand added into its range.
+      os_ << "  k.zero(" << ref(c.getY()) << ", " << count(c.getY()) << ");\n";
+      int64_t start = 0;
+      for (Value x : c.getXs()) {
+        os_ << "  k.slice_backward(" << ref(c.getY()) << ", " << ref(x) << ", "
+            << sliceDims(c.getY(), x, c.getAxis(), start) << ");\n";
+        start += shapeOf(x)[c.getAxis()];
+      }
     } else if (auto s = dyn_cast<SliceGradOp>(op)) {
       std::string dx = grad(s.getDx());
       os_ << "  k.slice_backward(" << dx << ", " << ref(s.getDy()) << ", "

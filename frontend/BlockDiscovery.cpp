@@ -86,6 +86,9 @@ void sign(Block &b) {
         for (double f : a.floats)
           s += fmt::format("{:.17g},", f);
         break;
+      case Attr::Unit:
+        break; // present
+
       default: break;
       }
       s += ";";

@@ -80,6 +80,8 @@ private:
     case Attr::String: return b_.getStringAttr(a.s);
     case Attr::Ints: return b_.getDenseI64ArrayAttr(a.ints);
     case Attr::Floats: return b_.getDenseF64ArrayAttr(a.floats);
+    case Attr::Unit:
+      return b_.getUnitAttr();
     default: fail("internal: unexpected attribute kind on a primitive");
     }
   }
@@ -109,10 +111,16 @@ private:
         st.addOperands(env.at(v));
         ++present;
       }
-      if (n->op == "mt.layer_norm")
+      // Ops with several optional operands: each input slot, present or
+      // null, is one segment.
+      if (n->op == "mt.layer_norm" || n->op == "mt.moe") {
+        SmallVector<int32_t> segments;
+        for (Value *v : n->inputs)
+          segments.push_back(v ? 1 : 0);
+        segments.resize(n->op == "mt.moe" ? 8 : 3, 0);
         st.addAttribute("operandSegmentSizes",
-                        b_.getDenseI32ArrayAttr(
-                            {1, n->in(1) ? 1 : 0, n->in(2) ? 1 : 0}));
+                        b_.getDenseI32ArrayAttr(segments));
+      }
       for (auto &[k, a] : n->attrs)
         st.addAttribute(k, attr(a));
       for (Value *v : n->outputs)

@@ -89,6 +89,11 @@ void Node::setFloats(const std::string &a, std::vector<double> v) {
   x.floats = std::move(v);
 }
 
+void Node::setUnit(const std::string &a) {
+  attrs[a] = Attr();
+  attrs[a].kind = Attr::Unit;
+}
+
 Value *Graph::newValue(std::string name, DType dtype, Shape shape) {
   values_.push_back(std::make_unique<Value>());
   Value *v = values_.back().get();

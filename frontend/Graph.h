@@ -29,7 +29,17 @@ struct Node;
 
 /// An attribute value, normalized across opsets by the handlers.
 struct Attr {
-  enum Kind { Int, Float, String, Ints, Floats, Tensor, Graph, Other } kind = Other;
+  enum Kind {
+    Int,
+    Float,
+    String,
+    Ints,
+    Floats,
+    Tensor,
+    Graph,
+    Unit,
+    Other
+  } kind = Other;
   int64_t i = 0;
   double f = 0;
   std::string s;
@@ -88,6 +98,8 @@ struct Node {
   void setString(const std::string &a, std::string v);
   void setInts(const std::string &a, std::vector<int64_t> v);
   void setFloats(const std::string &a, std::vector<double> v);
+  /// A flag (a primitive's unit attribute): set by being present.
+  void setUnit(const std::string &a);
 };
 
 class Graph {

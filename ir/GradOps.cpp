@@ -162,8 +162,11 @@ LogicalResult SoftcapGradOp::verify() {
 LogicalResult MoeGradOp::verify() {
   if (failed(sameType(*this, getDy(), getX(), "dy")))
     return failure();
-  return checkResults(*this, getResults(),
-                      {getX(), getRouter(), getGateUp(), getDown()});
+  SmallVector<Value> primals{getX(), getRouter(), getGateUp(), getDown()};
+  for (Value b : {getRouterBias(), getGateUpBias(), getDownBias()})
+    if (b)
+      primals.push_back(b);
+  return checkResults(*this, getResults(), primals);
 }
 
 LogicalResult CausalConvGradOp::verify() {

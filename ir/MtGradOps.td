@@ -169,12 +169,14 @@ def Mt_SoftcapGradOp : Mt_GradOp<"softcap_grad"> {
   let results = (outs Mt_GradTensor:$dx);
 }
 
-def Mt_MoeGradOp : Mt_GradOp<"moe_grad"> {
-  let summary = "dx, drouter, dgate_up, ddown of mt.moe";
+def Mt_MoeGradOp : Mt_GradOp<"moe_grad", [AttrSizedOperandSegments,
+                                          AttrSizedResultSegments]> {
+  let summary = "dx, drouter, dgate_up, ddown (and the trained biases') of mt.moe";
   let description = [{
     The routing is recomputed from x; the gradient of the top-k choice is
     that of the chosen weights (the choice itself is piecewise constant, and
-    the frozen selection bias gets none).
+    the frozen selection bias gets none). Each trained bias operand has its
+    gradient among the results, in the same order.
 
     ```mlir
     %dx, %dr, %dgu, %dd = mt.moe_grad %dy, %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>)
@@ -183,13 +185,24 @@ def Mt_MoeGradOp : Mt_GradOp<"moe_grad"> {
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x,
                        Mt_GradTensor:$router, Mt_GradTensor:$gate_up,
                        Mt_GradTensor:$down, Optional<Mt_GradTensor>:$bias,
+                       Optional<Mt_GradTensor>:$router_bias,
+                       Optional<Mt_GradTensor>:$gate_up_bias,
+                       Optional<Mt_GradTensor>:$down_bias,
                        I64Attr:$top_k,
                        DefaultValuedStrAttr<StrAttr, "softmax">:$routing,
                        DefaultValuedAttr<I64Attr, "1">:$groups,
                        DefaultValuedAttr<I64Attr, "1">:$top_groups,
-                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale,
+                       DefaultValuedStrAttr<StrAttr, "out_in">:$w_layout,
+                       UnitAttr:$interleaved,
+                       DefaultValuedAttr<F64Attr, "1.0">:$alpha,
+                       DefaultValuedAttr<F64Attr, "0.0">:$limit,
+                       DefaultValuedAttr<F64Attr, "0.0">:$up_shift);
   let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$drouter,
-                      Mt_GradTensor:$dgate_up, Mt_GradTensor:$ddown);
+                      Mt_GradTensor:$dgate_up, Mt_GradTensor:$ddown,
+                      Optional<Mt_GradTensor>:$drouter_bias,
+                      Optional<Mt_GradTensor>:$dgate_up_bias,
+                      Optional<Mt_GradTensor>:$ddown_bias);
 }
 
 def Mt_CausalConvGradOp : Mt_GradOp<"causal_conv_grad"> {

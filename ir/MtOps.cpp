@@ -199,19 +199,41 @@ LogicalResult MoeOp::verify() {
     return failure();
   auto x = shapeOf(getX()), r = shapeOf(getRouter()), gu = shapeOf(getGateUp()),
        d = shapeOf(getDown());
+  if (getWLayout() != "out_in" && getWLayout() != "in_out")
+    return emitOpError("w_layout must be out_in or in_out, not ")
+           << getWLayout();
+  const bool inOut = getWLayout() == "in_out";
   if (x.empty() || r.size() != 2 || gu.size() != 3 || d.size() != 3)
     return emitOpError("expects x [..., H], router [E, H], gate_up [E, 2I, "
-                       "H] and down [E, H, I]");
-  const int64_t H = x.back(), E = r[0], I = d[2];
-  if (r[1] != H || gu[0] != E || gu[1] != 2 * I || gu[2] != H || d[0] != E ||
-      d[1] != H)
+                       "H] and down [E, H, I] (in_out: [E, H, 2I], [E, I, H])");
+  const int64_t H = x.back(), E = r[0], I = inOut ? d[1] : d[2];
+  const SmallVector<int64_t> wantGu = inOut ? SmallVector<int64_t>{E, H, 2 * I}
+                                            : SmallVector<int64_t>{E, 2 * I, H};
+  const SmallVector<int64_t> wantD =
+      inOut ? SmallVector<int64_t>{E, I, H} : SmallVector<int64_t>{E, H, I};
+  if (r[1] != H || ArrayRef<int64_t>(gu) != ArrayRef<int64_t>(wantGu) ||
+      ArrayRef<int64_t>(d) != ArrayRef<int64_t>(wantD))
     return emitOpError("router ")
            << str(r) << ", gate_up " << str(gu) << " and down " << str(d)
-           << " do not form E experts of [2I, H] and [H, I] for H = " << H;
+           << " do not form E experts of " << (inOut ? "[H, 2I]" : "[2I, H]")
+           << " and " << (inOut ? "[I, H]" : "[H, I]") << " for H = " << H;
   if (getTopK() < 1 || getTopK() > E)
     return emitOpError("top_k must be in [1, ") << E << "], not " << getTopK();
   if (getBias() && failed(expectShape(*this, getBias(), {E}, "bias")))
     return failure();
+  if (getRouterBias() &&
+      failed(expectShape(*this, getRouterBias(), {E}, "router_bias")))
+    return failure();
+  if (getGateUpBias() &&
+      failed(expectShape(*this, getGateUpBias(), {E, 2 * I}, "gate_up_bias")))
+    return failure();
+  if (getDownBias() &&
+      failed(expectShape(*this, getDownBias(), {E, H}, "down_bias")))
+    return failure();
+  if (double a = getAlpha().convertToDouble(); !(a > 0))
+    return emitOpError("alpha must be positive, not ") << a;
+  if (double l = getLimit().convertToDouble(); !(l >= 0))
+    return emitOpError("limit must be positive (or 0: no clamp), not ") << l;
   if (getRouting() != "softmax" && getRouting() != "softmax_renorm" &&
       getRouting() != "sigmoid" && getRouting() != "sigmoid_renorm")
     return emitOpError("routing must be softmax, softmax_renorm, sigmoid or "
@@ -322,6 +344,48 @@ LogicalResult SliceOp::verify() {
     return emitOpError("range ")
            << start << ".." << start + y[axis] - 1 << " exceeds dim " << axis
            << " of size " << x[axis];
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto y = shapeOf(getY());
+  const int64_t axis = getAxis();
+  if (getXs().empty() || axis < 0 || axis >= static_cast<int64_t>(y.size()))
+    return emitOpError("needs operands and an axis in range, not ") << axis;
+  int64_t total = 0;
+  for (Value x : getXs()) {
+    auto s = shapeOf(x);
+    for (size_t k = 0; k < y.size(); ++k)
+      if (s.size() != y.size() ||
+          (static_cast<int64_t>(k) != axis && s[k] != y[k]))
+        return emitOpError("operand ") << str(s) << " differs from the result "
+                                       << str(y) << " off axis " << axis;
+    total += s[axis];
+  }
+  if (total != y[axis])
+    return emitOpError("operands sum to ")
+           << total << " along axis " << axis << ", not " << y[axis];
+  return success();
+}
+
+LogicalResult PadOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto x = shapeOf(getX()), y = shapeOf(getY());
+  int64_t axis = getAxis(), start = getStart();
+  if (x.size() != y.size() || axis < 0 ||
+      axis >= static_cast<int64_t>(x.size()))
+    return emitOpError("axis ") << axis << " is out of range, or ranks differ";
+  for (size_t k = 0; k < x.size(); ++k)
+    if (static_cast<int64_t>(k) != axis && x[k] != y[k])
+      return emitOpError("result ") << str(y) << " differs from x " << str(x)
+                                    << " off the padded axis";
+  if (start < 0 || start + x[axis] > y[axis])
+    return emitOpError("range ")
+           << start << ".." << start + x[axis] - 1 << " exceeds dim " << axis
+           << " of size " << y[axis];
   return success();
 }
 

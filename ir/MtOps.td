@@ -350,8 +350,8 @@ def Mt_SoftcapOp : Mt_PrimOp<"softcap"> {
   let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
 }
 
-def Mt_MoeOp : Mt_PrimOp<"moe"> {
-  let summary = "a mixture of SwiGLU experts, top-k routing";
+def Mt_MoeOp : Mt_PrimOp<"moe", [AttrSizedOperandSegments]> {
+  let summary = "a mixture of gated experts (SwiGLU, gpt-oss's), top-k routing";
   let description = [{
     Per token x [H] (the rows of x [..., H]): p = softmax(router · x) over E
     experts, the k largest p_e (ties to the lower index) weigh their experts
@@ -368,19 +368,40 @@ def Mt_MoeOp : Mt_PrimOp<"moe"> {
     compete. The weights are multiplied by `scale` (the routed scaling
     factor) last.
 
+    gpt-oss's experts: trained biases on the router's logits
+    (`router_bias` [E]) and on each expert's products (`gate_up_bias`
+    [E, 2I], `down_bias` [E, H]); a = g'·σ(alpha·g')·(u' + up_shift), with
+    g' = min(g, limit) and u' = clamp(u, −limit, limit) when `limit` > 0;
+    `w_layout = "in_out"` stores the matrices for x · W (gate_up [E, H, 2I],
+    down [E, I, H]); `interleaved` alternates g and u along 2I (and in
+    gate_up_bias).
+
     ```mlir
     %y = mt.moe %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> tensor<2x16x64xf32>
+    %z = mt.moe %x, %router, %gate_up, %down router_bias %rb gate_up_bias %gb down_bias %db {alpha = 1.702 : f64, interleaved, limit = 7.0 : f64, routing = "softmax_renorm", top_k = 2 : i64, up_shift = 1.0 : f64, w_layout = "in_out"} : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x64x256xf32>, tensor<8x128x64xf32>, tensor<8xf32>, tensor<8x256xf32>, tensor<8x64xf32>) -> tensor<2x16x64xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$router,
                        Mt_FloatTensor:$gate_up, Mt_FloatTensor:$down,
-                       Optional<Mt_FloatTensor>:$bias, I64Attr:$top_k,
+                       Optional<Mt_FloatTensor>:$bias,
+                       Optional<Mt_FloatTensor>:$router_bias,
+                       Optional<Mt_FloatTensor>:$gate_up_bias,
+                       Optional<Mt_FloatTensor>:$down_bias, I64Attr:$top_k,
                        DefaultValuedStrAttr<StrAttr, "softmax">:$routing,
                        DefaultValuedAttr<I64Attr, "1">:$groups,
                        DefaultValuedAttr<I64Attr, "1">:$top_groups,
-                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale,
+                       DefaultValuedStrAttr<StrAttr, "out_in">:$w_layout,
+                       UnitAttr:$interleaved,
+                       DefaultValuedAttr<F64Attr, "1.0">:$alpha,
+                       DefaultValuedAttr<F64Attr, "0.0">:$limit,
+                       DefaultValuedAttr<F64Attr, "0.0">:$up_shift);
   let results = (outs Mt_FloatTensor:$y);
-  let assemblyFormat = "$x `,` $router `,` $gate_up `,` $down (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $x `,` $router `,` $gate_up `,` $down (`,` $bias^)?
+    (`router_bias` $router_bias^)? (`gate_up_bias` $gate_up_bias^)?
+    (`down_bias` $down_bias^)? attr-dict `:` functional-type(operands, results)
+  }];
 }
 
 def Mt_XieluOp : Mt_PrimOp<"xielu"> {
@@ -523,6 +544,37 @@ def Mt_SliceOp : Mt_PrimOp<"slice"> {
 
     ```mlir
     %q = mt.slice %qkv {axis = 2 : i64, start = 0 : i64} : (tensor<2x16x192xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$x, I64Attr:$axis, I64Attr:$start);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_ConcatOp : Mt_PrimOp<"concat"> {
+  let summary = "joins its operands along one dim, in order";
+  let description = [{
+    Every operand has the result's shape off `axis`; the result's size along
+    it is the sum of theirs. The gradient of each operand is a slice of the
+    result's.
+
+    ```mlir
+    %y = mt.concat %a, %b {axis = 3 : i64} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Mt_FloatTensor>:$xs, I64Attr:$axis);
+  let results = (outs Mt_FloatTensor:$y);
+  let assemblyFormat = "$xs attr-dict `:` functional-type(operands, results)";
+}
+
+def Mt_PadOp : Mt_PrimOp<"pad"> {
+  let summary = "x in zeros along one dim: y[.., start : start + n, ..] = x";
+  let description = [{
+    n is x's size along `axis`; the rest of y is 0. Widens the values of an
+    attention whose value head dim is not its query's, say.
+
+    ```mlir
+    %y = mt.pad %v {axis = 3 : i64, start = 0 : i64} : (tensor<2x4x16x8xf32>) -> tensor<2x4x16x12xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$x, I64Attr:$axis, I64Attr:$start);

@@ -221,7 +221,10 @@ private:
         .Case([&](MoeOp o) {
           // Tokens route and run through their experts independently.
           return isRow(o.getX()) && weight(o.getRouter()) &&
-                 weight(o.getGateUp()) && weight(o.getDown()) && row(o.getY());
+                 weight(o.getGateUp()) && weight(o.getDown()) &&
+                 weight(o.getBias()) && weight(o.getRouterBias()) &&
+                 weight(o.getGateUpBias()) && weight(o.getDownBias()) &&
+                 row(o.getY());
         })
         .Case([&](XieluOp o) {
           return isRow(o.getX()) && weight(o.getAlphaP()) &&
@@ -248,10 +251,10 @@ private:
         .Case([&](CrossEntropyGradOp o) {
           return isRow(o.getLogits()) && row(o.getDlogits());
         })
-        .Case<ReluGradOp, SiluGradOp, SigmoidGradOp, GeluGradOp,
-              SoftcapGradOp>([&](auto o) {
-          return isRow(o.getDy()) && isRow(o.getX()) && row(o.getDx());
-        })
+        .Case<ReluGradOp, SiluGradOp, SigmoidGradOp, GeluGradOp, SoftcapGradOp>(
+            [&](auto o) {
+              return isRow(o.getDy()) && isRow(o.getX()) && row(o.getDx());
+            })
         .Case([&](SwigluGradOp o) {
           return isRow(o.getDy()) && isRow(o.getGate()) && isRow(o.getUp()) &&
                  row(o.getDgate()) && row(o.getDup());
@@ -259,9 +262,11 @@ private:
         .Case([&](MoeGradOp o) {
           return isRow(o.getDy()) && isRow(o.getX()) && weight(o.getRouter()) &&
                  weight(o.getGateUp()) && weight(o.getDown()) &&
-                 weight(o.getBias()) && row(o.getDx()) &&
-                 sum(o.getDrouter()) && sum(o.getDgateUp()) &&
-                 sum(o.getDdown());
+                 weight(o.getBias()) && weight(o.getRouterBias()) &&
+                 weight(o.getGateUpBias()) && weight(o.getDownBias()) &&
+                 row(o.getDx()) && sum(o.getDrouter()) && sum(o.getDgateUp()) &&
+                 sum(o.getDdown()) && sum(o.getDrouterBias()) &&
+                 sum(o.getDgateUpBias()) && sum(o.getDdownBias());
         })
         .Case([&](XieluGradOp o) {
           return isRow(o.getDy()) && isRow(o.getX()) && weight(o.getAlphaP()) &&

@@ -140,10 +140,11 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     // Per token: the router (E·H) and k experts' 3·I·H multiply-adds; the
     // backward recomputes the forward and then does twice its work.
     Value x = op->getOperand(isa<MoeOp>(op) ? 0 : 1);
-    auto down =
-        cast<RankedTensorType>(op->getOperand(isa<MoeOp>(op) ? 3 : 4).getType())
-            .getShape();
-    double e = down[0], h = down[1], i = down[2], tokens = numel(x) / h;
+    Value down =
+        op->getOperand(isa<MoeOp>(op) ? 3 : 4); // [E, H, I] or [E, I, H]
+    double e = cast<RankedTensorType>(down.getType()).getDimSize(0),
+           h = cast<RankedTensorType>(x.getType()).getShape().back(),
+           i = numel(down) / (e * h), tokens = numel(x) / h;
     double k = op->getAttrOfType<IntegerAttr>("top_k").getInt();
     flops =
         2 * tokens * (e * h + k * 3 * i * h) * (isa<MoeGradOp>(op) ? 3.0 : 1.0);

@@ -152,14 +152,36 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     SmallVector<Value> primals{m.getX(), m.getRouter(), m.getGateUp(),
                                m.getDown()};
     SmallVector<NamedAttribute> attrs{
-        attr("top_k"), b_.getNamedAttr("routing", m.getRoutingAttr()),
+        attr("top_k"),
+        b_.getNamedAttr("routing", m.getRoutingAttr()),
         b_.getNamedAttr("groups", m.getGroupsAttr()),
         b_.getNamedAttr("top_groups", m.getTopGroupsAttr()),
-        b_.getNamedAttr("scale", m.getScaleAttr())};
+        b_.getNamedAttr("scale", m.getScaleAttr()),
+        b_.getNamedAttr("w_layout", m.getWLayoutAttr()),
+        b_.getNamedAttr("alpha", m.getAlphaAttr()),
+        b_.getNamedAttr("limit", m.getLimitAttr()),
+        b_.getNamedAttr("up_shift", m.getUpShiftAttr())};
+    if (m.getInterleaved())
+      attrs.push_back(b_.getNamedAttr("interleaved", b_.getUnitAttr()));
     SmallVector<Value> operands{dy};
     operands.append(primals);
-    if (m.getBias()) // frozen: it selects, and gets no gradient
+    // The selection bias is frozen: it selects, and gets no gradient.
+    SmallVector<int32_t> operandSegments{1, 1, 1, 1, 1, m.getBias() ? 1 : 0},
+        resultSegments{1, 1, 1, 1};
+    if (m.getBias())
       operands.push_back(m.getBias());
+    for (Value b : {m.getRouterBias(), m.getGateUpBias(), m.getDownBias()}) {
+      operandSegments.push_back(b ? 1 : 0);
+      resultSegments.push_back(b ? 1 : 0);
+      if (b) {
+        operands.push_back(b);
+        primals.push_back(b);
+      }
+    }
+    attrs.push_back(b_.getNamedAttr("operandSegmentSizes",
+                                    b_.getDenseI32ArrayAttr(operandSegments)));
+    attrs.push_back(b_.getNamedAttr("resultSegmentSizes",
+                                    b_.getDenseI32ArrayAttr(resultSegments)));
     Operation *g =
         create(loc, "mt.moe_grad", operands, typesOf(primals), attrs);
     for (auto [p, d] : llvm::zip(primals, g->getResults()))
@@ -249,6 +271,23 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     Operation *g = create(loc, "mt.slice_grad", {dy}, {s.getX().getType()},
                           {attr("axis"), attr("start")});
     addGradient(s.getX(), g->getResult(0));
+    return success();
+  }
+  if (auto p = dyn_cast<PadOp>(op)) {
+    addGradient(p.getX(),
+                b_.create<SliceOp>(loc, p.getX().getType(), dy, p.getAxisAttr(),
+                                   p.getStartAttr()));
+    return success();
+  }
+  if (auto c = dyn_cast<ConcatOp>(op)) {
+    // Each operand's gradient is its range of dy.
+    int64_t start = 0;
+    for (Value x : c.getXs()) {
+      auto type = cast<RankedTensorType>(x.getType());
+      addGradient(x, b_.create<SliceOp>(loc, type, dy, c.getAxisAttr(),
+                                        b_.getI64IntegerAttr(start)));
+      start += type.getDimSize(c.getAxis());
+    }
     return success();
   }
   return op->emitOpError("has no VJP rule");

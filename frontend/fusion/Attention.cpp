@@ -20,8 +20,11 @@
 // a · b of its scale. Sinks (gpt-oss): the 4-d probabilities are
 // Slice(Softmax(c − ReduceMax(c)), all but the last key), c =
 // Concat(masked scores, Expand(sinks [1, H, 1, 1])) on the key axis; the
-// sinks param becomes the attention's `sinks` operand. Also the Attention
-// op of opset 23 (causal, no cache, optionally soft-capped), 3-d or 4-d.
+// sinks param becomes the attention's `sinks` operand; or (Granite SWA) the
+// product scaled by Unsqueeze(Sigmoid(ReduceLogSumExp(masked scores) −
+// sinks [1, H, 1]), -1), the same softmax with one more logit. Also the
+// Attention op of opset 23 (causal, no cache, optionally soft-capped), 3-d
+// or 4-d.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -318,6 +321,19 @@ private:
     return transposed(r->producer, r, {0, 2, 1, 3});
   }
 
+  // x [B, n, S, d] with zeros after its d columns, to `width`.
+  Value *padded(Node *after, Value *x, int64_t width) {
+    Shape s = x->shape;
+    s.back() = width;
+    Node *p = g_.newNode("mt.pad", after->name, {x},
+                         x->producer ? x->producer : after);
+    p->setInt("axis", 3);
+    p->setInt("start", 0);
+    Value *y = g_.addOutput(p, DType::F32, std::move(s));
+    y->fromInput = true;
+    return y;
+  }
+
   Value *reshaped(Node *after, Value *x, Shape s) {
     Node *r = g_.newNode("mt.reshape", after->name, {x}, after);
     Value *y = g_.addOutput(r, DType::F32, std::move(s));
@@ -420,31 +436,19 @@ private:
   }
 
   // x when p = Slice(x) keeps all but the last element of x's last axis
-  // (the sink's column), else null.
+  // (the sink's column), else null. Slices are in their normal form
+  // (handlers/Tensor.cpp: per dim a start, a step and a size).
   static Value *allButLastKey(Value *p) {
     Node *s = producer(p, "Slice");
-    if (!s || s->inputs.size() < 3)
+    if (!s || s->in(0)->rank() == 0 || s->in(0)->shape.back() < 2)
       return nullptr;
     Value *x = s->in(0);
-    Shape want = x->shape;
-    if (want.empty() || want.back() < 2)
-      return nullptr;
-    want.back() -= 1;
-    auto all = [&](size_t i, double value) {
-      if (i >= s->inputs.size() || !s->in(i))
-        return i == 4; // absent steps are 1
-      return allEqual(s->in(i), value);
-    };
-    return p->shape == want && all(1, 0) && all(4, 1) ? x : nullptr;
-  }
-
-  static bool allEqual(Value *v, double value) {
-    if (!v->constant || v->constant->numel == 0)
-      return false;
-    for (int64_t i = 0; i < v->constant->numel; ++i)
-      if (v->constant->at(i) != value)
-        return false;
-    return true;
+    Shape sizes = x->shape;
+    sizes.back() -= 1;
+    bool kept = s->getInts("starts") == std::vector<int64_t>(x->rank(), 0) &&
+                s->getInts("steps") == std::vector<int64_t>(x->rank(), 1) &&
+                s->getInts("sizes") == std::vector<int64_t>(sizes);
+    return kept ? x : nullptr;
   }
 
   // c when v = c − ReduceMax(c, last axis, keepdims): a shift the softmax
@@ -485,6 +489,35 @@ private:
     return cat->in(0);
   }
 
+  // Granite SWA's sinks: the product scaled by Unsqueeze(Sigmoid(
+  // ReduceLogSumExp(logits, last) − sinks), -1) (that is, by Σ / (Σ +
+  // exp(sink))), sinks a param of H elements [1, H, 1]. Returns the Mul
+  // whose output the attention with sinks is, and sets `sinks`; else null.
+  static Node *sinkScaled(Node *mm, Value *logits, Value *&sinks) {
+    Node *mul = soleUser(mm->out());
+    if (!mul || mul->op != "Mul" || logits->rank() != 4)
+      return nullptr;
+    Value *other = mul->in(0) == mm->out() ? mul->in(1) : mul->in(0);
+    Node *unsq = producer(other, "Unsqueeze");
+    // The activations' fusion has made the Sigmoid a primitive by now.
+    Node *sig =
+        unsq ? producerOneOf(unsq->in(0), {"Sigmoid", "mt.sigmoid"}) : nullptr;
+    Node *sub = sig ? producer(sig->in(0), "Sub") : nullptr;
+    Node *lse = sub ? producer(sub->in(0), "ReduceLogSumExp") : nullptr;
+    const int64_t H = logits->dim(1);
+    auto param = lse ? weightView(sub->in(1)) : std::nullopt;
+    if (!param || param->transposed || param->param->numel() != H ||
+        sub->in(1)->shape != Shape{1, H, 1} || lse->in(0) != logits ||
+        lse->getInts("axes") != std::vector<int64_t>{3} ||
+        lse->getInt("keepdims", 1) != 0 ||
+        (unsq->getInts("axes") != std::vector<int64_t>{3} &&
+         unsq->getInts("axes") != std::vector<int64_t>{-1}) ||
+        mul->out()->shape != mm->out()->shape)
+      return nullptr;
+    sinks = param->param;
+    return mul;
+  }
+
   void fuseDecomposed(Node *mm) {
     Value *withSink = allButLastKey(mm->in(0));
     Node *softmax = softmaxOf(withSink ? withSink : mm->in(0));
@@ -493,9 +526,14 @@ private:
         mm->in(0)->rank() != v->rank() ||
         softmax->getInt("axis", -1) != softmax->out()->rank() - 1)
       return;
-    Value *logits = softmax->in(0), *sinks = nullptr;
-    if (withSink && !(logits = sinkLogits(withoutRowMax(logits), sinks)))
+    // Softmax(c − max c) is Softmax(c) (gpt-oss, MiMo-V2-Flash subtract it).
+    Value *logits = withoutRowMax(softmax->in(0)), *sinks = nullptr;
+    if (withSink && !(logits = sinkLogits(logits, sinks)))
       return;
+    // What the attention replaces: the product, or its sink-scaled value.
+    Node *root = withSink ? nullptr : sinkScaled(mm, logits, sinks);
+    if (!root)
+      root = mm;
     std::vector<MaskTerm> masks;
     double scale = 1.0, softcap = 0.0;
     Value *scores = rawScores(logits, masks, scale, softcap);
@@ -538,12 +576,19 @@ private:
     if (sinks && !form.slopes.empty())
       fail("{}: attention sinks together with ALiBi are not supported",
            mm->describe());
+    if (sinks && mergedOut)
+      return;
     // A scale may also sit before kᵀ's transpose (k · d^-¼, then kᵀ).
     k = unrepeat(peelScale(k ? k : untranspose(mm, kt), scale));
     v = unrepeat(v);
-    if (k->shape != v->shape || q->dim(1) % k->dim(1) || q->dim(3) != k->dim(3))
+    // A value head dim unlike the query's (MiMo-V2-Flash, DeepSeek's MLA)
+    // is padded to the wider one below.
+    auto offLast = [](const Shape &s) { return Shape(s.begin(), s.end() - 1); };
+    if (offLast(k->shape) != offLast(v->shape) || q->dim(1) % k->dim(1) ||
+        q->dim(3) != k->dim(3) || (mergedOut && k->shape != v->shape))
       fail("{}: attention with q {}, k {} and v {} is not supported (k and v "
-           "must match, and query heads be a multiple of KV heads)",
+           "must match but for their head dims, and query heads be a "
+           "multiple of KV heads)",
            mm->describe(), shapeStr(q->shape), shapeStr(k->shape),
            shapeStr(v->shape));
     // The graph changes from here on: no more bailing out.
@@ -551,11 +596,33 @@ private:
     auto setAttrs = [&](Node *attn) {
       setScoreAttrs(attn, scale, softcap, form);
     };
+    // Zeros widen the narrower head dims: q·k is unchanged, and the
+    // padded values' columns of the output are 0, sliced off again.
+    const int64_t D = q->dim(3), Dv = v->dim(3), width = std::max(D, Dv);
+    if (D < width) {
+      q = padded(mm, q, width);
+      k = padded(mm, k, width);
+    } else if (Dv < width) {
+      v = padded(mm, v, width);
+    }
     std::vector<Value *> ins{q, k, v};
     if (sinks)
       ins.push_back(sinks);
+    if (!mergedOut && Dv == width) {
+      setAttrs(replaceWithPrimitive(g_, root, "mt.attention", ins, q->shape));
+      return;
+    }
     if (!mergedOut) {
-      setAttrs(replaceWithPrimitive(g_, mm, "mt.attention", ins, q->shape));
+      Node *attn = g_.newNode("mt.attention", mm->name, ins, root);
+      setAttrs(attn);
+      Value *y = g_.addOutput(attn, DType::F32, q->shape);
+      y->fromInput = true;
+      Node *narrow = g_.newNode("mt.slice", mm->name, {y}, attn);
+      narrow->setInt("axis", 3);
+      narrow->setInt("start", 0);
+      Value *out = g_.addOutput(narrow, DType::F32, root->out()->shape);
+      out->fromInput = true;
+      g_.replaceAllUses(root->out(), out);
       return;
     }
     // The product was [B·H, S, D]: the attention's output merged the same way.

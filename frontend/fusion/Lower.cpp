@@ -2,11 +2,11 @@
 //
 // After the idioms, what is left on the activation path must map one to one
 // onto a primitive: residual and bias Adds, scalings, elementwise products
-// and squares, reshapes, transposes and slices (a fused QKV projection split
-// three ways). A tensor the export computes at compile time and multiplies
-// or adds to an activation (Ministral 3's per-position query scaling) is a
-// frozen table, or nothing where it is all ones (Mul) or all zeros (Add).
-// Anything else is left for fuseIdioms to report.
+// and squares, reshapes, transposes, slices (a fused QKV projection split
+// three ways) and concatenations. A tensor the export computes at compile time
+// and multiplies or adds to an activation (Ministral 3's per-position query
+// scaling) is a frozen table, or nothing where it is all ones (Mul) or all
+// zeros (Add). Anything else is left for fuseIdioms to report.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -175,6 +175,14 @@ void lower(Graph &g, Tables &tables, Node *n) {
     const Const &idx = *n->in(1)->constant;
     if (idx.shape.back() == 1 && idx.shape.size() <= 2)
       lowerGather(g, n, x, 0, idx);
+  } else if (op == "Concat") {
+    std::vector<Value *> xs;
+    for (Value *v : n->inputs)
+      if (Value *o = operand(v))
+        xs.push_back(o);
+    if (xs.size() == n->inputs.size())
+      replaceWithPrimitive(g, n, "mt.concat", xs, n->out()->shape)
+          ->setInt("axis", n->getInt("axis", 0)); // made non-negative
   } else if (op == "Split") {
     int64_t axis = n->getInt("axis", 0), offset = 0;
     std::vector<int64_t> split = n->getInts("split");

@@ -18,9 +18,15 @@
 //   a = silu(g) · u, (g, u) = Split(h, last)
 //   o = Squeeze(MatMul(GatherND(down [E, H, I], i'), Unsqueeze(a, -1)))
 //   y = ReduceSum(Reshape(o · w', [T, k, H]), axis 1)
-// with i' and w' views of i and w as [T·k, 1]. The whole block becomes
-// mt.moe %x, %router, %gate_up, %down[, %bias] {top_k, routing, groups,
-// top_groups, scale}, the bias a frozen copy.
+// with i' and w' views of i and w as [T·k, 1]. gpt-oss's experts: each
+// product row-vector first, Squeeze(MatMul(Unsqueeze(v, 1), GatherND(W
+// [E, H, 2I] or [E, I, H], i'))), plus GatherND(bias, i'); g and u the
+// even and odd columns of h (Slice steps of 2), clamped (Clip(g, max = L),
+// Clip(u, −L, L)), a = g·Sigmoid(α·g)·(u + c); a bias on the router's
+// linear. The whole block becomes mt.moe %x, %router, %gate_up, %down[,
+// %bias] [router_bias %rb] [gate_up_bias %gb] [down_bias %db] {top_k,
+// routing, groups, top_groups, scale, w_layout, interleaved, alpha, limit,
+// up_shift}, the selection bias a frozen copy.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -40,29 +46,136 @@ Value *unview(Value *v) {
   return v;
 }
 
-// The initializer of a 3-d weight operand, untransposed.
-Value *weight3d(Value *v) {
-  auto w = weightView(v);
-  return w && !w->transposed && w->param->rank() == 3 ? w->param : nullptr;
+// The earliest value behind v's views with v's shape (Squeeze(Unsqueeze(o))
+// is o).
+Value *sameShapeSource(Value *v) {
+  Value *source = v;
+  for (Value *u = v;;) {
+    Node *n = producerOneOf(u, {"Reshape", "Squeeze", "Unsqueeze"});
+    if (!n)
+      return source;
+    u = n->in(0);
+    if (u->shape == v->shape)
+      source = u;
+  }
 }
 
-// Squeeze(MatMul(GatherND(W, idx), Unsqueeze(vec, -1)), -1): each slot's
-// expert matrix times its vector. Returns vec; sets W and the index source.
-Value *expertProduct(Value *v, Value *&w, Value *&idx) {
-  Node *sq = producer(v, "Squeeze");
-  Node *mm = sq ? producer(sq->in(0), "MatMul") : nullptr;
-  Node *gather = mm ? producer(mm->in(0), "GatherND") : nullptr;
-  Node *col = mm ? producer(mm->in(1), "Unsqueeze") : nullptr;
-  if (!gather || !col || gather->getInt("batch_dims", 0) != 0 ||
+// The initializer of a weight operand of `rank`, untransposed.
+Value *weightOfRank(Value *v, int64_t rank) {
+  auto w = weightView(v);
+  return w && !w->transposed && w->param->rank() == rank ? w->param : nullptr;
+}
+
+// Each slot's expert matrix times its vector, and its bias if any.
+struct ExpertProduct {
+  Value *vec = nullptr, *w = nullptr, *idx = nullptr, *bias = nullptr;
+  bool inOut = false; // vec · W[idx] (W [E, in, out]); else W[idx] · vec
+};
+
+// GatherND(W, idx) of a per-slot weight: its initializer of `rank`, and
+// the index source.
+Value *gathered(Value *v, int64_t rank, Value *&idx) {
+  Node *gather = producer(v, "GatherND");
+  if (!gather || gather->getInt("batch_dims", 0) != 0 ||
       gather->in(1)->shape.back() != 1)
     return nullptr;
-  w = weight3d(gather->in(0));
   idx = unview(gather->in(1));
-  return w ? col->in(0) : nullptr;
+  return weightOfRank(gather->in(0), rank);
 }
 
-// silu(g) · u as the product g · Sigmoid(g) · u; returns (g, u).
-std::optional<std::pair<Value *, Value *>> swigluOf(Value *a) {
+// Squeeze(MatMul(GatherND(W, idx), Unsqueeze(vec, -1)), -1), or
+// Squeeze(MatMul(Unsqueeze(vec, 1), GatherND(W, idx)), 1) (inOut), either
+// plus GatherND(bias, idx).
+std::optional<ExpertProduct> expertProduct(Value *v) {
+  ExpertProduct p;
+  v = sameShapeSource(v);
+  if (Node *add = producer(v, "Add")) {
+    for (int side = 0; side < 2 && !p.bias; ++side) {
+      Value *bidx = nullptr;
+      if (Value *b = gathered(add->in(side), 2, bidx)) {
+        p.bias = b;
+        p.idx = bidx;
+        v = sameShapeSource(add->in(1 - side));
+      }
+    }
+    if (!p.bias)
+      return std::nullopt;
+  }
+  Node *sq = producer(v, "Squeeze");
+  Node *mm = sq ? producer(sq->in(0), "MatMul") : nullptr;
+  if (!mm)
+    return std::nullopt;
+  Value *idx = nullptr;
+  if (Node *col = producer(mm->in(1), "Unsqueeze")) {
+    p.w = gathered(mm->in(0), 3, idx);
+    p.vec = col->in(0);
+  } else if (Node *row = producer(mm->in(0), "Unsqueeze")) {
+    p.w = gathered(mm->in(1), 3, idx);
+    p.vec = row->in(0);
+    p.inOut = true;
+  }
+  if (!p.w || (p.bias && idx != p.idx))
+    return std::nullopt;
+  p.idx = idx;
+  return p;
+}
+
+// The experts' activation: a = g'·Sigmoid(alpha·g')·(u' + shift), g' and
+// u' clamped at a limit or not (SwiGLU: alpha 1, shift 0, no clamp), of
+// the gate and up halves (or even and odd columns) of h.
+struct ExpertActivation {
+  Value *h = nullptr;
+  bool interleaved = false;
+  double alpha = 1, limit = 0, shift = 0;
+};
+
+// v = Clip(x, lo, hi): x and the bounds (absent ones infinite).
+Value *clipped(Value *v, double &lo, double &hi) {
+  Node *clip = producer(v, "Clip");
+  if (!clip)
+    return nullptr;
+  lo = -INFINITY, hi = INFINITY;
+  for (size_t i = 1; i < clip->inputs.size(); ++i) {
+    if (!clip->in(i))
+      continue;
+    auto c = constScalar(clip->in(i));
+    if (!c)
+      return nullptr;
+    (i == 1 ? lo : hi) = *c;
+  }
+  return clip->in(0);
+}
+
+// Where g and u come from: the halves of Split(h, last) or h's even and
+// odd columns (Slice from 0 and 1 in steps of 2).
+bool gateAndUp(Value *g, Value *u, ExpertActivation &act) {
+  if (Node *split = producer(g, "Split"))
+    if (split->outputs.size() == 2 && split->out(0) == g &&
+        split->out(1) == u && split->getInt("axis", 0) == 1) {
+      act.h = split->in(0);
+      return true;
+    }
+  Node *sg = producer(g, "Slice"), *su = producer(u, "Slice");
+  if (!sg || !su || sg->in(0) != su->in(0) || sg->in(0)->rank() != 2 ||
+      sg->in(0)->dim(1) % 2)
+    return false;
+  // The Slice normal form (handlers/Tensor.cpp): every row, the columns
+  // from `start` in steps of 2, half of them.
+  const Value *h = sg->in(0);
+  auto every = [&](Node *s, int64_t start) {
+    return s->getInts("starts") == std::vector<int64_t>{0, start} &&
+           s->getInts("steps") == std::vector<int64_t>{1, 2} &&
+           s->getInts("sizes") ==
+               std::vector<int64_t>{h->dim(0), h->dim(1) / 2};
+  };
+  if (!every(sg, 0) || !every(su, 1))
+    return false;
+  act.h = sg->in(0);
+  act.interleaved = true;
+  return true;
+}
+
+std::optional<ExpertActivation> activationOf(Value *a) {
   std::vector<Value *> f = productFactors(a);
   if (f.size() != 3)
     return std::nullopt;
@@ -70,9 +183,31 @@ std::optional<std::pair<Value *, Value *>> swigluOf(Value *a) {
     Node *sig = producer(f[s], "Sigmoid");
     if (!sig)
       continue;
-    for (int g = 0; g < 3; ++g)
-      if (g != s && f[g] == sig->in(0))
-        return std::make_pair(f[g], f[3 - s - g]);
+    ExpertActivation act;
+    Value *g = peelScale(sig->in(0), act.alpha);
+    for (int gi = 0; gi < 3; ++gi) {
+      if (gi == s || f[gi] != g)
+        continue;
+      Value *u = f[3 - s - gi];
+      if (auto shifted = commuted(producer(u, "Add"), [](Value *c) {
+            return constScalar(c).has_value();
+          })) {
+        act.shift = *constScalar(shifted->first);
+        u = shifted->second;
+      }
+      double glo, ghi, ulo, uhi;
+      Value *g0 = clipped(g, glo, ghi), *u0 = clipped(u, ulo, uhi);
+      if (g0 || u0) { // gpt-oss: g at most L, u within ±L
+        if (!g0 || !u0 || !std::isinf(glo) || !(ghi > 0) || ulo != -ghi ||
+            uhi != ghi)
+          return std::nullopt;
+        act.limit = ghi;
+        g = g0, u = u0;
+      }
+      if (!(act.alpha > 0) || !gateAndUp(g, u, act))
+        return std::nullopt;
+      return act;
+    }
   }
   return std::nullopt;
 }
@@ -92,12 +227,20 @@ Value *repeatedRows(Value *v, int64_t k) {
   return repeats ? x : nullptr;
 }
 
-// The router: linear(x, W [E, H]) as Gemm(x, W, transB) or MatMul(x, Wᵀ).
-Value *routerOf(Value *logits, Value *&x) {
+// The router: linear(x, W [E, H]) as Gemm(x, W, transB) or MatMul(x, Wᵀ),
+// with or without a bias [E] (Gemm's C, or an Add).
+Value *routerOf(Value *logits, Value *&x, Value *&bias) {
+  auto vector = [](Value *b) { return weightOfRank(b, 1); };
+  if (auto biased = commuted(producer(logits, "Add"), vector)) {
+    bias = vector(biased->first);
+    logits = biased->second;
+  }
   if (Node *gemm = producer(logits, "Gemm")) {
     auto w = weightView(gemm->in(1));
     if (gemm->getInt("transB", 0) != 1 || gemm->getInt("transA", 0) != 0 ||
-        gemm->in(2) || !w || w->transposed)
+        !w || w->transposed || gemm->getFloat("alpha", 1) != 1 ||
+        (gemm->in(2) && (bias || !(bias = vector(gemm->in(2))) ||
+                         gemm->getFloat("beta", 1) != 1)))
       return nullptr;
     x = gemm->in(0);
     return w->param;
@@ -139,7 +282,7 @@ bool renormalized(Value *v, Value *w) {
 }
 
 struct Routing {
-  Value *x = nullptr, *router = nullptr, *bias = nullptr;
+  Value *x = nullptr, *router = nullptr, *bias = nullptr, *routerBias = nullptr;
   bool normalize = false, sigmoid = false;
   int64_t groups = 1, topGroups = 1;
   double scale = 1;
@@ -227,7 +370,7 @@ bool routingOf(Node *topk, Value *w, Routing &r) {
   }
   Node *probs = producerOneOf(scores, {"Softmax", "Sigmoid"});
   r.sigmoid = probs && probs->op == "Sigmoid";
-  r.router = routerOf(probs ? probs->in(0) : scores, r.x);
+  r.router = routerOf(probs ? probs->in(0) : scores, r.x, r.routerBias);
   if (!r.router || (probs && !r.sigmoid && !lastAxis(probs)))
     return false;
   if (!probs) { // top k of the logits
@@ -275,35 +418,44 @@ void fuseMoe(Graph &g, Node *sum) {
   if (!mul)
     return;
   for (int side = 0; side < 2; ++side) {
-    Value *downW = nullptr, *gateUpW = nullptr, *idxD = nullptr,
-          *idxG = nullptr;
-    Value *a = expertProduct(mul->in(side), downW, idxD);
-    auto gu = a ? swigluOf(a) : std::nullopt;
-    Node *split = gu ? producer(gu->first, "Split") : nullptr;
-    if (!split || split->outputs.size() != 2 || split->out(0) != gu->first ||
-        split->out(1) != gu->second || split->getInt("axis", 0) != 1)
-      continue;
-    Value *xr = expertProduct(split->in(0), gateUpW, idxG);
-    Value *x = xr ? repeatedRows(xr, k) : nullptr;
-    Node *topk = idxD == idxG ? producer(idxD, "TopK") : nullptr;
-    if (!x || !topk || topk->out(1) != idxD || topk->out(1)->dim(-1) != k ||
-        topk->getInt("largest", 1) != 1 || !lastAxis(topk))
+    auto down = expertProduct(mul->in(side));
+    auto act = down ? activationOf(down->vec) : std::nullopt;
+    auto gateUp = act ? expertProduct(act->h) : std::nullopt;
+    Value *x = gateUp ? repeatedRows(gateUp->vec, k) : nullptr;
+    Node *topk =
+        x && down->idx == gateUp->idx ? producer(down->idx, "TopK") : nullptr;
+    if (!topk || topk->out(1) != down->idx || topk->out(1)->dim(-1) != k ||
+        topk->getInt("largest", 1) != 1 || !lastAxis(topk) ||
+        gateUp->inOut != down->inOut)
       continue;
     Routing r;
     if (!routingOf(topk, unview(mul->in(1 - side)), r) ||
         unview(r.x) != unview(x) || r.x->shape != x->shape)
       continue;
     Value *rx = r.x, *router = r.router;
-    const Shape &gs = gateUpW->shape, &ds = downW->shape;
-    const int64_t E = router->dim(0), H = router->dim(1), I = ds[2];
-    if (gs != Shape{E, 2 * I, H} || ds != Shape{E, H, I} ||
-        x->shape != Shape{x->dim(0), H} || sum->out()->shape != x->shape)
+    const bool inOut = down->inOut;
+    const Shape &gs = gateUp->w->shape, &ds = down->w->shape;
+    const int64_t E = router->dim(0), H = router->dim(1),
+                  I = inOut ? ds[1] : ds[2];
+    const Shape wantGs = inOut ? Shape{E, H, 2 * I} : Shape{E, 2 * I, H},
+                wantDs = inOut ? Shape{E, I, H} : Shape{E, H, I};
+    if (gs != wantGs || ds != wantDs || x->shape != Shape{x->dim(0), H} ||
+        sum->out()->shape != x->shape)
       continue;
-    if (r.bias && r.bias->shape != Shape{E})
+    if ((r.bias && r.bias->shape != Shape{E}) ||
+        (r.routerBias && r.routerBias->shape != Shape{E}) ||
+        (gateUp->bias && gateUp->bias->shape != Shape{E, 2 * I}) ||
+        (down->bias && down->bias->shape != Shape{E, H}))
       continue;
-    std::vector<Value *> ins{rx, router, gateUpW, downW};
-    if (r.bias)
-      ins.push_back(frozenCopy(g, r.bias));
+    // Optional operands keep their slots (null when absent).
+    std::vector<Value *> ins{rx,
+                             router,
+                             gateUp->w,
+                             down->w,
+                             r.bias ? frozenCopy(g, r.bias) : nullptr,
+                             r.routerBias,
+                             gateUp->bias,
+                             down->bias};
     Node *moe = replaceWithPrimitive(g, sum, "mt.moe", ins, x->shape);
     moe->setInt("top_k", k);
     moe->setString("routing", std::string(r.sigmoid ? "sigmoid" : "softmax") +
@@ -314,6 +466,16 @@ void fuseMoe(Graph &g, Node *sum) {
     }
     if (r.scale != 1)
       moe->setFloat("scale", r.scale);
+    if (inOut)
+      moe->setString("w_layout", "in_out");
+    if (act->interleaved)
+      moe->setUnit("interleaved");
+    if (act->alpha != 1)
+      moe->setFloat("alpha", act->alpha);
+    if (act->limit != 0)
+      moe->setFloat("limit", act->limit);
+    if (act->shift != 0)
+      moe->setFloat("up_shift", act->shift);
     return;
   }
 }

@@ -7,7 +7,9 @@
 //   or x · cos + rotate_every_two(x) · sin (GPT-J, CodeGen), with
 //   rotate_every_two(x) = Reshape(Concat(Unsqueeze(-x[..., 1::2], -1),
 //   Unsqueeze(x[..., ::2], -1), last dim)) interleaving the rotated pairs;
-//   partial rotary: the above on x0[..., :R], concatenated with x0[..., R:].
+//   partial rotary: the above on x0[..., :R], concatenated with x0[..., R:];
+//   or Concat(x1 · c − x2 · s, x2 · c + x1 · s) with tables c, s of half
+//   width (gpt-oss): the rotate_half form, its tables [c, c] and [s, s].
 // cos and sin must fold to compile-time tables broadcast over batch and
 // heads; they become frozen [S, R] params shared by every layer that uses
 // the same table.
@@ -19,6 +21,7 @@
 #include "frontend/fusion/Match.h"
 
 #include <map>
+#include <tuple>
 
 namespace mt::onnx_import {
 namespace {
@@ -37,6 +40,20 @@ Value *lastDimSliceOf(Value *v, int64_t start, int64_t size, int64_t step = 1) {
       return nullptr;
   bool ok = st.back() == start && steps.back() == step && sz.back() == size;
   return ok ? x : nullptr;
+}
+
+// x when x1 and x2 are its lower and upper halves on the last dim (one
+// Split, or two Slices).
+Value *halvesOf(Value *x1, Value *x2) {
+  int64_t h = x1->dim(-1);
+  if (Node *split = producer(x1, "Split"); split && split == x2->producer) {
+    bool halves = split->outputs.size() == 2 && split->out(0) == x1 &&
+                  split->out(1) == x2 &&
+                  split->getInt("axis", 0) == x1->rank() - 1;
+    return halves ? split->in(0) : nullptr;
+  }
+  Value *a = lastDimSliceOf(x1, 0, h), *b = lastDimSliceOf(x2, h, h);
+  return a && a == b && a->dim(-1) == 2 * h ? a : nullptr;
 }
 
 // rotate_half(x) = Concat(-x[..., h:], x[..., :h]), or the rotation the
@@ -58,15 +75,7 @@ Value *rotateHalfOf(Value *v, bool *flipped) {
   } else {
     return nullptr;
   }
-  int64_t h = x1->dim(-1);
-  if (Node *split = producer(x1, "Split"); split && split == x2->producer) {
-    bool halves = split->outputs.size() == 2 && split->out(0) == x1 &&
-                  split->out(1) == x2 &&
-                  split->getInt("axis", 0) == x1->rank() - 1;
-    return halves ? split->in(0) : nullptr;
-  }
-  Value *a = lastDimSliceOf(x1, 0, h), *b = lastDimSliceOf(x2, h, h);
-  return a && a == b && a->dim(-1) == 2 * h ? a : nullptr;
+  return halvesOf(x1, x2);
 }
 
 // rotate_every_two(x): the pairs (x[2m], x[2m+1]) become (-x[2m+1], x[2m]),
@@ -100,6 +109,8 @@ public:
   void run() {
     for (Node *n : nodesWithOp(g_, "Add"))
       fuse(n);
+    for (Node *n : nodesWithOp(g_, "Concat"))
+      fuseHalves(n);
   }
 
 private:
@@ -123,8 +134,9 @@ private:
         continue;
       Value *x = direct->first;
       int64_t r = x->dim(-1);
-      int seqAxis = seqAxisOf(*direct->second->constant, x->shape);
-      if (seqAxis < 0 || seqAxisOf(*rotated->second->constant, x->shape) != seqAxis)
+      int seqAxis = seqAxisOf(*direct->second->constant, x->shape, r);
+      if (seqAxis < 0 ||
+          seqAxisOf(*rotated->second->constant, x->shape, r) != seqAxis)
         return;
       Value *cos = table(add, direct->second->constant, x->shape, seqAxis, "cos");
       Value *sin = table(add, rotated->second->constant, x->shape, seqAxis,
@@ -153,14 +165,51 @@ private:
     }
   }
 
+  // Concat(x1·c − x2·s, x2·c + x1·s) on the last dim of a 4-d x whose
+  // halves are x1 and x2, c and s tables of half width (gpt-oss).
+  void fuseHalves(Node *cat) {
+    Node *sub = cat->inputs.size() == 2 ? producer(cat->in(0), "Sub") : nullptr;
+    Node *add = cat->inputs.size() == 2 ? producer(cat->in(1), "Add") : nullptr;
+    if (!sub || !add || cat->out()->rank() != 4 || cat->getInt("axis", 0) != 3)
+      return;
+    auto x1c = scaledBy(sub->in(0)), x2s = scaledBy(sub->in(1));
+    if (!x1c || !x2s)
+      return;
+    Value *x1 = x1c->first, *x2 = x2s->first, *c = x1c->second,
+          *s = x2s->second;
+    auto same = [](Value *a, Value *b) {
+      return a == b ||
+             (a->shape == b->shape && sameValues(*a->constant, *b->constant));
+    };
+    bool matched = false;
+    for (int k = 0; k < 2 && !matched; ++k) {
+      auto x2c = scaledBy(add->in(k)), x1s = scaledBy(add->in(1 - k));
+      matched = x2c && x1s && x2c->first == x2 && x1s->first == x1 &&
+                same(x2c->second, c) && same(x1s->second, s);
+    }
+    Value *x = matched ? halvesOf(x1, x2) : nullptr;
+    if (!x || x->rank() != 4)
+      return;
+    const int64_t h = x1->dim(-1);
+    int seqAxis = seqAxisOf(*c->constant, x->shape, h);
+    if (seqAxis < 0 || seqAxisOf(*s->constant, x->shape, h) != seqAxis)
+      return;
+    Value *cos = table(cat, c->constant, x->shape, seqAxis, "cos", 1.0, true);
+    Value *sin = table(cat, s->constant, x->shape, seqAxis, "sin", 1.0, true);
+    Node *rope =
+        replaceWithPrimitive(g_, cat, "mt.rope", {x, cos, sin}, x->shape);
+    rope->setInt("rotary_dim", x->dim(3));
+    rope->setInt("seq_axis", seqAxis);
+  }
+
   // The axis (1 or 2) of a 4-d x along which the table varies; -1 if the
-  // table is not [.., S, .., R] broadcast over batch and heads.
-  static int seqAxisOf(const Const &t, const Shape &x) {
+  // table is not [.., S, .., width] broadcast over batch and heads.
+  static int seqAxisOf(const Const &t, const Shape &x, int64_t width) {
     if (t.shape.size() > 4)
       return -1;
     Shape s(4 - t.shape.size(), 1);
     s.insert(s.end(), t.shape.begin(), t.shape.end());
-    if (s[3] != x[3] || (s[0] != 1 && s[0] != x[0]))
+    if (s[3] != width || (s[0] != 1 && s[0] != x[0]))
       return -1;
     bool on1 = s[1] != 1, on2 = s[2] != 1;
     if (on1 && on2)
@@ -170,11 +219,12 @@ private:
     return on2 && s[2] != x[2] ? -1 : 2;
   }
 
-  // The [S, R] table of sign · t; the same Value for the same source
-  // constant and sign.
+  // The [S, R] table of sign · t (R = x's last dim; t of width R / 2
+  // repeated twice when `halves`); the same Value for the same source
+  // constant, sign and repeat.
   Value *table(Node *at, const ConstPtr &t, const Shape &x, int seqAxis,
-               const char *kind, double sign = 1.0) {
-    auto key = std::make_pair(t.get(), sign);
+               const char *kind, double sign = 1.0, bool halves = false) {
+    auto key = std::make_tuple(t.get(), sign, halves);
     auto it = tables_.find(key);
     if (it != tables_.end())
       return it->second;
@@ -183,7 +233,7 @@ private:
     s.insert(s.end(), t->shape.begin(), t->shape.end());
     // Flat index of (b, seq position, r) in the aligned table.
     auto index = [s, seqAxis](int64_t b, int64_t pos, int64_t col) {
-      int64_t c[4] = {s[0] == 1 ? 0 : b, 0, 0, col};
+      int64_t c[4] = {s[0] == 1 ? 0 : b, 0, 0, col % s[3]};
       c[seqAxis] = s[seqAxis] == 1 ? 0 : pos;
       return ((c[0] * s[1] + c[1]) * s[2] + c[2]) * s[3] + c[3];
     };
@@ -215,7 +265,7 @@ private:
   }
 
   Graph &g_;
-  std::map<std::pair<const Const *, double>, Value *> tables_;
+  std::map<std::tuple<const Const *, double, bool>, Value *> tables_;
   std::map<std::string, std::vector<Value *>> kinds_;
   std::map<std::string, int> kindCount_;
 };

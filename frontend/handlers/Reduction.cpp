@@ -1,8 +1,10 @@
-//===- Reduction.cpp - handlers of ReduceMean, ReduceSum, ReduceMax -------===//
+//===- Reduction.cpp - handlers of ReduceMean, ReduceSum, ReduceMax, ... -===//
 //
 // Axes moved from attribute to input at opset 18 (13 for ReduceSum); both
 // are normalized into a sorted, non-negative "axes" attribute ("all axes"
-// spelled out), with "keepdims" made explicit.
+// spelled out), with "keepdims" made explicit. ReduceLogSumExp has shapes
+// only: Granite SWA's attention sinks read one of the scores, which the
+// attention idiom takes in (frontend/fusion/Attention.cpp).
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/OpHandler.h"
@@ -104,6 +106,8 @@ void addReductionHandlers(std::vector<OpHandler> &t) {
   t.push_back({"", "ReduceSum", 13, inferReduce<true>, foldReduce<Kind::Sum>});
   t.push_back({"", "ReduceMax", 13, inferReduce<false>, foldReduce<Kind::Max>});
   t.push_back({"", "ReduceMax", 18, inferReduce<true>, foldReduce<Kind::Max>});
+  t.push_back({"", "ReduceLogSumExp", 13, inferReduce<false>, nullptr});
+  t.push_back({"", "ReduceLogSumExp", 18, inferReduce<true>, nullptr});
 }
 
 } // namespace mt::onnx_import

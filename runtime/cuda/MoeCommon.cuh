@@ -3,7 +3,8 @@
 //
 // The routing (softmax or sigmoid, grouped top-k of p + bias,
 // renormalization and scaling) from the router logits, and its gradient
-// back into the logits, on CUDA cores in f32 with fixed-order sums; and
+// back into the logits, on CUDA cores in f32 with fixed-order sums; the
+// experts' activation (MoeExperts) and its gradient; and
 // the interface of the two paths over the experts (MoeKernels.cu: reference
 // kernels; MoeGrouped.cu: grouped tensor-core GEMMs), each of which runs on
 // one chunk of tokens in scratch of its own layout.
@@ -19,7 +20,13 @@ namespace mtrt::MT_KNS::moe {
 struct MoeShape {
   int64_t T, H, E, I, k;
   MoeRouting r;
+  MoeExperts f;
   __host__ __device__ int64_t slots() const { return T * k; }
+  /// Hidden unit r's place along gate_up's 2I (g_i is unit i, u_i unit
+  /// I + i).
+  __host__ __device__ int64_t place(int64_t r) const {
+    return f.interleaved ? (r < I ? 2 * r : 2 * (r - I) + 1) : r;
+  }
 };
 
 /// The most expert groups the routing kernel takes (DeepSeek V3 and GLM-4.5
@@ -27,21 +34,52 @@ struct MoeShape {
 constexpr int64_t kMaxGroups = 64;
 
 /// The experts' weights: the pointers every chunk shares.
-struct MoeWeights {
-  const void *router, *gate_up, *down, *bias;
-};
+using MoeWeights = MoeParams;
 
 /// A chunk's gradients: dx may be null (no input gradient); the f32 param
 /// gradients are added to, each may be null.
 struct MoeGrads {
   void *dx;
-  float *drouter, *dgate_up, *ddown;
+  MoeWeightGrads p;
 };
 
 namespace {
 
 __device__ __forceinline__ float sigmoidf(float v) {
   return 1.f / (1.f + expf(-v));
+}
+
+/// a = g'·σ(alpha·g')·(u' + up_shift), g' and u' clamped under a limit.
+__device__ __forceinline__ float activation(float g, float u,
+                                            const MoeExperts &f) {
+  if (f.limit > 0.f) {
+    g = fminf(g, f.limit);
+    u = fminf(fmaxf(u, -f.limit), f.limit);
+  }
+  return g * sigmoidf(f.alpha * g) * (u + f.up_shift);
+}
+/// (dg, du) from da; a clamp passes the gradient within its bounds, ends
+/// included (as torch's clamp).
+__device__ __forceinline__ void activation_grad(float g, float u, float da,
+                                                const MoeExperts &f, float &dg,
+                                                float &du) {
+  bool g_in = true, u_in = true;
+  if (f.limit > 0.f) {
+    g_in = g <= f.limit;
+    u_in = u >= -f.limit && u <= f.limit;
+    g = fminf(g, f.limit);
+    u = fminf(fmaxf(u, -f.limit), f.limit);
+  }
+  const float sg = sigmoidf(f.alpha * g);
+  dg = g_in ? da * (u + f.up_shift) * sg * (1.f + f.alpha * g * (1.f - sg))
+            : 0.f;
+  du = u_in ? da * g * sg : 0.f;
+}
+
+/// Expert e's bias of the hidden unit at place q (0 without biases).
+__device__ __forceinline__ float hidden_bias(const bf16 *b, int e, int64_t q,
+                                             const MoeShape &s) {
+  return b ? bf2f(b[e * 2 * s.I + q]) : 0.f;
 }
 
 // Among the top_groups groups whose two best scores (p + bias) sum largest,
@@ -105,14 +143,17 @@ __global__ void logits_kernel(float *P, const bf16 *x, const bf16 *router,
   }
 }
 
-// A thread per token, from its logits in P [T, E]: the scores (softmax or
-// sigmoid, in place), then the top k of p + bias among the competing
-// groups (ties to the lower index). X, W [T·k]: the chosen experts and
-// their weights (renormalized, scaled).
+// A thread per token, from its logits in P [T, E] (plus the router's bias,
+// if any): the scores (softmax or sigmoid, in place), then the top k of p +
+// bias among the competing groups (ties to the lower index). X, W [T·k]:
+// the chosen experts and their weights (renormalized, scaled).
 __global__ void route_kernel(float *P, int *X, float *W, const bf16 *bias,
-                             MoeShape s) {
+                             const bf16 *router_bias, MoeShape s) {
   for (int64_t t = global_index(); t < s.T; t += global_stride()) {
     float *p = P + t * s.E;
+    if (router_bias)
+      for (int64_t e = 0; e < s.E; ++e)
+        p[e] += bf2f(router_bias[e]);
     if (s.r.sigmoid) {
       for (int64_t e = 0; e < s.E; ++e)
         p[e] = sigmoidf(p[e]);
@@ -180,6 +221,17 @@ __global__ void routing_grad_kernel(float *DL, const float *P, const int *X,
       dot += dl[e] * p[e];
     for (int64_t e = 0; e < s.E; ++e)
       dl[e] = p[e] * (dl[e] - dot);
+  }
+}
+
+// drouter_bias[e] += Σ_t DL[t, e], tokens in order.
+__global__ void router_bias_grad_kernel(float *drouter_bias, const float *DL,
+                                        MoeShape s) {
+  for (int64_t e = global_index(); e < s.E; e += global_stride()) {
+    float acc = 0.f;
+    for (int64_t t = 0; t < s.T; ++t)
+      acc += DL[t * s.E + e];
+    drouter_bias[e] += acc;
   }
 }
 

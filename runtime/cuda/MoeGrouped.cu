@@ -5,14 +5,21 @@
 // "positions"), and one launch runs every expert's product over its own
 // positions, bf16 operands and f32 accumulation. Per chunk of tokens:
 //
-//   forward   GU = x·gate_upᵀ (per position, bf16), A = silu(g)·u (bf16),
-//             YP = A·downᵀ (f32), y_t = Σ_j w_j · YP[pos(t, j)]
+//   forward   GU = x·gate_upᵀ (per position, bf16), A = act(g + b_g,
+//             u + b_u) (bf16), YP = A·downᵀ (f32), y_t = Σ_j w_j ·
+//             (YP[pos(t, j)] + b_down)
 //   backward  the forward up to A again; DAP = dy·down (unweighted),
-//             then per position dw = DAP·a, da = w·DAP, (ḡ; ū) = DGU and
-//             ō = w·dy (bf16); the routing gradient as the reference's;
-//             ddown_e += ōᵀ·A and dgate_up_e += DGUᵀ·x over the expert's
-//             positions (grouped K); DXP = DGU·gate_up, then
+//             then per position dw = DAP·a + dy·b_down, da = w·DAP,
+//             (ḡ; ū) = DGU and ō = w·dy (bf16); the routing gradient as
+//             the reference's; ddown_e += ōᵀ·A and dgate_up_e += DGUᵀ·x
+//             over the expert's positions (grouped K), the biases' the
+//             sums of ō and DGU; DXP = DGU·gate_up, then
 //             dx_t += Σ_j DXP[pos(t, j)] + routerᵀ·l̄_t.
+//
+// Either layout of the matrices (MoeExperts::in_out) is an operand stored
+// the other way round (`rows` or `k_rows`), and the weight gradients are
+// the same products with their operands swapped; GU and DGU keep gate_up's
+// order of units (interleaved or not), which only the activation reads.
 //
 // The router's products (the logits; in the backward its gradient and its
 // part of dx, with l̄ in bf16) are the same GEMMs over all tokens as one
@@ -100,55 +107,95 @@ __global__ void expert_slots_kernel(int *POS, int *ROW, int *OFF, int *TILES,
   }
 }
 
-// A[p, c] = silu(g) · u from GU's bf16 (g; u).
-__global__ void swiglu_kernel(bf16 *A, const bf16 *GU, MoeShape s) {
+// Position p's unit c: (g, u) from GU's bf16 products plus the expert's
+// biases (f32).
+struct HiddenUnit {
+  float g, u;
+  int64_t qg, qu; // their places along 2I
+};
+__device__ __forceinline__ HiddenUnit hidden_unit(const bf16 *GU,
+                                                  const bf16 *bias, int e,
+                                                  int64_t pos, int64_t c,
+                                                  const MoeShape &s) {
+  const int64_t qg = s.place(c), qu = s.place(s.I + c);
+  const bf16 *gu = GU + pos * 2 * s.I;
+  return {bf2f(gu[qg]) + hidden_bias(bias, e, qg, s),
+          bf2f(gu[qu]) + hidden_bias(bias, e, qu, s), qg, qu};
+}
+
+// A[p, c] = act(g, u) of position p's unit c.
+__global__ void activation_kernel(bf16 *A, const bf16 *GU, const int *ROW,
+                                  const int *X, const bf16 *bias, MoeShape s) {
   const int64_t n = s.slots() * s.I;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const bf16 *gu = GU + (i / s.I) * 2 * s.I;
-    const float g = bf2f(gu[i % s.I]), u = bf2f(gu[s.I + i % s.I]);
-    A[i] = f2bf(g * sigmoidf(g) * u);
+    const int64_t pos = i / s.I;
+    const HiddenUnit v = hidden_unit(GU, bias, X[ROW[pos]], pos, i % s.I, s);
+    A[i] = f2bf(activation(v.g, v.u, s.f));
   }
 }
 
-// y[t, h] = Σ_j W[t, j] · YP[pos(t, j), h].
+// y[t, h] = Σ_j W[t, j] · (YP[pos(t, j), h] + bias[e_j, h]).
 __global__ void combine_kernel(bf16 *y, const float *YP, const int *POS,
-                               const float *W, MoeShape s) {
+                               const int *X, const float *W, const bf16 *bias,
+                               MoeShape s) {
   const int64_t n = s.T * s.H;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const int64_t t = i / s.H, h = i % s.H;
     float acc = 0.f;
-    for (int64_t j = 0; j < s.k; ++j)
-      acc += W[t * s.k + j] * YP[POS[t * s.k + j] * s.H + h];
+    for (int64_t j = 0; j < s.k; ++j) {
+      const int64_t slot = t * s.k + j;
+      const float b = bias ? bf2f(bias[X[slot] * s.H + h]) : 0.f;
+      acc += W[slot] * (YP[POS[slot] * s.H + h] + b);
+    }
     y[i] = f2bf(acc);
   }
 }
 
-// A block per position: DW[slot] = DAP·a, then with da = w·DAP the hidden
-// gradient DGU = (da ⊙ u ⊙ silu'(g); da ⊙ silu(g)) and DOUT = w·dy_t.
+// A block per position: DW[slot] = DAP·a + dy_t·b_down, then with da =
+// w·DAP the hidden gradient DGU (through the activation, at the units'
+// places) and DOUT = w·dy_t.
 __global__ void slot_backward_kernel(float *DW, bf16 *DGU, bf16 *DOUT,
                                      const float *DAP, const bf16 *A,
                                      const bf16 *GU, const int *ROW,
-                                     const float *W, const bf16 *dy,
-                                     MoeShape s) {
+                                     const int *X, const float *W,
+                                     const bf16 *dy, const bf16 *gate_up_bias,
+                                     const bf16 *down_bias, MoeShape s) {
   const int64_t pos = blockIdx.x, slot = ROW[pos], t = slot / s.k;
+  const int e = X[slot];
   const float w = W[slot];
   const float *dap = DAP + pos * s.I;
   float acc = 0.f;
   for (int64_t c = threadIdx.x; c < s.I; c += blockDim.x)
     acc += dap[c] * bf2f(A[pos * s.I + c]);
+  if (down_bias)
+    for (int64_t h = threadIdx.x; h < s.H; h += blockDim.x)
+      acc += bf2f(dy[t * s.H + h]) * bf2f(down_bias[e * s.H + h]);
   acc = block_sum(acc);
   if (threadIdx.x == 0)
     DW[slot] = acc;
-  const bf16 *gu = GU + pos * 2 * s.I;
   bf16 *dgu = DGU + pos * 2 * s.I;
   for (int64_t c = threadIdx.x; c < s.I; c += blockDim.x) {
-    const float da = w * dap[c], g = bf2f(gu[c]), u = bf2f(gu[s.I + c]);
-    const float sg = sigmoidf(g);
-    dgu[c] = f2bf(da * u * sg * (1.f + g * (1.f - sg)));
-    dgu[s.I + c] = f2bf(da * g * sg);
+    const HiddenUnit v = hidden_unit(GU, gate_up_bias, e, pos, c, s);
+    float dg, du;
+    activation_grad(v.g, v.u, w * dap[c], s.f, dg, du);
+    dgu[v.qg] = f2bf(dg);
+    dgu[v.qu] = f2bf(du);
   }
   for (int64_t h = threadIdx.x; h < s.H; h += blockDim.x)
     DOUT[pos * s.H + h] = f2bf(w * bf2f(dy[t * s.H + h]));
+}
+
+// db[e, c] += Σ over expert e's positions of G[p, c] (n columns), in
+// order: the experts' bias gradients from DGU or DOUT.
+__global__ void bias_grad_kernel(float *db, const bf16 *G, int64_t n,
+                                 const int *OFF, MoeShape s) {
+  for (int64_t i = global_index(); i < s.E * n; i += global_stride()) {
+    const int64_t e = i / n, c = i % n;
+    float acc = 0.f;
+    for (int p = OFF[e]; p < OFF[e + 1]; ++p)
+      acc += bf2f(G[p * n + c]);
+    db[i] += acc;
+  }
 }
 
 // dx[t, c] += Σ_j DXP[pos(t, j), c] + DXR[t, c] (routerᵀ · l̄_t).
@@ -229,14 +276,17 @@ void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
   product_m<Store::F32>(rows(x, s.H), rows(m.router, s.H), w.P, whole(w, s),
                         s.E, s.H, stream);
   MT_LAUNCH(route_kernel, blocks_for(s.T), kThreads, stream, w.P, w.X, w.W,
-            B(m.bias), s);
+            B(m.bias), B(m.router_bias), s);
   MT_LAUNCH(expert_slots_kernel, dim3(1), dim3(kThreads), stream, w.POS, w.ROW,
             w.OFF, w.TILES, static_cast<const int *>(w.X), s);
-  product_m<Store::Bf16>(rows(x, s.H, 0, w.ROW, int(s.k)),
-                         rows(m.gate_up, s.H, 2 * s.I * s.H), w.GU,
-                         by_expert(w, s), 2 * s.I, s.H, stream);
-  MT_LAUNCH(swiglu_kernel, blocks_for(s.slots() * s.I), kThreads, stream, w.A,
-            static_cast<const bf16 *>(w.GU), s);
+  const int64_t H = s.H, I = s.I;
+  product_m<Store::Bf16>(rows(x, H, 0, w.ROW, int(s.k)),
+                         s.f.in_out ? k_rows(m.gate_up, 2 * I, 2 * I * H)
+                                    : rows(m.gate_up, H, 2 * I * H),
+                         w.GU, by_expert(w, s), 2 * I, H, stream);
+  MT_LAUNCH(activation_kernel, blocks_for(s.slots() * I), kThreads, stream, w.A,
+            static_cast<const bf16 *>(w.GU), static_cast<const int *>(w.ROW),
+            static_cast<const int *>(w.X), B(m.gate_up_bias), s);
 }
 
 } // namespace
@@ -250,12 +300,16 @@ int64_t scratch_words(const MoeShape &s, bool backward) {
 void forward(void *scratch, const MoeShape &s, void *y, const void *x,
              const MoeWeights &m, cudaStream_t stream) {
   const Scratch w(scratch, s, false);
+  const int64_t H = s.H, I = s.I;
   forward_hidden(w, s, x, m, stream);
-  product_m<Store::F32>(rows(w.A, s.I), rows(m.down, s.I, s.H * s.I), w.YP,
-                        by_expert(w, s), s.H, s.I, stream);
-  MT_LAUNCH(combine_kernel, blocks_for(s.T * s.H), kThreads, stream, B(y),
+  product_m<Store::F32>(rows(w.A, I),
+                        s.f.in_out ? k_rows(m.down, H, H * I)
+                                   : rows(m.down, I, H * I),
+                        w.YP, by_expert(w, s), H, I, stream);
+  MT_LAUNCH(combine_kernel, blocks_for(s.T * H), kThreads, stream, B(y),
             static_cast<const float *>(w.YP), static_cast<const int *>(w.POS),
-            static_cast<const float *>(w.W), s);
+            static_cast<const int *>(w.X), static_cast<const float *>(w.W),
+            B(m.down_bias), s);
 }
 
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
@@ -263,15 +317,20 @@ void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
               cudaStream_t stream) {
   const Scratch w(scratch, s, true);
   const int64_t H = s.H, I = s.I;
+  const bool in_out = s.f.in_out;
+  const MoeWeightGrads &p = g.p;
   forward_hidden(w, s, x, m, stream);
   const Grouping experts = by_expert(w, s), tokens = whole(w, s);
   product_m<Store::F32>(rows(dy, H, 0, w.ROW, int(s.k)),
-                        k_rows(m.down, I, H * I), w.DAP, experts, I, H, stream);
+                        in_out ? rows(m.down, H, H * I)
+                               : k_rows(m.down, I, H * I),
+                        w.DAP, experts, I, H, stream);
   MT_LAUNCH(slot_backward_kernel, dim3(unsigned(s.slots())), dim3(kThreads),
             stream, w.DW, w.DGU, w.DOUT, static_cast<const float *>(w.DAP),
             static_cast<const bf16 *>(w.A), static_cast<const bf16 *>(w.GU),
-            static_cast<const int *>(w.ROW), static_cast<const float *>(w.W),
-            B(dy), s);
+            static_cast<const int *>(w.ROW), static_cast<const int *>(w.X),
+            static_cast<const float *>(w.W), B(dy), B(m.gate_up_bias),
+            B(m.down_bias), s);
   MT_LAUNCH(routing_grad_kernel, blocks_for(s.T), kThreads, stream, w.DL,
             static_cast<const float *>(w.P), static_cast<const int *>(w.X),
             static_cast<const float *>(w.W), static_cast<const float *>(w.DW),
@@ -279,18 +338,36 @@ void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
   // The router's gradients as products over all tokens, l̄ in bf16.
   MT_LAUNCH(to_bf16_kernel, blocks_for(s.T * s.E), kThreads, stream, w.DLB,
             static_cast<const float *>(w.DL), s.T * s.E);
-  if (g.drouter)
-    product_k(k_rows(w.DLB, s.E), k_rows(x, H), g.drouter, tokens, s.E, H,
+  if (p.router)
+    product_k(k_rows(w.DLB, s.E), k_rows(x, H), p.router, tokens, s.E, H,
               stream);
-  if (g.ddown)
-    product_k(k_rows(w.DOUT, H), k_rows(w.A, I), g.ddown, experts, H, I,
-              stream);
-  if (g.dgate_up)
-    product_k(k_rows(w.DGU, 2 * I), k_rows(x, H, 0, w.ROW, int(s.k)),
-              g.dgate_up, experts, 2 * I, H, stream);
+  if (p.router_bias)
+    MT_LAUNCH(router_bias_grad_kernel, blocks_for(s.E), kThreads, stream,
+              p.router_bias, static_cast<const float *>(w.DL), s);
+  // The weight gradients in storage order: [H, I] (or [I, H]) and [2I, H]
+  // (or [H, 2I]) per expert.
+  const Operand dout = k_rows(w.DOUT, H), a = k_rows(w.A, I),
+                dgu = k_rows(w.DGU, 2 * I),
+                xs = k_rows(x, H, 0, w.ROW, int(s.k));
+  if (p.down)
+    in_out ? product_k(a, dout, p.down, experts, I, H, stream)
+           : product_k(dout, a, p.down, experts, H, I, stream);
+  if (p.gate_up)
+    in_out ? product_k(xs, dgu, p.gate_up, experts, H, 2 * I, stream)
+           : product_k(dgu, xs, p.gate_up, experts, 2 * I, H, stream);
+  if (p.down_bias)
+    MT_LAUNCH(bias_grad_kernel, blocks_for(s.E * H), kThreads, stream,
+              p.down_bias, static_cast<const bf16 *>(w.DOUT), H,
+              static_cast<const int *>(w.OFF), s);
+  if (p.gate_up_bias)
+    MT_LAUNCH(bias_grad_kernel, blocks_for(s.E * 2 * I), kThreads, stream,
+              p.gate_up_bias, static_cast<const bf16 *>(w.DGU), 2 * I,
+              static_cast<const int *>(w.OFF), s);
   if (!g.dx)
     return;
-  product_m<Store::F32>(rows(w.DGU, 2 * I), k_rows(m.gate_up, H, 2 * I * H),
+  product_m<Store::F32>(rows(w.DGU, 2 * I),
+                        in_out ? rows(m.gate_up, 2 * I, 2 * I * H)
+                               : k_rows(m.gate_up, H, 2 * I * H),
                         w.DXP, experts, H, 2 * I, stream);
   product_m<Store::F32>(rows(w.DLB, s.E), k_rows(m.router, H), w.DXR, tokens, H,
                         s.E, stream);

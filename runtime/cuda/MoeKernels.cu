@@ -27,84 +27,103 @@ namespace mtrt::MT_KNS {
 namespace moe {
 namespace {
 
-// A row of bf16 against an f32 vector.
-__device__ float dot_bf(const bf16 *a, const float *b, int64_t n) {
-  float s = 0.f;
-  for (int64_t i = 0; i < n; ++i)
-    s += bf2f(a[i]) * b[i];
-  return s;
+// Expert e's weight of the hidden unit at place q on input c, and of
+// output h on unit i, in either layout (MoeExperts::in_out).
+__device__ __forceinline__ float gate_up_w(const bf16 *gate_up, int64_t e,
+                                           int64_t q, int64_t c,
+                                           const MoeShape &s) {
+  return bf2f(s.f.in_out ? gate_up[(e * s.H + c) * 2 * s.I + q]
+                         : gate_up[(e * 2 * s.I + q) * s.H + c]);
+}
+__device__ __forceinline__ float down_w(const bf16 *down, int64_t e, int64_t h,
+                                        int64_t i, const MoeShape &s) {
+  return bf2f(s.f.in_out ? down[(e * s.I + i) * s.H + h]
+                         : down[(e * s.H + h) * s.I + i]);
 }
 
-// GU[slot, r] = gate_up[e] row r · x_t; then A = silu(g) ⊙ u.
+// GU[slot, q] = gate_up[e] unit at place q · x_t + its bias (places in
+// storage order); then A from each unit's (g, u).
 __global__ void hidden_kernel(float *GU, const int *X, const bf16 *x,
-                              const bf16 *gate_up, MoeShape s) {
+                              const bf16 *gate_up, const bf16 *bias,
+                              MoeShape s) {
   const int64_t n = s.slots() * 2 * s.I;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const int64_t slot = i / (2 * s.I), r = i % (2 * s.I);
-    const bf16 *row = gate_up + (X[slot] * 2 * s.I + r) * s.H;
+    const int64_t slot = i / (2 * s.I), q = i % (2 * s.I);
     const bf16 *xt = x + (slot / s.k) * s.H;
     float acc = 0.f;
     for (int64_t h = 0; h < s.H; ++h)
-      acc += bf2f(row[h]) * bf2f(xt[h]);
-    GU[i] = acc;
+      acc += gate_up_w(gate_up, X[slot], q, h, s) * bf2f(xt[h]);
+    GU[i] = acc + hidden_bias(bias, X[slot], q, s);
   }
 }
 __global__ void activation_kernel(float *A, const float *GU, MoeShape s) {
   const int64_t n = s.slots() * s.I;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const float *gu = GU + (i / s.I) * 2 * s.I;
-    const float g = gu[i % s.I], u = gu[s.I + i % s.I];
-    A[i] = g * sigmoidf(g) * u;
+    const int64_t c = i % s.I;
+    A[i] = activation(gu[s.place(c)], gu[s.place(s.I + c)], s.f);
   }
 }
 
-// y[t, h] = Σ_j W[t, j] · down[e_j] row h · A[slot].
+// Expert X[slot]'s output h: down row h · A[slot] + its bias.
+__device__ __forceinline__ float expert_output(const bf16 *down,
+                                               const bf16 *bias, const float *A,
+                                               const int *X, int64_t slot,
+                                               int64_t h, const MoeShape &s) {
+  float o = bias ? bf2f(bias[X[slot] * s.H + h]) : 0.f;
+  for (int64_t i = 0; i < s.I; ++i)
+    o += down_w(down, X[slot], h, i, s) * A[slot * s.I + i];
+  return o;
+}
+
+// y[t, h] = Σ_j W[t, j] · expert e_j's output h.
 __global__ void output_kernel(bf16 *y, const float *A, const int *X,
-                              const float *W, const bf16 *down, MoeShape s) {
+                              const float *W, const bf16 *down,
+                              const bf16 *bias, MoeShape s) {
   const int64_t n = s.T * s.H;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const int64_t t = i / s.H, h = i % s.H;
     float acc = 0.f;
     for (int64_t j = 0; j < s.k; ++j) {
       const int64_t slot = t * s.k + j;
-      acc += W[slot] *
-             dot_bf(down + (X[slot] * s.H + h) * s.I, A + slot * s.I, s.I);
+      acc += W[slot] * expert_output(down, bias, A, X, slot, h, s);
     }
     y[i] = f2bf(acc);
   }
 }
 
-// A block per slot: DOUT = W·dy_t and DW = dy_t · (down[e] · a).
+// A block per slot: DOUT = W·dy_t and DW = dy_t · the expert's output.
 __global__ void slot_grad_kernel(float *DOUT, float *DW, const float *A,
                                  const int *X, const float *W, const bf16 *dy,
-                                 const bf16 *down, MoeShape s) {
+                                 const bf16 *down, const bf16 *bias,
+                                 MoeShape s) {
   const int64_t slot = blockIdx.x, t = slot / s.k;
   float acc = 0.f;
   for (int64_t h = threadIdx.x; h < s.H; h += blockDim.x) {
     const float g = bf2f(dy[t * s.H + h]);
     DOUT[slot * s.H + h] = W[slot] * g;
-    acc += g * dot_bf(down + (X[slot] * s.H + h) * s.I, A + slot * s.I, s.I);
+    acc += g * expert_output(down, bias, A, X, slot, h, s);
   }
   acc = block_sum(acc);
   if (threadIdx.x == 0)
     DW[slot] = acc;
 }
 
-// DGU[slot] = (da ⊙ u ⊙ silu'(g); da ⊙ silu(g)), da = down[e]ᵀ · DOUT.
+// DGU[slot] (places in storage order) from da = down[e]ᵀ · DOUT through
+// the activation.
 __global__ void hidden_grad_kernel(float *DGU, const float *GU,
                                    const float *DOUT, const int *X,
                                    const bf16 *down, MoeShape s) {
   const int64_t n = s.slots() * s.I;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const int64_t slot = i / s.I, c = i % s.I;
-    const bf16 *D = down + X[slot] * s.H * s.I;
     float da = 0.f;
     for (int64_t h = 0; h < s.H; ++h)
-      da += bf2f(D[h * s.I + c]) * DOUT[slot * s.H + h];
-    const float g = GU[slot * 2 * s.I + c], u = GU[slot * 2 * s.I + s.I + c];
-    const float sg = sigmoidf(g);
-    DGU[slot * 2 * s.I + c] = da * u * sg * (1.f + g * (1.f - sg));
-    DGU[slot * 2 * s.I + s.I + c] = da * g * sg;
+      da += down_w(down, X[slot], h, c, s) * DOUT[slot * s.H + h];
+    const float *gu = GU + slot * 2 * s.I;
+    float *dgu = DGU + slot * 2 * s.I;
+    const int64_t qg = s.place(c), qu = s.place(s.I + c);
+    activation_grad(gu[qg], gu[qu], da, s.f, dgu[qg], dgu[qu]);
   }
 }
 
@@ -131,9 +150,8 @@ __global__ void input_grad_kernel(bf16 *dx, const float *DGU, const float *DL,
     float acc = 0.f;
     for (int64_t j = 0; j < s.k; ++j) {
       const int64_t slot = t * s.k + j;
-      const bf16 *G = gate_up + X[slot] * 2 * s.I * s.H;
-      for (int64_t r = 0; r < 2 * s.I; ++r)
-        acc += bf2f(G[r * s.H + c]) * DGU[slot * 2 * s.I + r];
+      for (int64_t q = 0; q < 2 * s.I; ++q)
+        acc += gate_up_w(gate_up, X[slot], q, c, s) * DGU[slot * 2 * s.I + q];
     }
     for (int64_t e = 0; e < s.E; ++e)
       acc += bf2f(router[e * s.H + c]) * DL[t * s.E + e];
@@ -153,12 +171,15 @@ __global__ void slot_list_kernel(int *LIST, int *COUNT, const int *X,
   }
 }
 
+// ddown and dgate_up, one thread per stored element (either layout).
 __global__ void down_grad_kernel(float *ddown, const float *DOUT,
                                  const float *A, const int *LIST,
                                  const int *COUNT, MoeShape s) {
   const int64_t n = s.E * s.H * s.I;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const int64_t e = i / (s.H * s.I), h = i / s.I % s.H, c = i % s.I;
+    const int64_t e = i / (s.H * s.I), within = i % (s.H * s.I);
+    const int64_t h = s.f.in_out ? within % s.H : within / s.I,
+                  c = s.f.in_out ? within / s.H : within % s.I;
     float acc = 0.f;
     for (int m = 0; m < COUNT[e]; ++m) {
       const int64_t slot = LIST[e * s.slots() + m];
@@ -173,13 +194,29 @@ __global__ void gate_up_grad_kernel(float *dgate_up, const float *DGU,
                                     const int *COUNT, MoeShape s) {
   const int64_t n = s.E * 2 * s.I * s.H;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const int64_t e = i / (2 * s.I * s.H), r = i / s.H % (2 * s.I), c = i % s.H;
+    const int64_t e = i / (2 * s.I * s.H), within = i % (2 * s.I * s.H);
+    const int64_t q = s.f.in_out ? within % (2 * s.I) : within / s.H,
+                  c = s.f.in_out ? within / (2 * s.I) : within % s.H;
     float acc = 0.f;
     for (int m = 0; m < COUNT[e]; ++m) {
       const int64_t slot = LIST[e * s.slots() + m];
-      acc += DGU[slot * 2 * s.I + r] * bf2f(x[(slot / s.k) * s.H + c]);
+      acc += DGU[slot * 2 * s.I + q] * bf2f(x[(slot / s.k) * s.H + c]);
     }
     dgate_up[i] += acc;
+  }
+}
+
+// The experts' bias gradients: each expert's rows of G [slots, n] summed
+// over its slots in token order, into db [E, n].
+__global__ void bias_grad_kernel(float *db, const float *G, int64_t n,
+                                 const int *LIST, const int *COUNT,
+                                 MoeShape s) {
+  for (int64_t i = global_index(); i < s.E * n; i += global_stride()) {
+    const int64_t e = i / n, c = i % n;
+    float acc = 0.f;
+    for (int m = 0; m < COUNT[e]; ++m)
+      acc += G[LIST[e * s.slots() + m] * n + c];
+    db[i] += acc;
   }
 }
 
@@ -219,9 +256,10 @@ void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
   MT_LAUNCH(logits_kernel, blocks_for(s.T * s.E), kThreads, stream, w.P, B(x),
             B(m.router), s);
   MT_LAUNCH(route_kernel, blocks_for(s.T), kThreads, stream, w.P, w.X, w.W,
-            B(m.bias), s);
+            B(m.bias), B(m.router_bias), s);
   MT_LAUNCH(hidden_kernel, blocks_for(s.slots() * 2 * s.I), kThreads, stream,
-            w.GU, static_cast<const int *>(w.X), B(x), B(m.gate_up), s);
+            w.GU, static_cast<const int *>(w.X), B(x), B(m.gate_up),
+            B(m.gate_up_bias), s);
   MT_LAUNCH(activation_kernel, blocks_for(s.slots() * s.I), kThreads, stream,
             w.A, static_cast<const float *>(w.GU), s);
 }
@@ -239,49 +277,56 @@ void forward(void *scratch, const MoeShape &s, void *y, const void *x,
   forward_hidden(w, s, x, m, stream);
   MT_LAUNCH(output_kernel, blocks_for(s.T * s.H), kThreads, stream, B(y),
             static_cast<const float *>(w.A), static_cast<const int *>(w.X),
-            static_cast<const float *>(w.W), B(m.down), s);
+            static_cast<const float *>(w.W), B(m.down), B(m.down_bias), s);
 }
 
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
               const void *dy, const void *x, const MoeWeights &m,
               cudaStream_t stream) {
   const Scratch w(scratch, s, true);
-  void *dx = g.dx;
-  float *drouter = g.drouter, *dgate_up = g.dgate_up, *ddown = g.ddown;
+  const MoeWeightGrads &p = g.p;
   const int *X = w.X;
   const int64_t T = s.T, H = s.H, E = s.E, I = s.I;
-  const void *router = m.router, *gate_up = m.gate_up, *down = m.down;
   forward_hidden(w, s, x, m, stream);
   MT_LAUNCH(slot_grad_kernel, dim3(unsigned(s.slots())), dim3(kThreads), stream,
             w.DOUT, w.DW, static_cast<const float *>(w.A), X,
-            static_cast<const float *>(w.W), B(dy), B(down), s);
+            static_cast<const float *>(w.W), B(dy), B(m.down), B(m.down_bias),
+            s);
   MT_LAUNCH(hidden_grad_kernel, blocks_for(s.slots() * I), kThreads, stream,
             w.DGU, static_cast<const float *>(w.GU),
-            static_cast<const float *>(w.DOUT), X, B(down), s);
+            static_cast<const float *>(w.DOUT), X, B(m.down), s);
   MT_LAUNCH(routing_grad_kernel, blocks_for(T), kThreads, stream, w.DL,
             static_cast<const float *>(w.P), X, static_cast<const float *>(w.W),
             static_cast<const float *>(w.DW), s);
-  if (dx)
-    MT_LAUNCH(input_grad_kernel, blocks_for(T * H), kThreads, stream, B(dx),
+  if (g.dx)
+    MT_LAUNCH(input_grad_kernel, blocks_for(T * H), kThreads, stream, B(g.dx),
               static_cast<const float *>(w.DGU),
-              static_cast<const float *>(w.DL), X, B(gate_up), B(router), s);
-  if (drouter)
-    MT_LAUNCH(router_grad_kernel, blocks_for(E * H), kThreads, stream, drouter,
+              static_cast<const float *>(w.DL), X, B(m.gate_up), B(m.router),
+              s);
+  if (p.router)
+    MT_LAUNCH(router_grad_kernel, blocks_for(E * H), kThreads, stream, p.router,
               static_cast<const float *>(w.DL), B(x), s);
-  if (!ddown && !dgate_up)
+  if (p.router_bias)
+    MT_LAUNCH(router_bias_grad_kernel, blocks_for(E), kThreads, stream,
+              p.router_bias, static_cast<const float *>(w.DL), s);
+  if (!p.down && !p.gate_up && !p.down_bias && !p.gate_up_bias)
     return;
   MT_LAUNCH(slot_list_kernel, blocks_for(E), kThreads, stream, w.LIST, w.COUNT,
             X, s);
-  if (ddown)
-    MT_LAUNCH(down_grad_kernel, blocks_for(E * H * I), kThreads, stream, ddown,
-              static_cast<const float *>(w.DOUT),
-              static_cast<const float *>(w.A), static_cast<const int *>(w.LIST),
-              static_cast<const int *>(w.COUNT), s);
-  if (dgate_up)
+  const int *list = w.LIST, *count = w.COUNT;
+  const float *dout = w.DOUT, *dgu = w.DGU;
+  if (p.down)
+    MT_LAUNCH(down_grad_kernel, blocks_for(E * H * I), kThreads, stream, p.down,
+              dout, static_cast<const float *>(w.A), list, count, s);
+  if (p.gate_up)
     MT_LAUNCH(gate_up_grad_kernel, blocks_for(E * 2 * I * H), kThreads, stream,
-              dgate_up, static_cast<const float *>(w.DGU), B(x),
-              static_cast<const int *>(w.LIST),
-              static_cast<const int *>(w.COUNT), s);
+              p.gate_up, dgu, B(x), list, count, s);
+  if (p.down_bias)
+    MT_LAUNCH(bias_grad_kernel, blocks_for(E * H), kThreads, stream,
+              p.down_bias, dout, H, list, count, s);
+  if (p.gate_up_bias)
+    MT_LAUNCH(bias_grad_kernel, blocks_for(E * 2 * I), kThreads, stream,
+              p.gate_up_bias, dgu, 2 * I, list, count, s);
 }
 
 } // namespace reference
@@ -366,45 +411,41 @@ MoeKernels moe_kernels_from_env() {
        ": expected tensor-cores (the default) or cuda-cores");
 }
 
-void CudaKernels::moe_forward(void *y, const void *x, const void *router,
-                              const void *gate_up, const void *down,
-                              const void *bias, int64_t T, int64_t H, int64_t E,
-                              int64_t I, int64_t k, const MoeRouting &routing) {
+void CudaKernels::moe_forward(void *y, const void *x, const MoeParams &w,
+                              int64_t T, int64_t H, int64_t E, int64_t I,
+                              int64_t k, const MoeRouting &routing,
+                              const MoeExperts &experts) {
   using namespace moe;
   if (T <= 0)
     return;
   const cudaStream_t stream = cudaStream_t(stream_);
   const Path p = path_of(moe_);
   over_chunks(
-      p, MoeShape{T, H, E, I, k, routing}, false,
+      p, MoeShape{T, H, E, I, k, routing, experts}, false,
       [&](int64_t bytes) { return scratch(bytes); },
       [&](void *buf, const MoeShape &c, int64_t t0) {
-        p.forward(buf, c, at(y, t0 * H), at(x, t0 * H),
-                  MoeWeights{router, gate_up, down, bias}, stream);
+        p.forward(buf, c, at(y, t0 * H), at(x, t0 * H), w, stream);
       });
 }
 
 // The param gradients add chunk by chunk, in token order.
-void CudaKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
-                               float *ddown, const void *dy, const void *x,
-                               const void *router, const void *gate_up,
-                               const void *down, const void *bias, int64_t T,
-                               int64_t H, int64_t E, int64_t I, int64_t k,
-                               const MoeRouting &routing) {
+void CudaKernels::moe_backward(void *dx, const MoeWeightGrads &g,
+                               const void *dy, const void *x,
+                               const MoeParams &w, int64_t T, int64_t H,
+                               int64_t E, int64_t I, int64_t k,
+                               const MoeRouting &routing,
+                               const MoeExperts &experts) {
   using namespace moe;
   if (T <= 0)
     return;
   const cudaStream_t stream = cudaStream_t(stream_);
   const Path p = path_of(moe_);
   over_chunks(
-      p, MoeShape{T, H, E, I, k, routing}, true,
+      p, MoeShape{T, H, E, I, k, routing, experts}, true,
       [&](int64_t bytes) { return scratch(bytes); },
       [&](void *buf, const MoeShape &c, int64_t t0) {
-        p.backward(
-            buf, c,
-            MoeGrads{dx ? at(dx, t0 * H) : nullptr, drouter, dgate_up, ddown},
-            at(dy, t0 * H), at(x, t0 * H),
-            MoeWeights{router, gate_up, down, bias}, stream);
+        p.backward(buf, c, MoeGrads{dx ? at(dx, t0 * H) : nullptr, g},
+                   at(dy, t0 * H), at(x, t0 * H), w, stream);
       });
 }
 

@@ -173,22 +173,24 @@ void CpuKernels::gelu_backward(void *dx, const void *dy, const void *x,
   cpu::gelu_backward(F(dx), F(dy), F(x), n, approximate_tanh);
   store(dx, n);
 }
-void CpuKernels::moe_forward(void *y, const void *x, const void *router,
-                             const void *gate_up, const void *down,
-                             const void *bias, int64_t T, int64_t H, int64_t E,
-                             int64_t I, int64_t k, const MoeRouting &routing) {
-  cpu::moe_forward(F(y), F(x), F(router), F(gate_up), F(down), F(bias), T, H, E,
-                   I, k, routing);
+static cpu::MoeWeights weights(const MoeParams &w) {
+  return {F(w.router),      F(w.gate_up),      F(w.down),     F(w.bias),
+          F(w.router_bias), F(w.gate_up_bias), F(w.down_bias)};
+}
+void CpuKernels::moe_forward(void *y, const void *x, const MoeParams &w,
+                             int64_t T, int64_t H, int64_t E, int64_t I,
+                             int64_t k, const MoeRouting &routing,
+                             const MoeExperts &experts) {
+  cpu::moe_forward(F(y), F(x), weights(w), T, H, E, I, k, routing, experts);
   store(y, T * H);
 }
-void CpuKernels::moe_backward(void *dx, float *drouter, float *dgate_up,
-                              float *ddown, const void *dy, const void *x,
-                              const void *router, const void *gate_up,
-                              const void *down, const void *bias, int64_t T,
+void CpuKernels::moe_backward(void *dx, const MoeWeightGrads &g, const void *dy,
+                              const void *x, const MoeParams &w, int64_t T,
                               int64_t H, int64_t E, int64_t I, int64_t k,
-                              const MoeRouting &routing) {
-  cpu::moe_backward(F(dx), drouter, dgate_up, ddown, F(dy), F(x), F(router),
-                    F(gate_up), F(down), F(bias), T, H, E, I, k, routing);
+                              const MoeRouting &routing,
+                              const MoeExperts &experts) {
+  cpu::moe_backward(F(dx), g, F(dy), F(x), weights(w), T, H, E, I, k, routing,
+                    experts);
   store(dx, T * H);
 }
 void CpuKernels::causal_conv_forward(void *y, const void *x, const void *w,

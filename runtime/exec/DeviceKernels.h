@@ -24,6 +24,15 @@ namespace mtrt {
 
 using Broadcast = cpu::Broadcast;
 using MoeRouting = cpu::MoeRouting;
+using MoeExperts = cpu::MoeExperts;
+using MoeWeightGrads = cpu::MoeWeightGrads;
+
+/// A mixture of experts' params in storage, in cpu::MoeWeights' roles;
+/// null where absent.
+struct MoeParams {
+  const void *router, *gate_up, *down;
+  const void *bias, *router_bias, *gate_up_bias, *down_bias;
+};
 
 class DeviceKernels {
 public:
@@ -110,18 +119,17 @@ public:
                                float cap) = 0;
   virtual void softcap_backward(void *dx, const void *dy, const void *x,
                                 int64_t n, float cap) = 0;
-  /// T tokens of H through E experts (cpu::moe_forward's layouts); bias:
-  /// the frozen selection bias [E], or null.
-  virtual void moe_forward(void *y, const void *x, const void *router,
-                           const void *gate_up, const void *down,
-                           const void *bias, int64_t T, int64_t H, int64_t E,
-                           int64_t I, int64_t k, const MoeRouting &routing) = 0;
-  virtual void moe_backward(void *dx, float *drouter, float *dgate_up,
-                            float *ddown, const void *dy, const void *x,
-                            const void *router, const void *gate_up,
-                            const void *down, const void *bias, int64_t T,
+  /// T tokens of H through E experts (cpu::moe_forward's layouts).
+  virtual void moe_forward(void *y, const void *x, const MoeParams &w,
+                           int64_t T, int64_t H, int64_t E, int64_t I,
+                           int64_t k, const MoeRouting &routing,
+                           const MoeExperts &experts) = 0;
+  /// dx may be null; the param gradients are added to, each may be null.
+  virtual void moe_backward(void *dx, const MoeWeightGrads &g, const void *dy,
+                            const void *x, const MoeParams &w, int64_t T,
                             int64_t H, int64_t E, int64_t I, int64_t k,
-                            const MoeRouting &routing) = 0;
+                            const MoeRouting &routing,
+                            const MoeExperts &experts) = 0;
   /// x, y [B, C, S], w [C, 1, K] (cpu::causal_conv_forward); dx may be null.
   virtual void causal_conv_forward(void *y, const void *x, const void *w,
                                    int64_t B, int64_t C, int64_t S,

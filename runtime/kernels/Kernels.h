@@ -58,8 +58,8 @@ void rope_backward(float *dx, const float *dy, const float *cos,
                    int64_t R, int seq_axis, bool interleaved);
 
 // ---- mixture of experts (T tokens of H; E experts of intermediate I) ------
-// docs/primitives.md, moe: router [E, H], gate_up [E, 2I, H], down [E, H, I];
-// bias [E] (or null) shifts the scores that choose the experts.
+// docs/primitives.md, moe: router [E, H]; gate_up [E, 2I, H] and down
+// [E, H, I], or [E, H, 2I] and [E, I, H] (MoeExperts::in_out).
 
 /// How a token's experts are chosen and weighed: scores p = softmax or
 /// sigmoid of the router logits; with groups > 1 the experts form `groups`
@@ -74,16 +74,40 @@ struct MoeRouting {
   float scale = 1.f;
 };
 
-void moe_forward(float *y, const float *x, const float *router,
-                 const float *gate_up, const float *down, const float *bias,
-                 int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
-                 const MoeRouting &routing);
-// Adds to dx and to each param gradient that is not null.
-void moe_backward(float *dx, float *drouter, float *dgate_up, float *ddown,
-                  const float *dy, const float *x, const float *router,
-                  const float *gate_up, const float *down, const float *bias,
-                  int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
-                  const MoeRouting &routing);
+/// What each expert computes, and how its matrices are stored:
+/// (g; u) = gate_up[e] · x + gate_up_bias[e], a = g'·σ(alpha·g')·(u' +
+/// up_shift) with g' = min(g, limit), u' = clamp(u, −limit, limit) when
+/// limit > 0 (else g, u), and o = down[e] · a + down_bias[e]. SwiGLU is the
+/// default; gpt-oss has alpha 1.702, limit 7, up_shift 1. in_out: the
+/// matrices are stored transposed (x · W: gate_up [E, H, 2I], down [E, I,
+/// H]); interleaved: g and u alternate along gate_up's 2I (and its bias),
+/// else g is the first half.
+struct MoeExperts {
+  bool in_out = false, interleaved = false;
+  float alpha = 1.f, limit = 0.f, up_shift = 0.f;
+};
+
+/// The params of a mixture of experts; null where absent. bias [E], the
+/// frozen selection bias, shifts the scores that choose the experts;
+/// router_bias [E] (added to the logits), gate_up_bias [E, 2I] and
+/// down_bias [E, H] are trained.
+struct MoeWeights {
+  const float *router, *gate_up, *down;
+  const float *bias, *router_bias, *gate_up_bias, *down_bias;
+};
+/// Their gradients, added to; each may be null.
+struct MoeWeightGrads {
+  float *router, *gate_up, *down, *router_bias, *gate_up_bias, *down_bias;
+};
+
+void moe_forward(float *y, const float *x, const MoeWeights &w, int64_t T,
+                 int64_t H, int64_t E, int64_t I, int64_t k,
+                 const MoeRouting &routing, const MoeExperts &experts);
+// Adds to dx (unless null) and to each param gradient that is not null.
+void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
+                  const float *x, const MoeWeights &w, int64_t T, int64_t H,
+                  int64_t E, int64_t I, int64_t k, const MoeRouting &routing,
+                  const MoeExperts &experts);
 
 // ---- causal attention with grouped KV heads -------------------------------
 // q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0; query head h reads KV

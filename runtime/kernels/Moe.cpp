@@ -3,10 +3,10 @@
 // Token by token (docs/primitives.md, moe): softmax or sigmoid scores over
 // E experts, the k largest (ties to the lower index; among the best groups
 // of experts when grouped), optionally renormalized and scaled, weigh their
-// experts' SwiGLU MLPs. The backward recomputes
-// the routing and each chosen expert's activations, then adds the weight
-// gradients expert by expert in token order: the same bits on any thread
-// count.
+// experts' gated MLPs (SwiGLU, or gpt-oss's clamped form with biases). The
+// backward recomputes the routing and each chosen expert's activations,
+// then adds the weight gradients expert by expert in token order: the same
+// bits on any thread count.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,12 +31,14 @@ struct Routing {
   std::vector<float> p, w, raw;
   std::vector<int64_t> expert;
 
-  Routing(const float *x, const float *router, const float *bias, int64_t H,
-          int64_t E, int64_t k, const MoeRouting &r)
+  Routing(const float *x, const MoeWeights &wt, int64_t H, int64_t E, int64_t k,
+          const MoeRouting &r)
       : p(E), w(k), raw(k), expert(k) {
+    const float *bias = wt.bias;
     float m = -INFINITY;
     for (int64_t e = 0; e < E; ++e) {
-      p[e] = dot(router + e * H, x, H);
+      p[e] = dot(wt.router + e * H, x, H) +
+             (wt.router_bias ? wt.router_bias[e] : 0.f);
       m = std::max(m, p[e]);
     }
     if (r.sigmoid) {
@@ -98,44 +100,118 @@ struct Routing {
   }
 };
 
-/// One expert on one token: (g; u) = gate_up[e] · x, a = silu(g) ⊙ u.
-void expertHidden(const float *gate_up, const float *x, int64_t H, int64_t I,
-                  float *gu, float *a) {
-  for (int64_t r = 0; r < 2 * I; ++r)
-    gu[r] = dot(gate_up + r * H, x, H);
-  for (int64_t i = 0; i < I; ++i)
-    a[i] = gu[i] * sigmoid(gu[i]) * gu[I + i];
-}
+/// Where one expert's values live (MoeExperts' layouts), and what its
+/// hidden units compute.
+struct Expert {
+  const MoeExperts &form;
+  int64_t H, I;
+
+  /// Hidden unit r's place along gate_up's 2I: g_i is unit i, u_i unit I + i.
+  int64_t place(int64_t r) const {
+    return form.interleaved ? (r < I ? 2 * r : 2 * (r - I) + 1) : r;
+  }
+  /// Offsets in an expert's gate_up of unit r's weight on input c, and in
+  /// its down of output h's weight on unit i.
+  int64_t gate_up_at(int64_t r, int64_t c) const {
+    return form.in_out ? c * 2 * I + place(r) : place(r) * H + c;
+  }
+  int64_t down_at(int64_t h, int64_t i) const {
+    return form.in_out ? i * H + h : h * I + i;
+  }
+
+  /// gu[r] = gate_up row r · x + bias (units in the math's order).
+  void hidden(const float *G, const float *b, const float *x, float *gu) const {
+    if (form.in_out) {
+      std::fill(gu, gu + 2 * I, 0.f);
+      for (int64_t c = 0; c < H; ++c)
+        for (int64_t r = 0; r < 2 * I; ++r)
+          gu[r] += G[c * 2 * I + place(r)] * x[c];
+    } else {
+      for (int64_t r = 0; r < 2 * I; ++r)
+        gu[r] = dot(G + place(r) * H, x, H);
+    }
+    if (b)
+      for (int64_t r = 0; r < 2 * I; ++r)
+        gu[r] += b[place(r)];
+  }
+  /// a[i] from (g; u).
+  void activate(const float *gu, float *a) const {
+    for (int64_t i = 0; i < I; ++i)
+      a[i] = activation(gu[i], gu[I + i]);
+  }
+  float activation(float g, float u) const {
+    if (form.limit > 0.f) {
+      g = std::min(g, form.limit);
+      u = std::clamp(u, -form.limit, form.limit);
+    }
+    return g * sigmoid(form.alpha * g) * (u + form.up_shift);
+  }
+  /// (dg, du) from da; a clamp passes the gradient where its input is
+  /// within the bounds, ends included (as torch's clamp).
+  void activation_grad(float g, float u, float da, float &dg, float &du) const {
+    bool g_in = true, u_in = true;
+    if (form.limit > 0.f) {
+      g_in = g <= form.limit;
+      u_in = u >= -form.limit && u <= form.limit;
+      g = std::min(g, form.limit);
+      u = std::clamp(u, -form.limit, form.limit);
+    }
+    const float sg = sigmoid(form.alpha * g);
+    dg = g_in ? da * (u + form.up_shift) * sg *
+                    (1.f + form.alpha * g * (1.f - sg))
+              : 0.f;
+    du = u_in ? da * g * sg : 0.f;
+  }
+  /// o[h] = down row h · a + bias.
+  void output(const float *D, const float *b, const float *a, float *o) const {
+    if (form.in_out) {
+      std::fill(o, o + H, 0.f);
+      for (int64_t i = 0; i < I; ++i)
+        for (int64_t h = 0; h < H; ++h)
+          o[h] += D[i * H + h] * a[i];
+    } else {
+      for (int64_t h = 0; h < H; ++h)
+        o[h] = dot(D + h * I, a, I);
+    }
+    if (b)
+      for (int64_t h = 0; h < H; ++h)
+        o[h] += b[h];
+  }
+};
 
 } // namespace
 
-void moe_forward(float *y, const float *x, const float *router,
-                 const float *gate_up, const float *down, const float *bias,
-                 int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
-                 const MoeRouting &routing) {
+void moe_forward(float *y, const float *x, const MoeWeights &wt, int64_t T,
+                 int64_t H, int64_t E, int64_t I, int64_t k,
+                 const MoeRouting &routing, const MoeExperts &experts) {
+  const Expert ex{experts, H, I};
 #pragma omp parallel for schedule(dynamic, 1) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * H;
-    const Routing route(xt, router, bias, H, E, k, routing);
-    std::vector<float> gu(2 * I), a(I);
+    const Routing route(xt, wt, H, E, k, routing);
+    std::vector<float> gu(2 * I), a(I), o(H);
     float *yt = y + t * H;
-    for (int64_t h = 0; h < H; ++h)
-      yt[h] = 0.f;
+    std::fill(yt, yt + H, 0.f);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = route.expert[j];
-      expertHidden(gate_up + e * 2 * I * H, xt, H, I, gu.data(), a.data());
-      const float *D = down + e * H * I;
+      ex.hidden(wt.gate_up + e * 2 * I * H,
+                wt.gate_up_bias ? wt.gate_up_bias + e * 2 * I : nullptr, xt,
+                gu.data());
+      ex.activate(gu.data(), a.data());
+      ex.output(wt.down + e * H * I,
+                wt.down_bias ? wt.down_bias + e * H : nullptr, a.data(),
+                o.data());
       for (int64_t h = 0; h < H; ++h)
-        yt[h] += route.w[j] * dot(D + h * I, a.data(), I);
+        yt[h] += route.w[j] * o[h];
     }
   }
 }
 
-void moe_backward(float *dx, float *drouter, float *dgate_up, float *ddown,
-                  const float *dy, const float *x, const float *router,
-                  const float *gate_up, const float *down, const float *bias,
-                  int64_t T, int64_t H, int64_t E, int64_t I, int64_t k,
-                  const MoeRouting &routing) {
+void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
+                  const float *x, const MoeWeights &wt, int64_t T, int64_t H,
+                  int64_t E, int64_t I, int64_t k, const MoeRouting &routing,
+                  const MoeExperts &experts) {
+  const Expert ex{experts, H, I};
   const int64_t slots = T * k;
   // Per slot (token t, choice j): the expert, a, (dg; du) and the expert's
   // output gradient w_j·dy; per token the router logits' gradient.
@@ -145,35 +221,34 @@ void moe_backward(float *dx, float *drouter, float *dgate_up, float *ddown,
 #pragma omp parallel for schedule(dynamic, 1) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * H, *dyt = dy + t * H;
-    const Routing route(xt, router, bias, H, E, k, routing);
-    std::vector<float> gu(2 * I), da(I), dw(k);
+    const Routing route(xt, wt, H, E, k, routing);
+    std::vector<float> gu(2 * I), da(I), dw(k), o(H);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t s = t * k + j, e = route.expert[j];
-      const float *G = gate_up + e * 2 * I * H, *D = down + e * H * I;
+      const float *G = wt.gate_up + e * 2 * I * H, *D = wt.down + e * H * I;
       float *a = &A[s * I], *dgu = &DGU[s * 2 * I], *dout = &DOUT[s * H];
       expert[s] = e;
-      expertHidden(G, xt, H, I, gu.data(), a);
+      ex.hidden(G, wt.gate_up_bias ? wt.gate_up_bias + e * 2 * I : nullptr, xt,
+                gu.data());
+      ex.activate(gu.data(), a);
+      ex.output(D, wt.down_bias ? wt.down_bias + e * H : nullptr, a, o.data());
       // d(weight) = dy · expert output.
       float dwj = 0.f;
       for (int64_t h = 0; h < H; ++h) {
-        dwj += dyt[h] * dot(D + h * I, a, I);
+        dwj += dyt[h] * o[h];
         dout[h] = route.w[j] * dyt[h];
       }
       dw[j] = dwj;
-      for (int64_t i = 0; i < I; ++i)
-        da[i] = 0.f;
+      std::fill(da.begin(), da.end(), 0.f);
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < I; ++i)
-          da[i] += D[h * I + i] * dout[h];
-      for (int64_t i = 0; i < I; ++i) {
-        const float g = gu[i], u = gu[I + i], sg = sigmoid(g);
-        dgu[i] = da[i] * u * sg * (1.f + g * (1.f - sg));
-        dgu[I + i] = da[i] * g * sg;
-      }
+          da[i] += D[ex.down_at(h, i)] * dout[h];
+      for (int64_t i = 0; i < I; ++i)
+        ex.activation_grad(gu[i], gu[I + i], da[i], dgu[i], dgu[I + i]);
       if (dx)
         for (int64_t r = 0; r < 2 * I; ++r)
           for (int64_t c = 0; c < H; ++c)
-            dx[t * H + c] += G[r * H + c] * dgu[r];
+            dx[t * H + c] += G[ex.gate_up_at(r, c)] * dgu[r];
     }
     // Through the scaling and renormalization, then the softmax or the
     // sigmoid.
@@ -203,26 +278,36 @@ void moe_backward(float *dx, float *drouter, float *dgate_up, float *ddown,
     if (dx)
       for (int64_t e = 0; e < E; ++e)
         for (int64_t c = 0; c < H; ++c)
-          dx[t * H + c] += router[e * H + c] * dl[e];
+          dx[t * H + c] += wt.router[e * H + c] * dl[e];
   }
 #pragma omp parallel for schedule(dynamic, 1) if (E > 1)
   for (int64_t e = 0; e < E; ++e) {
-    if (drouter)
-      for (int64_t t = 0; t < T; ++t)
+    for (int64_t t = 0; t < T; ++t) {
+      if (g.router)
         for (int64_t c = 0; c < H; ++c)
-          drouter[e * H + c] += DL[t * E + e] * x[t * H + c];
+          g.router[e * H + c] += DL[t * E + e] * x[t * H + c];
+      if (g.router_bias)
+        g.router_bias[e] += DL[t * E + e];
+    }
     for (int64_t s = 0; s < slots; ++s) {
       if (expert[s] != e)
         continue;
       const float *xt = x + (s / k) * H;
-      if (ddown)
+      const float *dout = &DOUT[s * H], *dgu = &DGU[s * 2 * I];
+      if (g.down)
         for (int64_t h = 0; h < H; ++h)
           for (int64_t i = 0; i < I; ++i)
-            ddown[(e * H + h) * I + i] += DOUT[s * H + h] * A[s * I + i];
-      if (dgate_up)
+            g.down[e * H * I + ex.down_at(h, i)] += dout[h] * A[s * I + i];
+      if (g.down_bias)
+        for (int64_t h = 0; h < H; ++h)
+          g.down_bias[e * H + h] += dout[h];
+      if (g.gate_up)
         for (int64_t r = 0; r < 2 * I; ++r)
           for (int64_t c = 0; c < H; ++c)
-            dgate_up[(e * 2 * I + r) * H + c] += DGU[s * 2 * I + r] * xt[c];
+            g.gate_up[e * 2 * I * H + ex.gate_up_at(r, c)] += dgu[r] * xt[c];
+      if (g.gate_up_bias)
+        for (int64_t r = 0; r < 2 * I; ++r)
+          g.gate_up_bias[e * 2 * I + ex.place(r)] += dgu[r];
     }
   }
 }

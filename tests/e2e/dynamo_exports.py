@@ -220,6 +220,37 @@ ARCHITECTURES = {
                                   mlp_only_layers=[0], sliding_window=5,
                                   layer_types=["full_attention", "sliding_attention"],
                                   pad_token_id=0), T.FlintForCausalLM),
+    # gpt-oss: attention sinks, sliding and full layers, RoPE on halves with
+    # half-width tables, and experts stored for x · W with g and u
+    # interleaved, biases on the router and both products, clamped at a
+    # limit low enough (0.2) that the tiny model's units cross it.
+    "gpt_oss": (T.GptOssConfig, dict(COMMON, head_dim=16, num_local_experts=8,
+                                     num_experts_per_tok=2, sliding_window=5,
+                                     layer_types=["sliding_attention", "full_attention"],
+                                     swiglu_limit=0.2, pad_token_id=0),
+                T.GptOssForCausalLM),
+    # Granite SWA (dense and MoE): sinks as the output scaled by
+    # sigmoid(logsumexp(scores) - sink), a full and a sliding layer.
+    "granite_swa": (T.GraniteSWAConfig, dict(COMMON, head_dim=16, sliding_window=5,
+                                             layer_types=["full_attention", "sliding_attention"],
+                                             pad_token_id=0), T.GraniteSWAForCausalLM),
+    "granitemoe_swa": (T.GraniteMoeSWAConfig,
+                       dict(COMMON, head_dim=16, sliding_window=5,
+                            layer_types=["full_attention", "sliding_attention"], pad_token_id=0),
+                       T.GraniteMoeSWAForCausalLM),
+    # MiMo-V2-Flash: values of head dim 8 against queries and keys of 16
+    # (padded to 16 for the attention, the output sliced back), sinks on
+    # the sliding layer, sigmoid-routed experts after a dense layer; and the
+    # same with values wider than the keys (queries and keys padded).
+    "mimo_v2_flash": (T.MiMoV2FlashConfig,
+                      dict(COMMON, head_dim=16, v_head_dim=8, n_routed_experts=8,
+                           num_experts_per_tok=2, moe_intermediate_size=32, sliding_window=5,
+                           layer_types=["full_attention", "sliding_attention"], pad_token_id=0),
+                      T.MiMoV2FlashForCausalLM),
+    "mimo_v2_flash_wide_values": (T.MiMoV2FlashConfig,
+                                  dict(COMMON, head_dim=16, v_head_dim=24, n_routed_experts=8,
+                                       num_experts_per_tok=2, moe_intermediate_size=32,
+                                       pad_token_id=0), T.MiMoV2FlashForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

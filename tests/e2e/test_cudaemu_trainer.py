@@ -97,6 +97,18 @@ class CudaEmulatedTrainer(unittest.TestCase):
             cwd=ROOT)
         self.check(onnx, "mixtral", "--micro-batches", "2", "--mlp-chunk-tokens", "16")
 
+    def test_gpt_oss(self):
+        # gpt-oss's attention sinks (their gradient from each row's
+        # log-sum-exp) and its clamped, biased experts stored for x · W on
+        # the grouped tensor-core path, through the generated calls.
+        python = os.path.join(ROOT, ".venv-export", "bin", "python")
+        if not os.path.exists(python):
+            raise AssertionError(f"{python} is missing: run tools/install-export-venv.sh")
+        onnx = self.w("gpt_oss.onnx")
+        run([python, os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py"), "gpt_oss", onnx],
+            cwd=ROOT)
+        self.check(onnx, "gpt_oss", "--micro-batches", "2")
+
 
 if __name__ == "__main__":
     unittest.main()

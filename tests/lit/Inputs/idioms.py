@@ -285,6 +285,59 @@ def _(g):
     return _moe(g, False)
 
 
+@idiom("moe-gpt-oss", "gpt-oss's experts: Gemm router with a bias, top 2 of the logits, "
+       "Softmax of those; each choice's row vector times GatherND of [4,16,16] (x · W) plus "
+       "GatherND of its bias, g and u the even and odd columns (Slice steps 2), Clip(g, max 0.5), "
+       "Clip(u, -0.5, 0.5), g · Sigmoid(g · 1.702) · (u + 1), times GatherND of [4,8,16] plus "
+       "its bias")
+def _(g):
+    E, I, K, L = 4, 8, 2, 0.5
+    x = x_input(g)
+    flat = g.op("Reshape", x, g.ints(-1, HIDDEN))
+    router, R = param(g, "moe.router", [E, HIDDEN])
+    rbias, RB = param(g, "moe.router_bias", [E])
+    gate_up, GU = param(g, "moe.gate_up", [E, HIDDEN, 2 * I], std=0.25)
+    gbias, GB = param(g, "moe.gate_up_bias", [E, 2 * I])
+    down, DN = param(g, "moe.down", [E, I, HIDDEN], std=0.35)
+    dbias, DB = param(g, "moe.down_bias", [E, HIDDEN])
+    values, idx = g.op("TopK", g.op("Gemm", flat, router, rbias, transB=1), g.ints(K), axis=-1,
+                       outputs=2)
+    w = g.op("Softmax", values, axis=1)
+    tokens = g.dim(flat, 0)
+    rows = g.op("Reshape", g.op("Expand", g.unsqueeze(flat, 1), g.shape_of(tokens, K, HIDDEN)),
+                g.ints(-1, HIDDEN))
+    pick = g.unsqueeze(g.op("Reshape", idx, g.ints(-1)), -1)
+
+    def expert(weight, bias, vec):
+        prod = g.op("MatMul", g.unsqueeze(vec, 1), g.op("GatherND", weight, pick))
+        return g.op("Add", g.op("Squeeze", prod, g.ints(1)), g.op("GatherND", bias, pick))
+    h = expert(gate_up, gbias, rows)
+    gate = g.op("Clip", g.op("Slice", h, g.ints(0), g.ints(2 * I), g.ints(1), g.ints(2)), "",
+                g.const(L))
+    up = g.op("Clip", g.op("Slice", h, g.ints(1), g.ints(2 * I), g.ints(1), g.ints(2)),
+              g.const(-L), g.const(L))
+    glu = g.op("Mul", gate, g.op("Sigmoid", g.op("Mul", gate, g.const(1.702))))
+    a = g.op("Mul", g.op("Add", up, g.const(1.0)), glu)
+    o = g.op("Mul", expert(down, dbias, a), g.unsqueeze(g.op("Reshape", w, g.ints(-1)), -1))
+    y = g.op("ReduceSum", g.op("Reshape", o, g.ints(-1, K, HIDDEN)), g.ints(1), keepdims=0)
+    y_output(g, g.op("Reshape", y, g.op("Shape", x)), HIDDEN)
+
+    def ref(f):
+        xs = f["x"].reshape(-1, HIDDEN)
+        logits = xs @ R.T + RB
+        out = np.zeros_like(xs)
+        for t in range(xs.shape[0]):
+            chosen = np.argsort(-logits[t], kind="stable")[:K]
+            wt = np.exp(logits[t, chosen] - logits[t, chosen].max())
+            for e, we in zip(chosen, wt / wt.sum()):
+                h = xs[t] @ GU[e] + GB[e]
+                gt, ut = np.minimum(h[0::2], L), np.clip(h[1::2], -L, L)
+                act = gt / (1 + np.exp(-1.702 * gt)) * (ut + 1)
+                out[t] += we * (act @ DN[e] + DB[e])
+        return out.reshape(f["x"].shape)
+    return ref
+
+
 def _causal_conv(g, pads):
     """x [B,S,16] transposed to [B,16,S], a depthwise Conv with 3 taps per
     channel and `pads`, sliced back to S positions, transposed back (LFM2's
@@ -821,19 +874,22 @@ AH, AD = 4, 4  # query heads, head dim
 
 
 def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, window=None, cap=None,
-                     sinks=False):
+                     sinks=False, v_dim=AD):
     """mask_scores(g, scores, x) -> masked scores; scale: div | mul | qk (each by d^-1/4);
     alibi, window: the slopes the masks add and the window they keep, for the reference;
     cap: the scaled scores become Mul(Tanh(Div(scores, cap)), cap) before the mask;
-    sinks: gpt-oss's sink logits, a [1, 4, 1, 1] param concatenated to the masked scores
-    (Expand to [B, 4, S, 1]), the row max subtracted, Softmax, the last column sliced off."""
+    sinks: "concat", gpt-oss's sink logits, a [1, 4, 1, 1] param concatenated to the masked
+    scores (Expand to [B, 4, S, 1]), the row max subtracted, Softmax, the last column sliced
+    off; or "lse", Granite SWA's: the product times Unsqueeze(Sigmoid(ReduceLogSumExp(masked)
+    - sinks [1, 4, 1]), -1). v_dim: the value head dim (the query's is 4)."""
     x = x_input(g)
     q, Wq = matmul(g, x, HIDDEN, AH * AD, "attn.q_proj.weight")
     k, Wk = matmul(g, x, HIDDEN, kv_heads * AD, "attn.k_proj.weight")
-    v, Wv = matmul(g, x, HIDDEN, kv_heads * AD, "attn.v_proj.weight")
-    q, k, v = (dg.split_heads(g, t, n, AD) for t, n in ((q, AH), (k, kv_heads), (v, kv_heads)))
+    v, Wv = matmul(g, x, HIDDEN, kv_heads * v_dim, "attn.v_proj.weight")
+    q, k = (dg.split_heads(g, t, n, AD) for t, n in ((q, AH), (k, kv_heads)))
+    v = dg.split_heads(g, v, kv_heads, v_dim)
     k = dg.repeat_kv(g, k, AH // kv_heads, kv_heads, AD)
-    v = dg.repeat_kv(g, v, AH // kv_heads, kv_heads, AD)
+    v = dg.repeat_kv(g, v, AH // kv_heads, kv_heads, v_dim)
     if scale == "qk":
         q = g.op("Mul", q, g.const(AD ** -0.25))
         k = g.op("Mul", k, g.const(AD ** -0.25))
@@ -846,7 +902,7 @@ def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, windo
         s = g.op("Mul", g.op("Tanh", g.op("Div", s, g.const(cap))), g.const(cap))
     masked = mask_scores(g, s, x)
     S = None
-    if sinks:
+    if sinks == "concat":
         sink, S = param(g, "attn.sinks", [1, AH, 1, 1], std=1.0)
         b, seq = g.dim(x, 0), g.dim(x, 1)
         c = g.op("Concat", masked, g.op("Expand", sink, g.shape_of(b, AH, seq, 1)), axis=-1)
@@ -855,8 +911,12 @@ def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, windo
         p = g.op("Slice", p, g.ints(0), g.ints(-1), g.ints(3), g.ints(1))
     else:
         p = g.op("Softmax", masked, axis=-1)
-    y, Wo = matmul(g, dg.merge_heads(g, g.op("MatMul", p, v), AH * AD), AH * AD, HIDDEN,
-                   "attn.o_proj.weight")
+    a = g.op("MatMul", p, v)
+    if sinks == "lse":
+        sink, S = param(g, "attn.sinks", [1, AH, 1], std=1.0)
+        lse = g.op("ReduceLogSumExp", masked, axes=[-1], keepdims=0)
+        a = g.op("Mul", a, g.unsqueeze(g.op("Sigmoid", g.op("Sub", lse, sink)), -1))
+    y, Wo = matmul(g, dg.merge_heads(g, a, AH * v_dim), AH * v_dim, HIDDEN, "attn.o_proj.weight")
     y_output(g, y, HIDDEN)
     return _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi, window, cap,
                           None if S is None else S.reshape(-1))
@@ -1050,7 +1110,26 @@ def _(g):
         seq = g.dim(x, 1)
         return g.op("Add", s, g.slice(g.tensor("attn.window_mask", table), [0, 0],
                                       g.op("Concat", seq, seq, axis=0), [0, 1]))
-    return _attention_idiom(g, mask, kv_heads=2, window=3, sinks=True)
+    return _attention_idiom(g, mask, kv_heads=2, window=3, sinks="concat")
+
+
+@idiom("attention-sinks-lse",
+       "Granite SWA's sinks: MatMul(Softmax(masked scores), v) times Unsqueeze(Sigmoid("
+       "ReduceLogSumExp(masked scores) - sinks [1,4,1]), -1); GQA over 2 KV heads, the -inf mask")
+def _(g):
+    return _attention_idiom(g, _mask_add(-INF), kv_heads=2, scale="mul", sinks="lse")
+
+
+@idiom("attention-value-dim-wide",
+       "values of head dim 6 against queries and keys of 4 (GQA over 2 KV heads)")
+def _(g):
+    return _attention_idiom(g, _mask_add(-INF), kv_heads=2, scale="mul", v_dim=6)
+
+
+@idiom("attention-value-dim-narrow",
+       "values of head dim 2 against queries and keys of 4 (MiMo-V2-Flash's, DeepSeek's kind)")
+def _(g):
+    return _attention_idiom(g, _mask_add(-INF), kv_heads=2, scale="mul", v_dim=2)
 
 
 @idiom("attention-mqa-seq-major",

@@ -54,6 +54,14 @@ def _reduce_max(a, x, axes=None):
     return np.max(x, axis=None if axes is None else tuple(axes), keepdims=bool(a.get("keepdims", 1)))
 
 
+def _reduce_log_sum_exp(a, x, axes=None):
+    axes = _axes(a, axes)
+    axis = None if axes is None else tuple(axes)
+    m = np.max(x, axis=axis, keepdims=True)
+    s = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return s if a.get("keepdims", 1) else np.squeeze(s, axis=axis)
+
+
 def _div(a, x, y):
     if np.issubdtype(np.asarray(x).dtype, np.integer):
         return np.trunc(x / y).astype(np.asarray(x).dtype)
@@ -233,6 +241,7 @@ OPS = {
                                             if "value" in a else np.float32(0)),
     "Trilu": lambda a, x, k=None: _trilu(x, 0 if k is None else int(k), a.get("upper", 1)),
     "CumSum": lambda a, x, axis: np.cumsum(x, axis=int(axis)),
+    "ReduceLogSumExp": _reduce_log_sum_exp,
     "ReduceMax": _reduce_max,
     "ReduceMean": _reduce_mean,
     "ReduceSum": _reduce_sum,

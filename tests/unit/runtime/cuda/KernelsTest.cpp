@@ -551,7 +551,12 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
 // gradients add chunk by chunk. The larger cases give the grouped GEMMs
 // several row tiles an expert, two column tiles, K steps with a ragged last
 // one, and rows whose 16-byte loads do not line up (H = 136 is, I = 36 is
-// not, a multiple of 8).
+// not, a multiple of 8). gpt-oss's experts (stored x · W, g and u
+// interleaved, biases on the router and both products): clamped at a limit
+// the values cross, and in ragged chunks of the larger shape unclamped (the
+// tensor-core path clamps g and u rounded to bf16, so a value within an
+// ulp of the limit may be clamped on one side and not on the other: a
+// difference in its gradient no tolerance can bound).
 //
 // The tensor-core path keeps the experts' intermediates (g; u), a, their
 // gradients and w·dy in bf16 where the CPU keeps f32: half a bf16 ulp off
@@ -572,6 +577,8 @@ TEST_P(MoeTest, ForwardAndBackward) {
     bool sigmoid = false;
     int64_t groups = 1, top_groups = 1;
     float scale = 1.f;
+    bool oss = false;
+    float limit = 0.8f;
   };
   for (const Case c :
        {Case{9, 40, 4, 24, 2, true, false, nullptr},
@@ -583,7 +590,10 @@ TEST_P(MoeTest, ForwardAndBackward) {
         // Sigmoid scores in the best 2 of 4 groups, scaled (DeepSeek V3,
         // GLM-4.5); softmax in groups, unnormalized and scaled.
         Case{40, 24, 8, 16, 3, true, true, nullptr, true, 4, 2, 2.5f},
-        Case{40, 24, 6, 16, 2, false, false, "9", false, 3, 1, 1.5f}}) {
+        Case{40, 24, 6, 16, 2, false, false, "9", false, 3, 1, 1.5f},
+        Case{40, 40, 4, 24, 2, true, false, nullptr, false, 1, 1, 1.f, true},
+        Case{150, 136, 3, 36, 2, true, false, "61", false, 1, 1, 1.f, true,
+             0.f}}) {
     if (c.chunk)
       setenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS", c.chunk, 1);
     const int64_t T = c.T, H = c.H, E = c.E, I = c.I, k = c.k;
@@ -595,33 +605,58 @@ TEST_P(MoeTest, ForwardAndBackward) {
     Tensor dr = Tensor::f32(E * H, 99), dgu = Tensor::f32(E * 2 * I * H, 100),
            dd = Tensor::f32(E * H * I, 101);
     Tensor bias = Tensor::random(E, 102, -0.2f, 0.2f);
-    const void *bd = c.bias ? bias.dev() : nullptr;
-    const float *bh = c.bias ? bias.host() : nullptr;
+    // gpt-oss's trained biases and their gradients.
+    Tensor rb = Tensor::random(E, 103, -0.3f, 0.3f),
+           gub = Tensor::random(E * 2 * I, 104, -0.3f, 0.3f),
+           db = Tensor::random(E * H, 105, -0.3f, 0.3f);
+    Tensor drb = Tensor::f32(E, 106), dgub = Tensor::f32(E * 2 * I, 107),
+           ddb = Tensor::f32(E * H, 108);
+    auto dev = [&](bool on, Tensor &t) -> void * {
+      return on ? t.dev() : nullptr;
+    };
+    auto host = [&](bool on, Tensor &t) -> float * {
+      return on ? t.host() : nullptr;
+    };
     MoeRouting r;
     r.sigmoid = c.sigmoid, r.normalize = c.normalize, r.groups = c.groups;
     r.top_groups = c.top_groups, r.scale = c.scale;
-    k_->moe_forward(y.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), bd, T,
-                    H, E, I, k, r);
-    cpu_.moe_forward(y.host(), x.host(), router.host(), gu.host(), down.host(),
-                     bh, T, H, E, I, k, r);
-    k_->moe_backward(dx.dev(), dr.dev_f32(), dgu.dev_f32(), dd.dev_f32(),
-                     dy.dev(), x.dev(), router.dev(), gu.dev(), down.dev(), bd,
-                     T, H, E, I, k, r);
-    cpu_.moe_backward(dx.host(), dr.host(), dgu.host(), dd.host(), dy.host(),
-                      x.host(), router.host(), gu.host(), down.host(), bh, T, H,
-                      E, I, k, r);
+    MoeExperts f;
+    if (c.oss)
+      f = {true, true, 1.702f, c.limit, 1.f};
+    const bool o = c.oss;
+    const mtrt::MoeParams wd{router.dev(),      gu.dev(),   down.dev(),
+                             dev(c.bias, bias), dev(o, rb), dev(o, gub),
+                             dev(o, db)};
+    const mtrt::MoeParams wh{router.host(),      gu.host(),   down.host(),
+                             host(c.bias, bias), host(o, rb), host(o, gub),
+                             host(o, db)};
+    k_->moe_forward(y.dev(), x.dev(), wd, T, H, E, I, k, r, f);
+    cpu_.moe_forward(y.host(), x.host(), wh, T, H, E, I, k, r, f);
+    auto f32 = [&](bool on, Tensor &t) { return on ? t.dev_f32() : nullptr; };
+    k_->moe_backward(dx.dev(),
+                     {dr.dev_f32(), dgu.dev_f32(), dd.dev_f32(), f32(o, drb),
+                      f32(o, dgub), f32(o, ddb)},
+                     dy.dev(), x.dev(), wd, T, H, E, I, k, r, f);
+    cpu_.moe_backward(dx.host(),
+                      {dr.host(), dgu.host(), dd.host(), host(o, drb),
+                       host(o, dgub), host(o, ddb)},
+                      dy.host(), x.host(), wh, T, H, E, I, k, r, f);
     sync();
     unsetenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS");
     const std::string at = "T=" + std::to_string(T) +
                            (c.chunk ? std::string(" chunk ") + c.chunk : "") +
                            (c.bias ? " bias" : "") +
                            (c.sigmoid ? " sigmoid" : "") + " groups " +
-                           std::to_string(c.groups);
+                           std::to_string(c.groups) + (c.oss ? " gpt-oss" : "");
     EXPECT_TRUE(near(y.fetch(), y.h, kUlp, sums)) << "y, " << at;
     EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, sums)) << "dx, " << at;
     EXPECT_TRUE(near(dr.fetch(), dr.h, rtol, atol)) << "drouter, " << at;
     EXPECT_TRUE(near(dgu.fetch(), dgu.h, rtol, atol)) << "dgate_up, " << at;
     EXPECT_TRUE(near(dd.fetch(), dd.h, rtol, atol)) << "ddown, " << at;
+    EXPECT_TRUE(near(drb.fetch(), drb.h, rtol, atol)) << "drouter_bias, " << at;
+    EXPECT_TRUE(near(dgub.fetch(), dgub.h, rtol, atol))
+        << "dgate_up_bias, " << at;
+    EXPECT_TRUE(near(ddb.fetch(), ddb.h, rtol, atol)) << "ddown_bias, " << at;
   }
 }
 

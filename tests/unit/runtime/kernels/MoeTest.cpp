@@ -1,7 +1,8 @@
 //===- MoeTest.cpp - the mixture of experts against float64 loops ---------===//
 //
 // The oracle is a naive float64 forward (softmax or sigmoid routing, the
-// best groups of experts by sorting, top k, SwiGLU experts); the kernel's
+// best groups of experts by sorting, top k, SwiGLU experts or gpt-oss's
+// clamped ones with biases, in either layout); the kernel's
 // gradients are checked against its central differences, which see through
 // the scaling, renormalization and softmax or sigmoid as long as no
 // perturbation changes which experts a token chooses (the random values
@@ -25,6 +26,11 @@ struct MoeShape {
   bool sigmoid = false;
   int64_t groups = 1, top_groups = 1;
   float scale = 1.f;
+  // gpt-oss's experts: stored x · W, g and u interleaved, clamped at
+  // `limit` (low enough that the random values cross it), biases on the
+  // router and both products.
+  bool oss = false;
+  float limit = 0.6f;
 
   MoeRouting routing() const {
     MoeRouting r;
@@ -32,6 +38,26 @@ struct MoeShape {
     r.top_groups = top_groups, r.scale = scale;
     return r;
   }
+  MoeExperts experts() const {
+    MoeExperts f;
+    if (oss)
+      f = {true, true, 1.702f, limit, 1.f};
+    return f;
+  }
+};
+
+// The inputs' order: x, router, gate_up, down, then the selection bias and
+// the router's, gate_up's and down's biases.
+enum Input {
+  kX,
+  kRouter,
+  kGateUp,
+  kDown,
+  kBias,
+  kRouterBias,
+  kGateUpBias,
+  kDownBias,
+  kInputs
 };
 
 // The experts of the top_groups groups with the largest sums of their two
@@ -58,19 +84,39 @@ std::vector<bool> competing(const MoeShape &s, const Doubles &score) {
   return in;
 }
 
-// inputs: x [T, H], router [E, H], gate_up [E, 2I, H], down [E, H, I], and
-// the selection bias [E] (read when s.bias).
+// inputs (Input): x [T, H], router [E, H], gate_up [E, 2I, H] (oss: [E,
+// H, 2I], g and u interleaved), down [E, H, I] (oss: [E, I, H]), the
+// selection bias [E] (read when s.bias), and with oss the biases [E],
+// [E, 2I] (interleaved) and [E, H].
 Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
-  const Doubles &x = in[0], &router = in[1], &gate_up = in[2], &down = in[3];
+  const Doubles &x = in[kX], &router = in[kRouter], &gate_up = in[kGateUp],
+                &down = in[kDown];
   Doubles bias(s.E, 0.0);
   if (s.bias)
-    bias = in[4];
+    bias = in[kBias];
+  const int64_t H = s.H, I = s.I;
+  // Expert e's weight of gate unit i (up: I + i) on input h, of output h on
+  // unit i, and the biases.
+  auto G = [&](int64_t e, int64_t r, int64_t h) {
+    if (!s.oss)
+      return gate_up[(e * 2 * I + r) * H + h];
+    const int64_t col = r < I ? 2 * r : 2 * (r - I) + 1;
+    return gate_up[(e * H + h) * 2 * I + col];
+  };
+  auto D = [&](int64_t e, int64_t h, int64_t i) {
+    return s.oss ? down[(e * I + i) * H + h] : down[(e * H + h) * I + i];
+  };
+  auto GB = [&](int64_t e, int64_t r) {
+    if (!s.oss)
+      return 0.0;
+    return in[kGateUpBias][e * 2 * I + (r < I ? 2 * r : 2 * (r - I) + 1)];
+  };
   Doubles y(s.T * s.H, 0.0);
   for (int64_t t = 0; t < s.T; ++t) {
     Doubles p(s.E);
     double m = -1e300, sum = 0;
     for (int64_t e = 0; e < s.E; ++e) {
-      p[e] = 0;
+      p[e] = s.oss ? in[kRouterBias][e] : 0.0;
       for (int64_t h = 0; h < s.H; ++h)
         p[e] += router[e * s.H + h] * x[t * s.H + h];
       m = std::max(m, p[e]);
@@ -87,10 +133,10 @@ Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
     Doubles score(s.E);
     for (int64_t e = 0; e < s.E; ++e)
       score[e] = p[e] + bias[e];
-    const std::vector<bool> in = competing(s, score);
+    const std::vector<bool> competes = competing(s, score);
     std::vector<int64_t> order;
     for (int64_t e = 0; e < s.E; ++e)
-      if (in[e])
+      if (competes[e])
         order.push_back(e);
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return score[a] > score[b]; });
@@ -102,17 +148,23 @@ Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
       const double w = (s.normalize ? p[e] / total : p[e]) * s.scale;
       Doubles a(s.I);
       for (int64_t i = 0; i < s.I; ++i) {
-        double g = 0, u = 0;
+        double g = GB(e, i), u = GB(e, I + i);
         for (int64_t h = 0; h < s.H; ++h) {
-          g += gate_up[(e * 2 * s.I + i) * s.H + h] * x[t * s.H + h];
-          u += gate_up[(e * 2 * s.I + s.I + i) * s.H + h] * x[t * s.H + h];
+          g += G(e, i, h) * x[t * s.H + h];
+          u += G(e, I + i, h) * x[t * s.H + h];
         }
-        a[i] = g / (1 + std::exp(-g)) * u;
+        if (s.oss) { // gpt-oss's clamps, alpha and the up shift
+          g = std::min(g, double(s.limit));
+          u = std::clamp(u, -double(s.limit), double(s.limit));
+          a[i] = g / (1 + std::exp(-1.702 * g)) * (u + 1);
+        } else {
+          a[i] = g / (1 + std::exp(-g)) * u;
+        }
       }
       for (int64_t h = 0; h < s.H; ++h) {
-        double o = 0;
+        double o = s.oss ? in[kDownBias][e * H + h] : 0.0;
         for (int64_t i = 0; i < s.I; ++i)
-          o += down[(e * s.H + h) * s.I + i] * a[i];
+          o += D(e, h, i) * a[i];
         y[t * s.H + h] += w * o;
       }
     }
@@ -125,22 +177,50 @@ std::vector<Floats> random_inputs(const MoeShape &s, uint32_t seed) {
           random_floats(s.E * s.H, seed + 1, -1.f, 1.f),
           random_floats(s.E * 2 * s.I * s.H, seed + 2, -0.5f, 0.5f),
           random_floats(s.E * s.H * s.I, seed + 3, -0.5f, 0.5f),
-          random_floats(s.E, seed + 4, -0.3f, 0.3f)};
+          random_floats(s.E, seed + 4, -0.3f, 0.3f),
+          random_floats(s.E, seed + 5, -0.3f, 0.3f),
+          random_floats(s.E * 2 * s.I, seed + 6, -0.3f, 0.3f),
+          random_floats(s.E * s.H, seed + 7, -0.3f, 0.3f)};
+}
+
+MoeWeights weights(const MoeShape &s, const std::vector<Floats> &in) {
+  auto opt = [&](bool present, Input i) {
+    return present ? in[i].data() : nullptr;
+  };
+  return {in[kRouter].data(),      in[kGateUp].data(),
+          in[kDown].data(),        opt(s.bias, kBias),
+          opt(s.oss, kRouterBias), opt(s.oss, kGateUpBias),
+          opt(s.oss, kDownBias)};
 }
 
 void forward(const MoeShape &s, const std::vector<Floats> &in, Floats &y) {
-  moe_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), in[3].data(),
-              s.bias ? in[4].data() : nullptr, s.T, s.H, s.E, s.I, s.k,
-              s.routing());
+  moe_forward(y.data(), in[kX].data(), weights(s, in), s.T, s.H, s.E, s.I, s.k,
+              s.routing(), s.experts());
 }
 
-// grads: dx, drouter, dgate_up, ddown; a null entry is skipped.
+// grads, by Input (none for the selection bias); a null entry is skipped.
 void backward(const MoeShape &s, const std::vector<Floats> &in,
               const Floats &dy, std::vector<Floats> &g) {
-  moe_backward(ptr(g[0]), ptr(g[1]), ptr(g[2]), ptr(g[3]), dy.data(),
-               in[0].data(), in[1].data(), in[2].data(), in[3].data(),
-               s.bias ? in[4].data() : nullptr, s.T, s.H, s.E, s.I, s.k,
-               s.routing());
+  moe_backward(ptr(g[kX]),
+               {ptr(g[kRouter]), ptr(g[kGateUp]), ptr(g[kDown]),
+                ptr(g[kRouterBias]), ptr(g[kGateUpBias]), ptr(g[kDownBias])},
+               dy.data(), in[kX].data(), weights(s, in), s.T, s.H, s.E, s.I,
+               s.k, s.routing(), s.experts());
+}
+
+// The inputs with gradients under s.
+std::vector<size_t> trained(const MoeShape &s) {
+  std::vector<size_t> t{kX, kRouter, kGateUp, kDown};
+  if (s.oss)
+    t.insert(t.end(), {kRouterBias, kGateUpBias, kDownBias});
+  return t;
+}
+std::vector<Floats> zero_grads(const MoeShape &s,
+                               const std::vector<Floats> &in) {
+  std::vector<Floats> g(kInputs);
+  for (size_t a : trained(s))
+    g[a].assign(in[a].size(), 0.f);
+  return g;
 }
 
 const MoeShape kShapes[] = {
@@ -156,6 +236,9 @@ const MoeShape kShapes[] = {
     // Sigmoid weights as they are, one of 3 groups; softmax in groups.
     {7, 8, 6, 3, 2, false, false, true, 3, 1, 1.f},
     {8, 8, 8, 3, 2, true, false, false, 2, 1, 1.5f},
+    // gpt-oss: top k of the logits (plus the router's bias), softmax over
+    // them; clamped experts with biases, stored x · W, g and u interleaved.
+    {7, 8, 6, 3, 2, true, false, false, 1, 1, 1.f, true},
 };
 
 TEST(Moe, ForwardMatchesFloat64) {
@@ -171,13 +254,11 @@ TEST(Moe, GradientsMatchCentralDifferencesOfFloat64) {
   for (const MoeShape &s : kShapes) {
     const std::vector<Floats> in = random_inputs(s, 21);
     const Floats dy = random_floats(s.T * s.H, 25);
-    std::vector<Floats> g;
-    for (size_t a = 0; a < 4; ++a)
-      g.emplace_back(in[a].size(), 0.f);
+    std::vector<Floats> g = zero_grads(s, in);
     backward(s, in, dy, g);
     std::vector<Doubles> at = widen(in);
     constexpr double h = 1e-6;
-    for (size_t a = 0; a < g.size(); ++a) { // the bias gets no gradient
+    for (size_t a : trained(s)) { // the selection bias gets no gradient
       Doubles fd(at[a].size());
       for (size_t e = 0; e < at[a].size(); ++e) {
         const double v = at[a][e];
@@ -197,28 +278,26 @@ TEST(Moe, GradientsMatchCentralDifferencesOfFloat64) {
 }
 
 TEST(Moe, BackwardAccumulatesSkipsNullAndIsDeterministic) {
-  const MoeShape s = kShapes[4];
-  const std::vector<Floats> in = random_inputs(s, 31);
-  const Floats dy = random_floats(s.T * s.H, 35);
-  std::vector<Floats> g;
-  for (size_t a = 0; a < 4; ++a)
-    g.emplace_back(in[a].size(), 0.f);
-  expect_accumulates({&g[0], &g[1], &g[2], &g[3]},
-                     [&] { backward(s, in, dy, g); });
+  for (MoeShape s : {kShapes[4], kShapes[9]}) {
+    s.bias = true; // with every param at once
+    const std::vector<Floats> in = random_inputs(s, 31);
+    const Floats dy = random_floats(s.T * s.H, 35);
+    std::vector<Floats> g = zero_grads(s, in);
+    std::vector<Floats *> each;
+    for (size_t a : trained(s))
+      each.push_back(&g[a]);
+    expect_accumulates(each, [&] { backward(s, in, dy, g); });
 
-  std::vector<Floats> full, again;
-  for (size_t a = 0; a < 4; ++a) {
-    full.emplace_back(in[a].size(), 0.f);
-    again.emplace_back(in[a].size(), 0.f);
-  }
-  backward(s, in, dy, full);
-  backward(s, in, dy, again);
-  for (size_t a = 0; a < full.size(); ++a) {
-    EXPECT_TRUE(bitwise_equal(full[a], again[a])) << "input " << a;
-    std::vector<Floats> only(full.size());
-    only[a].assign(in[a].size(), 0.f);
-    backward(s, in, dy, only);
-    EXPECT_TRUE(bitwise_equal(only[a], full[a])) << "input " << a;
+    std::vector<Floats> full = zero_grads(s, in), again = zero_grads(s, in);
+    backward(s, in, dy, full);
+    backward(s, in, dy, again);
+    for (size_t a : trained(s)) {
+      EXPECT_TRUE(bitwise_equal(full[a], again[a])) << "input " << a;
+      std::vector<Floats> only(kInputs);
+      only[a].assign(in[a].size(), 0.f);
+      backward(s, in, dy, only);
+      EXPECT_TRUE(bitwise_equal(only[a], full[a])) << "input " << a;
+    }
   }
 }
 
