@@ -3,10 +3,13 @@
 // After the idioms, what is left on the activation path must map one to one
 // onto a primitive: residual and bias Adds, scalings, elementwise products
 // and squares, reshapes, transposes, slices (a fused QKV projection split
-// three ways) and concatenations. A tensor the export computes at compile time
-// and multiplies or adds to an activation (Ministral 3's per-position query
-// scaling) is a frozen table, or nothing where it is all ones (Mul) or all
-// zeros (Add). Anything else is left for fuseIdioms to report.
+// three ways), concatenations, broadcasts (an Expand: x plus a zero table
+// of the new dims, whose gradient sums them back) and DeepSeek's scatters
+// of rows into an empty tensor (pads, then a concatenation). A tensor the
+// export computes at compile time and multiplies or adds to an activation
+// (Ministral 3's per-position query scaling) is a frozen table, or nothing
+// where it is all ones (Mul) or all zeros (Add). Anything else is left for
+// fuseIdioms to report.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -133,6 +136,94 @@ void lowerGather(Graph &g, Node *n, Value *x, int64_t axis, const Const &idx) {
   g.replaceAllUses(n->out(), sliced);
 }
 
+// Expand(x, shape) of an activation (DeepSeek's one rotary key read by
+// every head): mt.add of x and a zero table [1, .., n, .., 1] holding the
+// dims x broadcasts over; the add's gradient sums them back into x.
+void lowerExpand(Graph &g, Tables &tables, Node *n, Value *x) {
+  const Shape &out = n->out()->shape;
+  if (x->rank() > int64_t(out.size()))
+    return;
+  Shape zeros(out.size(), 1);
+  const int64_t lead = int64_t(out.size()) - x->rank();
+  for (int64_t k = 0; k < int64_t(out.size()); ++k) {
+    const int64_t d = k < lead ? 1 : x->dim(k - lead);
+    if (d != out[k])
+      zeros[k] = out[k];
+  }
+  if (numelOf(zeros) == 1) {
+    if (x->shape == out)
+      g.replaceAllUses(n->out(), x);
+    else
+      replaceWithPrimitive(g, n, "mt.reshape", {x}, out);
+    return;
+  }
+  Value *z = g.newValue("expand.zeros", DType::F32, zeros);
+  z->constant = lazyConst(DType::F32, zeros, [](int64_t) { return 0.0; });
+  replaceWithPrimitive(g, n, "mt.add", {x, tableOf(g, tables, z)}, out);
+}
+
+// v seen through pairs of transposes that undo each other (DeepSeek's
+// scatters transpose their result back and forth between them).
+Value *throughInverseTransposes(Value *v) {
+  auto transpose = [](Value *x) -> Node * {
+    Node *t = x->producer;
+    return t && (t->op == "mt.transpose" || t->op == "Transpose") ? t : nullptr;
+  };
+  for (;;) {
+    Node *outer = transpose(v);
+    Node *inner = outer ? transpose(outer->in(0)) : nullptr;
+    if (!inner)
+      return v;
+    std::vector<int64_t> p1 = inner->getInts("perm"),
+                         p2 = outer->getInts("perm");
+    for (size_t i = 0; i < p2.size(); ++i)
+      if (p2.size() != p1.size() || p1[p2[i]] != int64_t(i))
+        return v;
+    v = inner->in(0);
+  }
+}
+
+// ScatterND(data, indices, updates) with one-coordinate indices that pick
+// a run of consecutive rows [s, s + m) of data's first axis, no reduction:
+// data with those rows replaced. DeepSeek's key, assembled in an empty
+// tensor from its nope and rope parts: into zeros, an mt.pad of the
+// updates; into such a pad, next to what it holds, an mt.concat of the two.
+// Other scatters are left unexplained.
+void lowerScatterRows(Graph &g, Node *n) {
+  Value *data = n->in(0), *idx = n->in(1), *upd = n->in(2);
+  if (!idx->constant || idx->rank() != 2 || idx->dim(1) != 1 ||
+      n->getString("reduction", "none") != "none" || !isActivation(upd))
+    return;
+  const int64_t m = idx->dim(0), start = int64_t(idx->constant->at(0));
+  for (int64_t i = 0; i < m; ++i)
+    if (idx->constant->at(i) != double(start + i))
+      return;
+  const Shape &out = n->out()->shape;
+  if (start < 0 || start + m > out[0])
+    return;
+  bool zeros = data->constant != nullptr;
+  for (int64_t i = 0; zeros && i < data->constant->numel; ++i)
+    zeros = data->constant->at(i) == 0;
+  if (zeros) {
+    Node *pad = replaceWithPrimitive(g, n, "mt.pad", {upd}, out);
+    pad->setInt("axis", 0);
+    pad->setInt("start", start);
+    return;
+  }
+  Node *pad = throughInverseTransposes(data)->producer;
+  if (!pad || pad->op != "mt.pad" || pad->getInt("axis", -1) != 0)
+    return;
+  Value *held = pad->in(0);
+  const int64_t p0 = pad->getInt("start", 0), n0 = held->dim(0);
+  std::vector<Value *> two;
+  if (p0 == 0 && n0 == start && start + m == out[0])
+    two = {held, upd};
+  else if (start == 0 && m == p0 && p0 + n0 == out[0])
+    two = {upd, held};
+  if (!two.empty())
+    replaceWithPrimitive(g, n, "mt.concat", two, out)->setInt("axis", 0);
+}
+
 void lower(Graph &g, Tables &tables, Node *n) {
   const std::string &op = n->op;
   Value *x = n->in(0);
@@ -175,6 +266,10 @@ void lower(Graph &g, Tables &tables, Node *n) {
     const Const &idx = *n->in(1)->constant;
     if (idx.shape.back() == 1 && idx.shape.size() <= 2)
       lowerGather(g, n, x, 0, idx);
+  } else if (op == "ScatterND") {
+    lowerScatterRows(g, n);
+  } else if (op == "Expand" && isActivation(x)) {
+    lowerExpand(g, tables, n, x);
   } else if (op == "Concat") {
     std::vector<Value *> xs;
     for (Value *v : n->inputs)

@@ -9,7 +9,11 @@
 //   Unsqueeze(x[..., ::2], -1), last dim)) interleaving the rotated pairs;
 //   partial rotary: the above on x0[..., :R], concatenated with x0[..., R:];
 //   or Concat(x1 · c − x2 · s, x2 · c + x1 · s) with tables c, s of half
-//   width (gpt-oss): the rotate_half form, its tables [c, c] and [s, s].
+//   width (gpt-oss): the rotate_half form, its tables [c, c] and [s, s];
+//   with x1, x2 the even and odd elements of x instead (DeepSeek V3's
+//   interleaved pairs, rotated in place and laid out evens first), the
+//   rotate_every_two form, its tables [c0, c0, c1, c1, ...], then the
+//   pairs de-interleaved (a reshape, a transpose, a reshape).
 // cos and sin must fold to compile-time tables broadcast over batch and
 // heads; they become frozen [S, R] params shared by every layer that uses
 // the same table.
@@ -187,19 +191,51 @@ private:
       matched = x2c && x1s && x2c->first == x2 && x1s->first == x1 &&
                 same(x2c->second, c) && same(x1s->second, s);
     }
+    const int64_t h = x1->dim(-1);
     Value *x = matched ? halvesOf(x1, x2) : nullptr;
+    Value *paired = matched ? lastDimSliceOf(x1, 0, h, 2) : nullptr;
+    if (!x && paired && paired == lastDimSliceOf(x2, 1, h, 2) &&
+        paired->dim(-1) == 2 * h)
+      x = paired;
+    else
+      paired = nullptr;
     if (!x || x->rank() != 4)
       return;
-    const int64_t h = x1->dim(-1);
     int seqAxis = seqAxisOf(*c->constant, x->shape, h);
     if (seqAxis < 0 || seqAxisOf(*s->constant, x->shape, h) != seqAxis)
       return;
-    Value *cos = table(cat, c->constant, x->shape, seqAxis, "cos", 1.0, true);
-    Value *sin = table(cat, s->constant, x->shape, seqAxis, "sin", 1.0, true);
-    Node *rope =
-        replaceWithPrimitive(g_, cat, "mt.rope", {x, cos, sin}, x->shape);
+    const Widen widen = paired ? Widen::Pairs : Widen::Halves;
+    Value *cos = table(cat, c->constant, x->shape, seqAxis, "cos", 1.0, widen);
+    Value *sin = table(cat, s->constant, x->shape, seqAxis, "sin", 1.0, widen);
+    if (!paired) {
+      Node *rope =
+          replaceWithPrimitive(g_, cat, "mt.rope", {x, cos, sin}, x->shape);
+      rope->setInt("rotary_dim", x->dim(3));
+      rope->setInt("seq_axis", seqAxis);
+      return;
+    }
+    // The pairs rotated in place, then the evens and the odds apart.
+    Node *rope = g_.newNode("mt.rope", cat->name, {x, cos, sin}, cat);
     rope->setInt("rotary_dim", x->dim(3));
     rope->setInt("seq_axis", seqAxis);
+    rope->setString("rotation", "interleaved");
+    Value *y = activation(rope, x->shape);
+    Shape pairs = x->shape;
+    pairs.back() = h;
+    pairs.push_back(2);
+    Node *view = g_.newNode("mt.reshape", cat->name, {y}, rope);
+    Value *v = activation(view, pairs);
+    Node *apart = g_.newNode("mt.transpose", cat->name, {v}, view);
+    apart->setInts("perm", {0, 1, 2, 4, 3});
+    Value *t = activation(apart, {pairs[0], pairs[1], pairs[2], 2, h});
+    Node *back = g_.newNode("mt.reshape", cat->name, {t}, apart);
+    g_.replaceAllUses(cat->out(), activation(back, x->shape));
+  }
+
+  Value *activation(Node *n, Shape shape) {
+    Value *v = g_.addOutput(n, DType::F32, std::move(shape));
+    v->fromInput = true;
+    return v;
   }
 
   // The axis (1 or 2) of a 4-d x along which the table varies; -1 if the
@@ -219,12 +255,16 @@ private:
     return on2 && s[2] != x[2] ? -1 : 2;
   }
 
+  // How a table of half width becomes one of x's: [c, c] or [c0, c0, c1,
+  // c1, ...].
+  enum class Widen { None, Halves, Pairs };
+
   // The [S, R] table of sign · t (R = x's last dim; t of width R / 2
-  // repeated twice when `halves`); the same Value for the same source
-  // constant, sign and repeat.
+  // widened as `widen` says); the same Value for the same source constant,
+  // sign and widening.
   Value *table(Node *at, const ConstPtr &t, const Shape &x, int seqAxis,
-               const char *kind, double sign = 1.0, bool halves = false) {
-    auto key = std::make_tuple(t.get(), sign, halves);
+               const char *kind, double sign = 1.0, Widen widen = Widen::None) {
+    auto key = std::make_tuple(t.get(), sign, int(widen));
     auto it = tables_.find(key);
     if (it != tables_.end())
       return it->second;
@@ -232,8 +272,9 @@ private:
     Shape s(4 - t->shape.size(), 1);
     s.insert(s.end(), t->shape.begin(), t->shape.end());
     // Flat index of (b, seq position, r) in the aligned table.
-    auto index = [s, seqAxis](int64_t b, int64_t pos, int64_t col) {
-      int64_t c[4] = {s[0] == 1 ? 0 : b, 0, 0, col % s[3]};
+    auto index = [s, seqAxis, widen](int64_t b, int64_t pos, int64_t col) {
+      int64_t c[4] = {s[0] == 1 ? 0 : b, 0, 0,
+                      widen == Widen::Pairs ? col / 2 : col % s[3]};
       c[seqAxis] = s[seqAxis] == 1 ? 0 : pos;
       return ((c[0] * s[1] + c[1]) * s[2] + c[2]) * s[3] + c[3];
     };
@@ -265,7 +306,7 @@ private:
   }
 
   Graph &g_;
-  std::map<std::tuple<const Const *, double, bool>, Value *> tables_;
+  std::map<std::tuple<const Const *, double, int>, Value *> tables_;
   std::map<std::string, std::vector<Value *>> kinds_;
   std::map<std::string, int> kindCount_;
 };

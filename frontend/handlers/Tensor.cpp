@@ -615,6 +615,24 @@ void inferScatterElements(OpContext &ctx) {
   ctx.setOutput(0, ctx.in(0).dtype, data);
 }
 
+// Shape only: rows of data replaced by updates (DeepSeek's key assembled in
+// an empty tensor); frontend/fusion/Lower.cpp lowers a run of consecutive
+// rows, anything else is refused.
+void inferScatterND(OpContext &ctx) {
+  const Shape &data = ctx.shape(0), &idx = ctx.shape(1);
+  if (!isInteger(ctx.in(1).dtype) || idx.empty() || idx.back() < 1 ||
+      idx.back() > int64_t(data.size()))
+    ctx.error("indices {} must be integer tuples of at most {} coordinates",
+              shapeStr(idx), data.size());
+  Shape updates(idx.begin(), idx.end() - 1);
+  updates.insert(updates.end(), data.begin() + idx.back(), data.end());
+  if (ctx.shape(2) != updates)
+    ctx.error("updates {} for data {} and indices {} must be {}",
+              shapeStr(ctx.shape(2)), shapeStr(data), shapeStr(idx),
+              shapeStr(updates));
+  ctx.setOutput(0, ctx.in(0).dtype, data);
+}
+
 void inferTopK(OpContext &ctx) {
   const Shape &x = ctx.shape(0);
   const int64_t axis = ctx.axis(ctx.node.getInt("axis", -1), x.size());
@@ -649,6 +667,7 @@ void addTensorHandlers(std::vector<OpHandler> &t) {
   t.push_back({"", "GatherND", 13, inferGatherND, foldGatherND});
   t.push_back({"", "TopK", 11, inferTopK, nullptr});
   t.push_back({"", "ScatterElements", 13, inferScatterElements, nullptr});
+  t.push_back({"", "ScatterND", 13, inferScatterND, nullptr});
   t.push_back({"", "Expand", 13, inferExpand, foldExpand});
   t.push_back({"", "ConstantOfShape", 9, inferConstantOfShape, nullptr});
   t.push_back({"", "Range", 11, inferRange, nullptr});

@@ -251,6 +251,19 @@ ARCHITECTURES = {
                                   dict(COMMON, head_dim=16, v_head_dim=24, n_routed_experts=8,
                                        num_experts_per_tok=2, moe_intermediate_size=32,
                                        pad_token_id=0), T.MiMoV2FlashForCausalLM),
+    # DeepSeek V3 (Kimi K2's architecture): multi-head latent attention
+    # (low-rank q and kv, one rotary key shared by the heads and broadcast
+    # to them, the key assembled by ScatterND in an empty tensor, values
+    # narrower than the keys), RoPE on interleaved pairs, then sigmoid
+    # experts chosen in the best 2 of 4 groups, scaled, with a shared one.
+    "deepseek_v3": (T.DeepseekV3Config,
+                    dict(COMMON, head_dim=8, num_key_value_heads=4, q_lora_rank=32,
+                         kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                         v_head_dim=16, n_routed_experts=8, n_group=4, topk_group=2,
+                         num_experts_per_tok=2, moe_intermediate_size=32,
+                         first_k_dense_replace=1, n_shared_experts=1,
+                         routed_scaling_factor=2.5, pad_token_id=0),
+                    T.DeepseekV3ForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

@@ -148,6 +148,23 @@ def _scatter_elements(node, x, indices, updates):
     return x.scatter(axis, idx, updates.to(x.dtype))
 
 
+@op("ScatterND", 11)
+def _scatter_nd(node, x, indices, updates):
+    """A copy of x with updates[i...] written at x[*indices[i..., :]]
+    (reduction none; a repeated index keeps the last write). Differentiable
+    in x and updates: an index_put on a clone."""
+    if node.attr("reduction", "none") != "none":
+        raise OracleError("ScatterND: only reduction none is implemented")
+    k = indices.shape[-1]
+    sizes = torch.tensor(x.shape[:k])
+    ids = indices.reshape(-1, k)
+    if ids.numel() and ((ids < -sizes).any() or (ids >= sizes).any()):
+        raise OracleError("ScatterND index out of range")
+    ids = torch.where(ids < 0, ids + sizes, ids)
+    values = updates.reshape((ids.shape[0],) + tuple(x.shape[k:])).to(x.dtype)
+    return x.clone().index_put(tuple(ids.unbind(-1)), values)
+
+
 @op("GatherND", 12)
 def _gather_nd(node, x, indices):
     """Per the spec: out[b..., i...] = x[b..., *indices[b..., i..., :]], the

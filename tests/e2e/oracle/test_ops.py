@@ -406,6 +406,20 @@ class ScatterElements(unittest.TestCase):
         np.testing.assert_array_equal(out, [[0, 1, 0, 1], [1, 0, 1, 0]])
 
 
+class ScatterND(unittest.TestCase):
+    """Values placed by hand into x = arange(12).reshape(3, 4)."""
+
+    def test_rows_elements_and_negative_indices(self):
+        x = np.arange(12, dtype=np.float64).reshape(3, 4)
+        rows = run_node("ScatterND", [x, i64([[2], [0]]), -np.ones((2, 4))], opset=13)[0]
+        np.testing.assert_array_equal(rows, [[-1, -1, -1, -1], [4, 5, 6, 7], [-1, -1, -1, -1]])
+        points = run_node("ScatterND", [x, i64([[0, 1], [-1, -1]]), np.array([20.0, 30.0])],
+                          opset=13)[0]
+        np.testing.assert_array_equal(points, [[0, 20, 2, 3], [4, 5, 6, 7], [8, 9, 10, 30]])
+        with self.assertRaises(OracleError):
+            run_node("ScatterND", [x, i64([[3]]), np.zeros((1, 4))], opset=13)
+
+
 class GatherND(unittest.TestCase):
     """Values picked by hand from x = arange(24).reshape(2, 3, 4)."""
 

@@ -868,6 +868,92 @@ def _(g):
     return ref
 
 
+def _rope_half_tables(g, x):
+    """cos and sin of half width [S, 4] from the [64, 4] frequencies, Slice to S, Unsqueeze to
+    [1, 1, S, 4]."""
+    freqs = np.outer(np.arange(MAX_POS), 1.0 / 10000.0 ** (np.arange(0, D, 2) / D))
+    seq = g.dim(x, 1)
+    return tuple(g.unsqueeze(g.unsqueeze(g.slice(g.tensor(f"rope.{n}_half", f(freqs).astype(
+        np.float32)), [0], seq, [0]), 0), 0) for n, f in (("cos", np.cos), ("sin", np.sin)))
+
+
+def _rope_on_parts(g, pairs):
+    """Concat(x1·c − x2·s, x2·c + x1·s) with tables of half width: x1, x2 the halves of q
+    (Split; gpt-oss) or, with pairs, its even and odd elements (Slice steps 2; DeepSeek V3),
+    the result then laid out evens first."""
+    x = x_input(g)
+    q, Wq = _q_heads(g, x)
+    c, s = _rope_half_tables(g, x)
+    if pairs:
+        x1 = g.op("Slice", q, g.ints(0), g.ints(D), g.ints(-1), g.ints(2))
+        x2 = g.op("Slice", q, g.ints(1), g.ints(D), g.ints(-1), g.ints(2))
+    else:
+        x1, x2 = g.op("Split", q, axis=-1, outputs=2)
+    y = g.op("Concat", g.op("Sub", g.op("Mul", x1, c), g.op("Mul", x2, s)),
+             g.op("Add", g.op("Mul", x2, c), g.op("Mul", x1, s)), axis=-1)
+    g.output(y, "y", FLOAT, ["batch", H, "seq", D])
+
+    def ref(f):
+        pos = np.arange(f["x"].shape[1])
+        freqs = np.outer(pos, 1.0 / 10000.0 ** (np.arange(0, D, 2) / D))
+        qs = fm.heads(f["x"] @ Wq, H)
+        a, b = (qs[..., 0::2], qs[..., 1::2]) if pairs else (qs[..., :D // 2], qs[..., D // 2:])
+        cos, sin = np.cos(freqs), np.sin(freqs)
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+    return ref
+
+
+@idiom("rope-halves",
+       "gpt-oss's RoPE: Split(q) into halves, Concat(x1*c - x2*s, x2*c + x1*s) with cos/sin "
+       "[S,4] of half width")
+def _(g):
+    return _rope_on_parts(g, False)
+
+
+@idiom("rope-pairs",
+       "DeepSeek V3's interleaved RoPE: x1 = q[..., 0::2], x2 = q[..., 1::2] (Slice steps 2), "
+       "Concat(x1*c - x2*s, x2*c + x1*s): the pairs rotated, laid out evens first")
+def _(g):
+    return _rope_on_parts(g, True)
+
+
+# -- Layout: ScatterND of rows into zeros, Expand over heads, Concat --
+
+@idiom("key-scatter-expand",
+       "DeepSeek V3's key: a [B,S,1,4] rotary part Expand-ed over 3 heads, a [B,S,3,4] "
+       "per-head part; both Transpose-d [3,1,2,0], ScatterND-ed as rows 0..3 and 4..7 into "
+       "ConstantOfShape zeros [8,S,3,B] (Transpose-d there and back between the two), "
+       "Transpose-d back [B,S,3,8]; then Concat with a "
+       "[B,S,3,2] part on the last axis, Reshape [B,S,30]")
+def _(g):
+    x = x_input(g)
+    nope, Wn = matmul(g, x, HIDDEN, 12, "k_nope.weight")
+    rot, Wr = matmul(g, x, HIDDEN, 4, "k_rot.weight")
+    extra, We = matmul(g, x, HIDDEN, 6, "k_extra.weight")
+    b, s = g.dim(x, 0), g.dim(x, 1)
+    nope = g.op("Reshape", nope, g.shape_of(b, s, 3, 4))
+    rot = g.op("Expand", g.op("Reshape", rot, g.shape_of(b, s, 1, 4)), g.shape_of(b, s, 3, 4))
+    zeros = g.op("ConstantOfShape", g.shape_of(8, s, 3, b),
+                 value=numpy_helper.from_array(np.array([0.0], np.float32)))
+    perm = [3, 1, 2, 0]
+    rows = lambda start: g.unsqueeze(g.ints(*range(start, start + 4)), -1)
+    key = g.op("ScatterND", zeros, rows(0), g.op("Transpose", nope, perm=perm))
+    key = g.op("Transpose", g.op("Transpose", key, perm=perm), perm=perm)  # and back
+    key = g.op("ScatterND", key, rows(4), g.op("Transpose", rot, perm=perm))
+    key = g.op("Transpose", key, perm=perm)
+    y = g.op("Concat", key, g.op("Reshape", extra, g.shape_of(b, s, 3, 2)), axis=-1)
+    y_output(g, g.op("Reshape", y, g.shape_of(b, s, 30)), 30)
+
+    def ref(f):
+        xs = f["x"]
+        bs = xs.shape[:2]
+        n = (xs @ Wn).reshape(*bs, 3, 4)
+        r = np.broadcast_to((xs @ Wr).reshape(*bs, 1, 4), (*bs, 3, 4))
+        e = (xs @ We).reshape(*bs, 3, 2)
+        return np.concatenate([n, r, e], axis=-1).reshape(*bs, 30)
+    return ref
+
+
 # -- Attention: x -> q/k/v -> heads -> scores -> mask -> Softmax -> .v -> merge -> o_proj --
 
 AH, AD = 4, 4  # query heads, head dim

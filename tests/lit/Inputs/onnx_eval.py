@@ -62,6 +62,17 @@ def _reduce_log_sum_exp(a, x, axes=None):
     return s if a.get("keepdims", 1) else np.squeeze(s, axis=axis)
 
 
+def _scatter_nd(a, x, idx, updates):
+    """A copy of x with updates[i] written at x[*idx[i]] (reduction none)."""
+    y = np.array(x, copy=True)
+    k = idx.shape[-1]
+    flat = idx.reshape(-1, k)
+    values = updates.reshape((flat.shape[0],) + x.shape[k:])
+    for i, at in enumerate(flat):
+        y[tuple(at)] = values[i]
+    return y
+
+
 def _div(a, x, y):
     if np.issubdtype(np.asarray(x).dtype, np.integer):
         return np.trunc(x / y).astype(np.asarray(x).dtype)
@@ -247,6 +258,7 @@ OPS = {
     "ReduceSum": _reduce_sum,
     "GatherElements": lambda a, x, i: np.take_along_axis(x, i, axis=a.get("axis", 0)),
     "ScatterElements": _scatter_elements,
+    "ScatterND": _scatter_nd,
     "Conv": _conv1d,
     "Not": lambda a, x: np.logical_not(x),
     "Clip": lambda a, x, lo=None, hi=None: np.clip(x, -np.inf if lo is None else lo,
