@@ -452,19 +452,14 @@ private:
   }
 
   // c when v = c − ReduceMax(c, last axis, keepdims): a shift the softmax
-  // cancels.
+  // cancels. (The reductions' handler has made the axes an attribute.)
   static Value *withoutRowMax(Value *v) {
     Node *sub = producer(v, "Sub");
     Node *max = sub ? producer(sub->in(1), "ReduceMax") : nullptr;
-    if (!max || max->in(0) != sub->in(0) || max->getInt("keepdims", 1) != 1)
-      return v;
-    const int64_t r = sub->in(0)->rank();
-    std::vector<int64_t> axes = max->getInts("axes");
-    if (max->inputs.size() > 1 && max->in(1) && max->in(1)->constant &&
-        max->in(1)->constant->numel == 1)
-      axes = {int64_t(max->in(1)->constant->at(0))};
-    bool last = axes.size() == 1 && (axes[0] == -1 || axes[0] == r - 1);
-    return last ? sub->in(0) : v;
+    bool shift =
+        max && max->in(0) == sub->in(0) && max->getInt("keepdims", 1) == 1 &&
+        max->getInts("axes") == std::vector<int64_t>{sub->in(0)->rank() - 1};
+    return shift ? sub->in(0) : v;
   }
 
   // The masked scores of c = Concat(scores, Expand(sinks), last axis) with
@@ -473,7 +468,7 @@ private:
   static Value *sinkLogits(Value *c, Value *&sinks) {
     Node *cat = producer(c, "Concat");
     if (!cat || cat->inputs.size() != 2 || c->rank() != 4 ||
-        (cat->getInt("axis", 0) != 3 && cat->getInt("axis", 0) != -1))
+        cat->getInt("axis", 0) != 3) // made non-negative by its handler
       return nullptr;
     Node *expand = producer(cat->in(1), "Expand");
     Value *w = expand ? expand->in(0) : nullptr;

@@ -176,8 +176,10 @@ Value *throughInverseTransposes(Value *v) {
       return v;
     std::vector<int64_t> p1 = inner->getInts("perm"),
                          p2 = outer->getInts("perm");
+    if (p1.size() != p2.size())
+      return v;
     for (size_t i = 0; i < p2.size(); ++i)
-      if (p2.size() != p1.size() || p1[p2[i]] != int64_t(i))
+      if (p1[p2[i]] != int64_t(i))
         return v;
     v = inner->in(0);
   }
