@@ -38,14 +38,17 @@ struct Shape {
   const char *name;
   int64_t T, H, E, I, k;
   bool normalize;
+  bool oss = false; // gpt-oss's experts: x · W layout, biases, clamps
 };
 
 // Mixtral 8x7B (few large experts), Qwen3-30B-A3B and OLMoE (many small
-// ones), each on 4096 tokens of a micro-batch.
+// ones), gpt-oss-20b (its layout, biases and clamped activation), each on
+// 4096 tokens of a micro-batch.
 const Shape kShapes[] = {
     {"mixtral-8x7b T4096", 4096, 4096, 8, 14336, 2, true},
     {"qwen3-30b-a3b T4096", 4096, 2048, 128, 768, 8, true},
     {"olmoe-1b-7b T4096", 4096, 2048, 64, 1024, 8, false},
+    {"gpt-oss-20b T4096", 4096, 2880, 32, 2880, 4, true, true},
 };
 
 /// n bf16 uniform in [-scale, scale) on the device.
@@ -125,11 +128,17 @@ int main(int argc, char **argv) {
     const double flops = 2.0 * double(T) * double(E * H + 3 * s.k * H * I);
     mtrt::MoeRouting routing;
     routing.normalize = s.normalize;
-    const mtrt::MoeExperts experts; // SwiGLU
-    const mtrt::MoeParams weights{router,  gate_up, down,   nullptr,
-                                  nullptr, nullptr, nullptr};
-    const mtrt::MoeWeightGrads grads{drouter, dgate_up, ddown,
-                                     nullptr, nullptr,  nullptr};
+    mtrt::MoeExperts experts; // SwiGLU, or gpt-oss's
+    void *rb = nullptr, *gub = nullptr, *db = nullptr;
+    float *drb = nullptr, *dgub = nullptr, *ddb = nullptr;
+    if (s.oss) {
+      experts = {true, true, 1.702f, 7.f, 1.f};
+      rb = random_bf16(E, 0.1f, 11), gub = random_bf16(E * 2 * I, 0.1f, 12);
+      db = random_bf16(E * H, 0.1f, 13);
+      drb = zeros_f32(E), dgub = zeros_f32(E * 2 * I), ddb = zeros_f32(E * H);
+    }
+    const mtrt::MoeParams weights{router, gate_up, down, nullptr, rb, gub, db};
+    const mtrt::MoeWeightGrads grads{drouter, dgate_up, ddown, drb, dgub, ddb};
     struct Timing {
       double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
       bool finite;
@@ -183,10 +192,10 @@ int main(int argc, char **argv) {
         tc.fwd_tflops, tc.bwd_tflops, cc.fwd_tflops, cc.bwd_tflops,
         dense_tflops, finite ? "true" : "false");
     rows += row;
-    for (void *p :
-         {x, dy, router, gate_up, down, y, dx, dense_x, dense_w, dense_y})
-      cudaFree(p);
-    for (float *p : {drouter, dgate_up, ddown})
+    for (void *p : {x, dy, router, gate_up, down, y, dx, dense_x, dense_w,
+                    dense_y, rb, gub, db})
+      cudaFree(p); // null for the absent biases: a no-op
+    for (float *p : {drouter, dgate_up, ddown, drb, dgub, ddb})
       cudaFree(p);
   }
   if (!json.empty()) {
