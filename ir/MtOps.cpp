@@ -328,23 +328,30 @@ LogicalResult ReshapeOp::verify() {
   return success();
 }
 
-LogicalResult SliceOp::verify() {
-  if (failed(expectStatic(*this)))
+// `part` is a range [start, start + n) of `whole` along `axis`, the same
+// off it (mt.slice's result in x, mt.pad's x in its result).
+static LogicalResult verifyRange(Operation *op, Value whole, Value part,
+                                 int64_t axis, int64_t start) {
+  if (failed(expectStatic(op)))
     return failure();
-  auto x = shapeOf(getX()), y = shapeOf(getY());
-  int64_t axis = getAxis(), start = getStart();
-  if (x.size() != y.size() || axis < 0 ||
-      axis >= static_cast<int64_t>(x.size()))
-    return emitOpError("axis ") << axis << " is out of range, or ranks differ";
-  for (size_t k = 0; k < x.size(); ++k)
-    if (static_cast<int64_t>(k) != axis && x[k] != y[k])
-      return emitOpError("result ") << str(y) << " differs from x " << str(x)
-                                    << " off the sliced axis";
-  if (start < 0 || start + y[axis] > x[axis])
-    return emitOpError("range ")
-           << start << ".." << start + y[axis] - 1 << " exceeds dim " << axis
-           << " of size " << x[axis];
+  auto w = shapeOf(whole), p = shapeOf(part);
+  if (w.size() != p.size() || axis < 0 ||
+      axis >= static_cast<int64_t>(w.size()))
+    return op->emitOpError("axis ")
+           << axis << " is out of range, or ranks differ";
+  for (size_t k = 0; k < w.size(); ++k)
+    if (static_cast<int64_t>(k) != axis && w[k] != p[k])
+      return op->emitOpError("shapes ")
+             << str(p) << " and " << str(w) << " differ off axis " << axis;
+  if (start < 0 || start + p[axis] > w[axis])
+    return op->emitOpError("range ")
+           << start << ".." << start + p[axis] - 1 << " exceeds dim " << axis
+           << " of size " << w[axis];
   return success();
+}
+
+LogicalResult SliceOp::verify() {
+  return verifyRange(*this, getX(), getY(), getAxis(), getStart());
 }
 
 LogicalResult ConcatOp::verify() {
@@ -371,22 +378,7 @@ LogicalResult ConcatOp::verify() {
 }
 
 LogicalResult PadOp::verify() {
-  if (failed(expectStatic(*this)))
-    return failure();
-  auto x = shapeOf(getX()), y = shapeOf(getY());
-  int64_t axis = getAxis(), start = getStart();
-  if (x.size() != y.size() || axis < 0 ||
-      axis >= static_cast<int64_t>(x.size()))
-    return emitOpError("axis ") << axis << " is out of range, or ranks differ";
-  for (size_t k = 0; k < x.size(); ++k)
-    if (static_cast<int64_t>(k) != axis && x[k] != y[k])
-      return emitOpError("result ") << str(y) << " differs from x " << str(x)
-                                    << " off the padded axis";
-  if (start < 0 || start + x[axis] > y[axis])
-    return emitOpError("range ")
-           << start << ".." << start + x[axis] - 1 << " exceeds dim " << axis
-           << " of size " << y[axis];
-  return success();
+  return verifyRange(*this, getY(), getX(), getAxis(), getStart());
 }
 
 LogicalResult TransposeOp::verify() {

@@ -84,30 +84,29 @@ class CudaEmulatedTrainer(unittest.TestCase):
         run([PYTHON, "-m", "tests.e2e.hf_architectures", "bloom", onnx], cwd=ROOT)
         self.check(onnx, "bloom")
 
+    def dynamo_export(self, family):
+        """The family's export by tests/e2e/dynamo_exports.py (torch 2.15)."""
+        python = os.path.join(ROOT, ".venv-export", "bin", "python")
+        if not os.path.exists(python):
+            raise AssertionError(f"{python} is missing: run tools/install-export-venv.sh")
+        onnx = self.w(family + ".onnx")
+        run([python, os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py"), family, onnx],
+            cwd=ROOT)
+        return onnx
+
     def test_mixtral_experts(self):
         # The mixture of experts' generated calls into the CUDA kernels
         # (the default, grouped tensor-core GEMMs: routing, experts, the
         # weight gradients through scratch), the MoE stretch in 2 chunks of
         # 16 of 32 tokens.
-        python = os.path.join(ROOT, ".venv-export", "bin", "python")
-        if not os.path.exists(python):
-            raise AssertionError(f"{python} is missing: run tools/install-export-venv.sh")
-        onnx = self.w("mixtral.onnx")
-        run([python, os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py"), "mixtral", onnx],
-            cwd=ROOT)
-        self.check(onnx, "mixtral", "--micro-batches", "2", "--mlp-chunk-tokens", "16")
+        self.check(self.dynamo_export("mixtral"), "mixtral", "--micro-batches", "2",
+                   "--mlp-chunk-tokens", "16")
 
     def test_gpt_oss(self):
         # gpt-oss's attention sinks (their gradient from each row's
         # log-sum-exp) and its clamped, biased experts stored for x · W on
         # the grouped tensor-core path, through the generated calls.
-        python = os.path.join(ROOT, ".venv-export", "bin", "python")
-        if not os.path.exists(python):
-            raise AssertionError(f"{python} is missing: run tools/install-export-venv.sh")
-        onnx = self.w("gpt_oss.onnx")
-        run([python, os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py"), "gpt_oss", onnx],
-            cwd=ROOT)
-        self.check(onnx, "gpt_oss", "--micro-batches", "2")
+        self.check(self.dynamo_export("gpt_oss"), "gpt_oss", "--micro-batches", "2")
 
 
 if __name__ == "__main__":

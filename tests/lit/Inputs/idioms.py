@@ -1163,18 +1163,20 @@ def _(g):
                             alibi=ALIBI)
 
 
+def _window_mask(g, s, x):
+    """Add(scores, Slice([64,64] initializer to [S,S])): finfo.min where j > i or i - j >= 3."""
+    i, j = np.arange(MAX_POS)[:, None], np.arange(MAX_POS)[None, :]
+    table = np.where((j > i) | (i - j >= 3), FMIN, 0).astype(np.float32)
+    seq = g.dim(x, 1)
+    return g.op("Add", s, g.slice(g.tensor("attn.window_mask", table), [0, 0],
+                                  g.op("Concat", seq, seq, axis=0), [0, 1]))
+
+
 @idiom("attention-sliding-window",
        "initializer [64,64]: finfo.min where j > i or i - j >= 3 (Mistral's window), Slice to [S,S], "
        "Add(scores, .); scale Div")
 def _(g):
-    i, j = np.arange(MAX_POS)[:, None], np.arange(MAX_POS)[None, :]
-    table = np.where((j > i) | (i - j >= 3), FMIN, 0).astype(np.float32)
-
-    def mask(g, s, x):
-        seq = g.dim(x, 1)
-        return g.op("Add", s, g.slice(g.tensor("attn.window_mask", table), [0, 0],
-                                      g.op("Concat", seq, seq, axis=0), [0, 1]))
-    return _attention_idiom(g, mask, window=3)
+    return _attention_idiom(g, _window_mask, window=3)
 
 
 @idiom("attention-softcap",
@@ -1189,14 +1191,7 @@ def _(g):
        "axis, Sub its ReduceMax, Softmax, Slice off the last column, then MatMul(p, v); GQA over "
        "2 KV heads, a sliding window of 3")
 def _(g):
-    i, j = np.arange(MAX_POS)[:, None], np.arange(MAX_POS)[None, :]
-    table = np.where((j > i) | (i - j >= 3), FMIN, 0).astype(np.float32)
-
-    def mask(g, s, x):
-        seq = g.dim(x, 1)
-        return g.op("Add", s, g.slice(g.tensor("attn.window_mask", table), [0, 0],
-                                      g.op("Concat", seq, seq, axis=0), [0, 1]))
-    return _attention_idiom(g, mask, kv_heads=2, window=3, sinks="concat")
+    return _attention_idiom(g, _window_mask, kv_heads=2, window=3, sinks="concat")
 
 
 @idiom("attention-sinks-lse",
