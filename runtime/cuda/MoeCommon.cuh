@@ -33,9 +33,6 @@ struct MoeShape {
 /// have 8 or 1).
 constexpr int64_t kMaxGroups = 64;
 
-/// The experts' weights: the pointers every chunk shares.
-using MoeWeights = MoeParams;
-
 /// A chunk's gradients: dx may be null (no input gradient); the f32 param
 /// gradients are added to, each may be null.
 struct MoeGrads {
@@ -242,9 +239,9 @@ namespace reference {
 /// Scratch of a chunk of s.T tokens, in 4-byte words.
 int64_t scratch_words(const MoeShape &s, bool backward);
 void forward(void *scratch, const MoeShape &s, void *y, const void *x,
-             const MoeWeights &m, cudaStream_t stream);
+             const MoeParams &m, cudaStream_t stream);
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
-              const void *dy, const void *x, const MoeWeights &m,
+              const void *dy, const void *x, const MoeParams &m,
               cudaStream_t stream);
 } // namespace reference
 
@@ -252,9 +249,9 @@ void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
 namespace grouped_path {
 int64_t scratch_words(const MoeShape &s, bool backward);
 void forward(void *scratch, const MoeShape &s, void *y, const void *x,
-             const MoeWeights &m, cudaStream_t stream);
+             const MoeParams &m, cudaStream_t stream);
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
-              const void *dy, const void *x, const MoeWeights &m,
+              const void *dy, const void *x, const MoeParams &m,
               cudaStream_t stream);
 } // namespace grouped_path
 

@@ -271,7 +271,7 @@ void product_k(const Operand &a, const Operand &b, float *c, const Grouping &g,
 
 // Routing, positions, GU and A: what the forward and the backward share.
 void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
-                    const MoeWeights &m, cudaStream_t stream) {
+                    const MoeParams &m, cudaStream_t stream) {
   MT_LAUNCH(whole_group_kernel, dim3(1), dim3(1), stream, w.WHOLE, s);
   product_m<Store::F32>(rows(x, s.H), rows(m.router, s.H), w.P, whole(w, s),
                         s.E, s.H, stream);
@@ -298,7 +298,7 @@ int64_t scratch_words(const MoeShape &s, bool backward) {
 }
 
 void forward(void *scratch, const MoeShape &s, void *y, const void *x,
-             const MoeWeights &m, cudaStream_t stream) {
+             const MoeParams &m, cudaStream_t stream) {
   const Scratch w(scratch, s, false);
   const int64_t H = s.H, I = s.I;
   forward_hidden(w, s, x, m, stream);
@@ -313,7 +313,7 @@ void forward(void *scratch, const MoeShape &s, void *y, const void *x,
 }
 
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
-              const void *dy, const void *x, const MoeWeights &m,
+              const void *dy, const void *x, const MoeParams &m,
               cudaStream_t stream) {
   const Scratch w(scratch, s, true);
   const int64_t H = s.H, I = s.I;

@@ -252,7 +252,7 @@ struct Scratch {
 };
 
 void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
-                    const MoeWeights &m, cudaStream_t stream) {
+                    const MoeParams &m, cudaStream_t stream) {
   MT_LAUNCH(logits_kernel, blocks_for(s.T * s.E), kThreads, stream, w.P, B(x),
             B(m.router), s);
   MT_LAUNCH(route_kernel, blocks_for(s.T), kThreads, stream, w.P, w.X, w.W,
@@ -272,7 +272,7 @@ int64_t scratch_words(const MoeShape &s, bool backward) {
 }
 
 void forward(void *scratch, const MoeShape &s, void *y, const void *x,
-             const MoeWeights &m, cudaStream_t stream) {
+             const MoeParams &m, cudaStream_t stream) {
   const Scratch w(scratch, s, false);
   forward_hidden(w, s, x, m, stream);
   MT_LAUNCH(output_kernel, blocks_for(s.T * s.H), kThreads, stream, B(y),
@@ -281,7 +281,7 @@ void forward(void *scratch, const MoeShape &s, void *y, const void *x,
 }
 
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
-              const void *dy, const void *x, const MoeWeights &m,
+              const void *dy, const void *x, const MoeParams &m,
               cudaStream_t stream) {
   const Scratch w(scratch, s, true);
   const MoeWeightGrads &p = g.p;
@@ -343,9 +343,9 @@ constexpr int64_t kGroupedScratchBytes = int64_t(128) << 20;
 struct Path {
   int64_t (*scratch_words)(const MoeShape &, bool);
   void (*forward)(void *, const MoeShape &, void *, const void *,
-                  const MoeWeights &, cudaStream_t);
+                  const MoeParams &, cudaStream_t);
   void (*backward)(void *, const MoeShape &, const MoeGrads &, const void *,
-                   const void *, const MoeWeights &, cudaStream_t);
+                   const void *, const MoeParams &, cudaStream_t);
   int64_t budget_bytes;
 };
 
