@@ -2,9 +2,9 @@
 //
 // Times CudaKernels::attention_forward and attention_backward on shapes of
 // the decoders we train (causal, grouped KV heads, one with a sliding
-// window), on tensor cores and on CUDA cores (AttentionKernels), and
-// reports TFLOPS the way FlashAttention's benchmarks count
-// them: 4·B·H·pairs·D for the forward, 2.5 times that for the backward,
+// window, one in Llama 4's chunks), on tensor cores and on CUDA cores
+// (AttentionKernels), and reports TFLOPS the way FlashAttention's benchmarks
+// count them: 4·B·H·pairs·D for the forward, 2.5 times that for the backward,
 // where pairs is the number of visible (query, key) pairs. (Our backward
 // does more, 3.5 times: its dQ pass computes the scores and dY·Vᵀ again.)
 //
@@ -38,18 +38,20 @@ using bench::time_ms;
 
 struct Shape {
   const char *name;
-  int64_t B, H, Hkv, S, D, window;
+  int64_t B, H, Hkv, S, D, window, chunk;
 };
 
 // Llama 2 7B, Llama 3 8B (GQA), a 1B-class head dim of 64, a long
-// sequence, Mistral's window and Gemma's head dim of 256.
+// sequence, Mistral's window, Llama 4 Scout's chunks and Gemma's head dim
+// of 256.
 const Shape kShapes[] = {
-    {"llama2-7b S4096", 1, 32, 32, 4096, 128, 0},
-    {"llama3-8b S4096", 1, 32, 8, 4096, 128, 0},
-    {"d64 S4096", 2, 32, 8, 4096, 64, 0},
-    {"llama3-8b S16384", 1, 32, 8, 16384, 128, 0},
-    {"mistral-7b S16384 W4096", 1, 32, 8, 16384, 128, 4096},
-    {"gemma-7b S4096", 1, 16, 16, 4096, 256, 0},
+    {"llama2-7b S4096", 1, 32, 32, 4096, 128, 0, 0},
+    {"llama3-8b S4096", 1, 32, 8, 4096, 128, 0, 0},
+    {"d64 S4096", 2, 32, 8, 4096, 64, 0, 0},
+    {"llama3-8b S16384", 1, 32, 8, 16384, 128, 0, 0},
+    {"mistral-7b S16384 W4096", 1, 32, 8, 16384, 128, 4096, 0},
+    {"llama4-scout S16384 C8192", 1, 40, 8, 16384, 128, 0, 8192},
+    {"gemma-7b S4096", 1, 16, 16, 4096, 256, 0, 0},
 };
 
 /// Uniform bf16 in [-1, 1): one host pool, drawn once; each array is a
@@ -79,10 +81,11 @@ private:
   std::vector<uint16_t> h_;
 };
 
-double visible_pairs(int64_t S, int64_t window) {
-  const double s = double(S);
-  const double w = window > 0 && window < S ? double(window) : s;
-  return s * w - w * (w - 1) / 2;
+double visible_pairs(int64_t S, const mtrt::KeyRange &range) {
+  double pairs = 0;
+  for (int64_t i = 0; i < S; ++i)
+    pairs += double(i - range.first_key(i) + 1);
+  return pairs;
 }
 
 } // namespace
@@ -118,7 +121,7 @@ int main(int argc, char **argv) {
   mtrt::cuda::CudaKernels k;
   k.set_stream(stream);
 
-  std::printf("| shape | B H Hkv S D W | fwd ms | fwd TFLOPS | bwd ms | bwd "
+  std::printf("| shape | B H Hkv S D W C | fwd ms | fwd TFLOPS | bwd ms | bwd "
               "TFLOPS | CUDA cores: fwd / bwd TFLOPS |\n"
               "|---|---|---|---|---|---|---|\n");
   std::string rows;
@@ -136,8 +139,9 @@ int main(int argc, char **argv) {
     void *delta = nullptr; // f32, one per query row
     check(cudaMalloc(&delta, size_t(nq / s.D) * sizeof(float)), "cudaMalloc");
     const float scale = 1.f / std::sqrt(float(s.D));
+    const mtrt::KeyRange range{s.window, s.chunk};
     const double flops =
-        4.0 * double(s.B * s.H) * visible_pairs(s.S, s.window) * double(s.D);
+        4.0 * double(s.B * s.H) * visible_pairs(s.S, range) * double(s.D);
     struct Timing {
       double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
       bool finite;
@@ -147,16 +151,15 @@ int main(int argc, char **argv) {
       Timing t;
       t.fwd_ms = time_ms(stream, n, [&] {
         k.attention_forward(y, q, kk, v, s.B, s.H, s.Hkv, s.S, s.D, scale,
-                            s.window, 0.f, nullptr, nullptr);
+                            range, 0.f, nullptr, nullptr);
       });
       t.finite = all_finite(y, nq);
       // The backward as a step runs it: δ, then the gradients.
       t.bwd_ms = time_ms(stream, n, [&] {
         k.attention_delta(static_cast<float *>(delta), dy, y, nq / s.D, s.D);
-        k.attention_backward(dq, dk, dv, dy, q, kk, v,
-                             static_cast<const float *>(delta), s.B, s.H, s.Hkv,
-                             s.S, s.D, scale, s.window, 0.f, nullptr, nullptr,
-                             nullptr);
+        k.attention_backward(
+            dq, dk, dv, dy, q, kk, v, static_cast<const float *>(delta), s.B,
+            s.H, s.Hkv, s.S, s.D, scale, range, 0.f, nullptr, nullptr, nullptr);
       });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;
@@ -166,25 +169,27 @@ int main(int argc, char **argv) {
     // The CUDA-core kernels are slower by far: fewer timed calls.
     const Timing cc = measure(mtrt::cuda::AttentionKernels::CudaCores,
                               std::max(1, iters / 2));
-    std::printf("| %s | %lld %lld %lld %lld %lld %lld | %.3f | %.1f | %.3f | "
-                "%.1f | %.1f / %.1f |%s\n",
-                s.name, (long long)s.B, (long long)s.H, (long long)s.Hkv,
-                (long long)s.S, (long long)s.D, (long long)s.window, tc.fwd_ms,
-                tc.fwd_tflops, tc.bwd_ms, tc.bwd_tflops, cc.fwd_tflops,
-                cc.bwd_tflops,
-                tc.finite && cc.finite ? "" : " NON-FINITE OUTPUT");
+    std::printf(
+        "| %s | %lld %lld %lld %lld %lld %lld %lld | %.3f | %.1f | %.3f | "
+        "%.1f | %.1f / %.1f |%s\n",
+        s.name, (long long)s.B, (long long)s.H, (long long)s.Hkv,
+        (long long)s.S, (long long)s.D, (long long)s.window, (long long)s.chunk,
+        tc.fwd_ms, tc.fwd_tflops, tc.bwd_ms, tc.bwd_tflops, cc.fwd_tflops,
+        cc.bwd_tflops, tc.finite && cc.finite ? "" : " NON-FINITE OUTPUT");
     ok &= tc.finite && cc.finite;
     char row[640];
     std::snprintf(row, sizeof row,
                   "%s{\"name\": \"%s\", \"B\": %lld, \"H\": %lld, \"Hkv\": "
                   "%lld, \"S\": %lld, \"D\": %lld, \"window\": %lld, "
+                  "\"chunk\": %lld, "
                   "\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, "
                   "\"bwd_tflops\": %.2f, \"cuda_cores_fwd_tflops\": %.2f, "
                   "\"cuda_cores_bwd_tflops\": %.2f, \"finite\": %s}",
                   rows.empty() ? "" : ",\n ", s.name, (long long)s.B,
                   (long long)s.H, (long long)s.Hkv, (long long)s.S,
-                  (long long)s.D, (long long)s.window, tc.fwd_ms, tc.bwd_ms,
-                  tc.fwd_tflops, tc.bwd_tflops, cc.fwd_tflops, cc.bwd_tflops,
+                  (long long)s.D, (long long)s.window, (long long)s.chunk,
+                  tc.fwd_ms, tc.bwd_ms, tc.fwd_tflops, tc.bwd_tflops,
+                  cc.fwd_tflops, cc.bwd_tflops,
                   tc.finite && cc.finite ? "true" : "false");
     rows += row;
     for (void *p : {q, kk, v, dy, y, dq, dk, dv, delta})

@@ -5,7 +5,7 @@
 
 Reads the rows attention_bench wrote (--json), times torch's causal SDPA
 (bf16, its fastest backend: flash attention on Hopper) forward and
-backward on each shape without a window (SDPA has no sliding window short
+backward on each shape without a window or chunks (SDPA has neither short
 of a dense mask), counting TFLOPS as attention_bench does, and prints our
 kernels and torch's side by side. Grouped KV heads are expanded to H heads
 before timing, outside the timed region.
@@ -54,7 +54,7 @@ def main():
     print("|---|---|---|---|")
     for r in rows:
         row = dict(r)
-        if r["window"] == 0:
+        if r["window"] == 0 and r.get("chunk", 0) == 0:
             B, H, Hkv, S, D = r["B"], r["H"], r["Hkv"], r["S"], r["D"]
             q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             k = torch.randn(B, Hkv, S, D, device="cuda", dtype=torch.bfloat16)

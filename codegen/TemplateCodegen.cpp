@@ -312,7 +312,7 @@ private:
           << ", "
           << attentionDims(at.getQ(), at.getK(),
                            at.getScale().convertToDouble())
-          << ", " << at.getWindow().value_or(0) << ", "
+          << ", " << keyRange(at.getWindow(), at.getChunk()) << ", "
           << softcap(at.getSoftcapAttr()) << ", " << slopes << ", "
           << opt(at.getSinks()) << ");\n";
     } else if (auto d = dyn_cast<AttentionDeltaOp>(op)) {
@@ -334,7 +334,7 @@ private:
           << ", " << ref(g.getV()) << ", static_cast<const float *>("
           << ref(g.getDelta()) << "), "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
-          << ", " << g.getWindow().value_or(0) << ", "
+          << ", " << keyRange(g.getWindow(), g.getChunk()) << ", "
           << softcap(g.getSoftcapAttr()) << ", " << slopes << ", "
           << opt(g.getSinks()) << ", " << *dsinks << ");\n";
     } else if (auto r = dyn_cast<ReluOp>(op)) {
@@ -659,6 +659,13 @@ private:
       os_ << (i ? ", " : "") << lit(m);
     os_ << "};\n";
     return name;
+  }
+  // The keys each query sees, a window and chunks (0: none).
+  static std::string keyRange(std::optional<uint64_t> window,
+                              std::optional<uint64_t> chunk) {
+    return llvm::formatv("mtrt::KeyRange{{{0}, {1}}", window.value_or(0),
+                         chunk.value_or(0))
+        .str();
   }
   // The attention's soft cap as a float literal; 0 (none) without one.
   static std::string softcap(FloatAttr cap) {

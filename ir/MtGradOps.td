@@ -108,6 +108,7 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
                        Optional<Mt_GradTensor>:$sinks, F64Attr:$scale,
                        OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
                        OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<I64Attr>:$chunk,
                        OptionalAttr<F64Attr>:$softcap);
   let results = (outs Mt_GradTensor:$dq, Mt_GradTensor:$dk, Mt_GradTensor:$dv,
                       Optional<Mt_GradTensor>:$dsinks);

@@ -158,8 +158,11 @@ LogicalResult AttentionOp::verify() {
   if (auto slopes = getAlibiSlopes(); slopes && int64_t(slopes->size()) != q[1])
     return emitOpError("has ")
            << slopes->size() << " alibi_slopes for " << q[1] << " query heads";
-  if (auto w = getWindow(); w && *w <= 0)
-    return emitOpError("window must be positive, not ") << *w;
+  // Read signed: the accessors' unsigned values hide a negative one.
+  if (auto w = getWindowAttr(); w && w.getInt() <= 0)
+    return emitOpError("window must be positive, not ") << w.getInt();
+  if (auto c = getChunkAttr(); c && c.getInt() <= 0)
+    return emitOpError("chunk must be positive, not ") << c.getInt();
   if (auto c = getSoftcapAttr(); c && !(c.getValueAsDouble() > 0))
     return emitOpError("softcap must be positive, not ")
            << c.getValueAsDouble();

@@ -268,7 +268,9 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
     (query head h reads KV head h / (H / Hkv)). y[b, h, i] =
     Σ_{j ≤ i} softmax_j(scale · q_i · k_j + m_h · (j − i)) · v_j, where the
     ALiBi slopes m (one per query head, `alibi_slopes`) are 0 when absent;
-    with a sliding `window` W, only keys j > i − W take part. With a
+    with a sliding `window` W, only keys j > i − W take part; with a
+    `chunk` C (Llama 4's chunked attention), only the keys of i's chunk of C
+    tokens, j ≥ i − i mod C (both: the later bound). With a
     `softcap` c (Gemma 2), each scaled product s = scale · q_i · k_j enters
     as c · tanh(s / c). With `sinks` (a param of H elements, [H] or
     [1, H, 1, 1]; gpt-oss), head h's softmax has one more logit, sinks[h],
@@ -282,7 +284,8 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
   let arguments = (ins Mt_FloatTensor:$q, Mt_FloatTensor:$k, Mt_FloatTensor:$v,
                        Optional<Mt_FloatTensor>:$sinks,
                        F64Attr:$scale, OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
-                       OptionalAttr<I64Attr>:$window, OptionalAttr<F64Attr>:$softcap);
+                       OptionalAttr<I64Attr>:$window, OptionalAttr<I64Attr>:$chunk,
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = "$q `,` $k `,` $v (`,` $sinks^)? attr-dict `:` functional-type(operands, results)";
 }

@@ -124,18 +124,25 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     eff = gemmEfficiency(rows, n, k);
   } else if (isa<AttentionOp, AttentionGradOp>(op)) {
     // q is [B, H, S, D]: QKᵀ and PV cost 4·D per visible (query, key)
-    // pair: S·(S+1)/2 of them when causal, fewer under a sliding window W.
+    // pair: S·(S+1)/2 of them when causal, fewer under a sliding window W
+    // or chunks of C (the keys j of query i, i − W < j, i − i mod C <= j).
     Value q = op->getOperand(isa<AttentionOp>(op) ? 0 : 1);
     auto shape = cast<RankedTensorType>(q.getType()).getShape();
-    double s = shape[2], d = shape[3], bh = shape[0] * shape[1];
-    auto window = op->getAttrOfType<IntegerAttr>("window");
-    double w = window && window.getInt() < s ? window.getInt() : s;
-    double pairs = s * w - w * (w - 1) / 2;
+    double d = shape[3], bh = shape[0] * shape[1];
+    int64_t s = shape[2];
+    auto bound = [&](StringRef name) {
+      auto a = op->getAttrOfType<IntegerAttr>(name);
+      return a ? a.getInt() : s;
+    };
+    int64_t w = bound("window"), c = bound("chunk");
+    double pairs = 0;
+    for (int64_t i = 0; i < s; ++i)
+      pairs += double(std::min(w, i % c + 1));
     // The backward's passes (runtime/cuda/AttentionTensorCore.cu): dQ with
     // QKᵀ, dY·Vᵀ and dS·K, dK/dV with those two again, Pᵀ·dY and dSᵀ·Q:
     // 7 products to the forward's 2.
     flops = 4 * bh * pairs * d * (isa<AttentionGradOp>(op) ? 3.5 : 1.0);
-    eff = attentionEfficiency(s);
+    eff = attentionEfficiency(double(s));
   } else if (isa<MoeOp, MoeGradOp>(op)) {
     // Per token: the router (E·H) and k experts' 3·I·H multiply-adds; the
     // backward recomputes the forward and then does twice its work.

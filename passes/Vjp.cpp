@@ -110,7 +110,7 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
   }
   if (auto a = dyn_cast<AttentionOp>(op)) {
     SmallVector<NamedAttribute> attrs{attr("scale")};
-    for (StringRef name : {"alibi_slopes", "window", "softcap"})
+    for (StringRef name : {"alibi_slopes", "window", "chunk", "softcap"})
       if (op->getAttr(name))
         attrs.push_back(attr(name));
     auto q = cast<RankedTensorType>(a.getQ().getType());

@@ -16,6 +16,8 @@
 #   bench/device/plans/tiny-mixtral            parity of the mixture of experts'
 #                                              grouped tensor-core kernels (4
 #                                              experts, 2 per token; .venv-export)
+#   bench/device/plans/tiny-llama4             parity of chunked attention (Llama 4's
+#                                              dense layers, chunks of 5 tokens)
 #   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
 #   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
 #   bench/device/plans/llama-1b-32k            long context: 1 x 32768 tokens, the

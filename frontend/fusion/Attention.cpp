@@ -7,7 +7,8 @@
 // any chain of Add of a constant bias, Where(constant condition, scores,
 // fill) / Where(condition, fill, scores) and Mul by a 0/1 constant (whose
 // zeros another term masks: OpenAI GPT) that together keep exactly j <= i
-// (or the last W of those keys: a sliding window), and whose finite biases,
+// (or the last W of those keys: a sliding window; or those of i's chunk of C
+// tokens: Llama 4's chunked attention; or both), and whose finite biases,
 // if any, are ALiBi's m_h · j (BLOOM, MPT);
 // GQA's repeat of k and v as Unsqueeze/Reshape + Expand + Reshape is undone.
 // q, k, scores and v may also be merged over batch x heads ([B·H, S, ·],
@@ -47,6 +48,15 @@ constexpr double kMaskedBelow = -1e4;
 struct MaskForm {
   std::vector<double> slopes; // ALiBi, per query head; empty without
   int64_t window = 0;         // keys j with i - j < window; 0: all j <= i
+  int64_t chunk = 0;          // keys j >= i - i % chunk; 0: all j <= i
+
+  int64_t firstKey(int64_t i) const {
+    int64_t first = window ? std::max<int64_t>(0, i - window + 1) : 0;
+    return chunk ? std::max(first, i - i % chunk) : first;
+  }
+  bool visible(int64_t i, int64_t j) const {
+    return j <= i && j >= firstKey(i);
+  }
 };
 
 struct MaskTerm {
@@ -226,34 +236,51 @@ private:
     MaskForm form;
     int64_t s = scores[2];
     double bias = 0;
-    // The window and the slopes, read off the last query row of the first
-    // batch row: its first key kept, and the bias between its last two keys.
-    int64_t first = 0;
     auto keptAt = [&](int64_t b, int64_t h, int64_t i, int64_t j, double &c) {
       return kept(masks, scores, seqMajor, b, h, i, j, at, c);
     };
-    while (first < s && !keptAt(0, 0, s - 1, first, bias))
-      ++first;
-    form.window = first > 0 && first < s ? s - first : 0;
+    // The first key that row i of the first batch row and head keeps,
+    // searched from `from` on (an earlier row's, when the form holds).
+    auto firstKept = [&](int64_t i, int64_t from) {
+      while (from < i && !keptAt(0, 0, i, from, bias))
+        ++from;
+      return from;
+    };
+    // Chunks: the first row after 0 that sees only itself starts the second
+    // chunk (a window of 1 makes every row so). Then the window, from the
+    // last row of the first chunk (or of the sequence).
+    int64_t first = 0, edge = s;
+    for (int64_t i = 1; i < s && edge == s; ++i)
+      if ((first = firstKept(i, first)) == i)
+        edge = i;
+    if (edge == 1)
+      form.window = 1;
+    else if (edge < s)
+      form.chunk = edge;
+    int64_t last = std::min(edge, s) - 1;
+    if (edge > 1 && (first = firstKept(last, 0)) > 0)
+      form.window = last - first + 1;
+    // The slopes, from the bias between the last two keys of the last row
+    // that sees two.
     form.slopes.assign(scores[1], 0.0);
-    for (int64_t h = 0; h < scores[1] && s - first > 1; ++h) {
+    int64_t two = s - 1;
+    while (two > 0 && form.firstKey(two) == two)
+      --two;
+    for (int64_t h = 0; h < scores[1] && two > 0; ++h) {
       double before;
-      keptAt(0, h, s - 1, s - 2, before);
-      keptAt(0, h, s - 1, s - 1, bias);
+      keptAt(0, h, two, two - 1, before);
+      keptAt(0, h, two, two, bias);
       form.slopes[h] = bias - before;
     }
-    auto visible = [&](int64_t i, int64_t j) {
-      return j <= i && (form.window == 0 || i - j < form.window);
-    };
     // Long sequences are checked on a sample: the first and last 64
     // queries and keys, 64 strided ones, and the bands around the diagonal
-    // and the window's edge (where an off-by-one would show).
+    // and the row's first key (where an off-by-one at a window's or chunk's
+    // edge would show).
     auto sampled = [&](int64_t i) {
       return s <= 256 || i < 64 || i >= s - 64 || i % (s / 64) == 0;
     };
     auto near = [&](int64_t i, int64_t j) {
-      return std::abs(j - i) <= 64 ||
-             (form.window > 0 && std::abs(i - form.window + 1 - j) <= 64);
+      return std::abs(j - i) <= 64 || std::abs(form.firstKey(i) - j) <= 64;
     };
     std::vector<int64_t> rows, fewRows{0, s / 2, s - 1};
     for (int64_t i = 0; i < s; ++i)
@@ -264,18 +291,17 @@ private:
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i : h == 0 || h == H - 1 ? rows : fewRows) {
           // Biases are compared along the row from its first visible key.
-          int64_t base =
-              form.window ? std::max<int64_t>(0, i - form.window + 1) : 0;
+          int64_t base = form.firstKey(i);
           double rowBias = 0;
           keptAt(b, h, i, base, rowBias);
           for (int64_t j = 0; j < s; ++j) {
             if (!sampled(j) && !near(i, j))
               continue;
             bool keep = keptAt(b, h, i, j, bias);
-            if (keep != visible(i, j))
+            if (keep != form.visible(i, j))
               fail("{}: the attention mask {} query {} to see key {}; only "
-                   "causal masks, with or without a sliding window, are "
-                   "supported",
+                   "causal masks, with or without a sliding window or "
+                   "chunks, are supported",
                    at->describe(), keep ? "allows" : "does not allow", i, j);
             double want = rowBias + form.slopes[h] * double(j - base);
             // The exported biases are float32: a few ulps of the terms.
@@ -302,6 +328,8 @@ private:
       attn->setFloats("alibi_slopes", form.slopes);
     if (form.window)
       attn->setInt("window", form.window);
+    if (form.chunk)
+      attn->setInt("chunk", form.chunk);
   }
 
   Value *transposed(Node *after, Value *x, std::vector<int64_t> perm) {

@@ -3,7 +3,7 @@
 //
 // The attention kernels come in two families over the same (B, H, S, D)
 // head-major layout, grouped KV heads, causal mask with an optional sliding
-// window, soft cap, ALiBi and sinks:
+// window or chunks (KeyRange.h), soft cap, ALiBi and sinks:
 //  - AttentionTensorCore.cu: products on tensor cores (Mma.cuh), bf16
 //    operands with f32 accumulation, the default;
 //  - AttentionKernels.cu: on CUDA cores, all math f32, under
@@ -17,6 +17,7 @@
 #define MEGATRAIN_RUNTIME_CUDA_ATTENTIONCOMMON_CUH
 
 #include "runtime/cuda/KernelCommon.cuh"
+#include "runtime/kernels/KeyRange.h"
 
 namespace mtrt::MT_KNS::attn {
 
@@ -57,16 +58,11 @@ struct ScoreForm {
   }
 };
 
-/// Whether query i sees key j: causal, and within the window if any.
-__device__ __forceinline__ bool visible(int64_t i, int64_t j, int64_t window) {
-  return j <= i && (window == 0 || i - j < window);
-}
-
 /// The first key tile (a multiple of `tile`) holding a key that query q0
-/// sees.
-__device__ __forceinline__ int64_t first_key_tile(int64_t q0, int64_t window,
+/// sees: the queries after q0 see no earlier key.
+__device__ __forceinline__ int64_t first_key_tile(int64_t q0, KeyRange range,
                                                   int tile) {
-  return window == 0 ? 0 : max64(q0 - window + 1, 0) / tile * tile;
+  return range.first_key(q0) / tile * tile;
 }
 
 /// Rows [i0, i0 + n) of one head's log-sum-exp and delta (row index `base`
@@ -95,14 +91,14 @@ void sink_backward(float *dsinks, const bf16 *sinks, const float *lse,
 
 void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                          int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                         int64_t D, float scale, int64_t window,
+                         int64_t D, float scale, KeyRange range,
                          const ScoreForm &form, cudaStream_t stream);
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                           const bf16 *q, const bf16 *k, const bf16 *v,
                           const float *delta, float *lse, int64_t Bn, int64_t H,
                           int64_t Hkv, int64_t S, int64_t D, float scale,
-                          int64_t window, const ScoreForm &form,
+                          KeyRange range, const ScoreForm &form,
                           cudaStream_t stream);
 
 } // namespace mtrt::MT_KNS::attn

@@ -28,9 +28,9 @@
 // soft-capped (Gemma 2), plus ALiBi's m_h · (j − i); the cap and the slopes
 // (up to 256 heads) travel by value in the launch parameters, and all four
 // kernels form scores alike. A
-// sliding window (query i sees keys i − W < j ≤ i) skips the key tiles
-// before a block's first visible key and the query tiles past its last
-// reader, so the work is O(S · W).
+// sliding window (query i sees keys i − W < j ≤ i) or chunks (Llama 4: keys
+// of i's chunk) skip the key tiles before a block's first visible key and
+// the query tiles past its last reader, so a window's work is O(S · W).
 //
 // Head dims up to 256, in three register layouts (64, 128, 256).
 //
@@ -49,7 +49,6 @@ namespace {
 using attn::first_key_tile;
 using attn::kMaxAlibiHeads;
 using attn::ScoreForm;
-using attn::visible;
 
 template <int TPR> __device__ __forceinline__ float row_sum(float v) {
 #pragma unroll
@@ -88,7 +87,7 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_forward_kernel(bf16 *y, float *lse, float *delta, const bf16 *dy,
                              const bf16 *q, const bf16 *k, const bf16 *v,
                              int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                             float scale, int64_t window, ScoreForm form) {
+                             float scale, KeyRange range, ScoreForm form) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -111,7 +110,7 @@ __global__ void __launch_bounds__(BR *TPR)
   float m = form.first_max(h), l = form.first_sum(true);
 
   const int64_t keys = min64(q0 + BR, S); // what the block's last row needs
-  for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
+  for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
     __syncthreads();
     load_tile<BC, DM>(ks, kh, j0, S, D);
     load_tile<BC, DM>(vs, vh, j0, S, D);
@@ -125,13 +124,13 @@ __global__ void __launch_bounds__(BR *TPR)
       for (int u = 0; u < DPT; ++u)
         p += qr[u] * bf2f(ks[jj][t + TPR * u]);
       p = row_sum<TPR>(p);
-      s[jj] = visible(i, j0 + jj, window)
+      s[jj] = range.visible(i, j0 + jj)
                   ? form.capped(scale * p) + slope * float(j0 + jj - i)
                   : -INFINITY;
       tile_max = fmaxf(tile_max, s[jj]);
     }
-    // -inf only before the row's first visible key (under a window, the
-    // block's later rows start later): nothing to add yet.
+    // -inf only before the row's first visible key (under a window or chunks,
+    // the block's later rows start later): nothing to add yet.
     const float m_new = fmaxf(m, tile_max);
     if (m_new == -INFINITY)
       continue;
@@ -182,7 +181,7 @@ __global__ void __launch_bounds__(BC *TPR)
     attention_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                           const bf16 *k, const bf16 *v, const float *lse,
                           const float *delta, int64_t H, int64_t Hkv, int64_t S,
-                          int64_t D, float scale, int64_t window,
+                          int64_t D, float scale, KeyRange range,
                           ScoreForm form) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 qs[BR][DM];
@@ -204,8 +203,8 @@ __global__ void __launch_bounds__(BC *TPR)
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
     const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
     const float slope = form.slope_of(h);
-    // The block's keys are read by queries up to j0 + BC − 1 + window − 1.
-    const int64_t readers = window == 0 ? S : min64(S, j0 + BC - 1 + window);
+    // The block's keys are read by the queries up to its last key's last.
+    const int64_t readers = range.last_query(j0 + BC - 1, S) + 1;
     for (int64_t i0 = j0 / BR * BR; i0 < readers; i0 += BR) {
       __syncthreads();
       load_tile<BR, DM>(qs, q + base * D, i0, S, D);
@@ -223,7 +222,7 @@ __global__ void __launch_bounds__(BC *TPR)
         dp = row_sum<TPR>(dp);
         const int64_t i = i0 + ii;
         const float c = form.capped(scale * s);
-        const float p = i < S && visible(i, j, window)
+        const float p = i < S && range.visible(i, j)
                             ? expf(c + slope * float(j - i) - ls[ii])
                             : 0.f;
         const float dsc = p * (dp - ds[ii]) * form.cap_slope(c);
@@ -255,7 +254,7 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
                         const bf16 *v, const float *lse, const float *delta,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale, int64_t window, ScoreForm form) {
+                        float scale, KeyRange range, ScoreForm form) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -276,7 +275,7 @@ __global__ void __launch_bounds__(BR *TPR)
   const float L = lse[row], delta_i = delta[row];
 
   const int64_t keys = min64(q0 + BR, S);
-  for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
+  for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
     __syncthreads();
     load_tile<BC, DM>(ks, kh, j0, S, D);
     load_tile<BC, DM>(vs, vh, j0, S, D);
@@ -291,7 +290,7 @@ __global__ void __launch_bounds__(BR *TPR)
       s = row_sum<TPR>(s);
       dp = row_sum<TPR>(dp);
       const float c = form.capped(scale * s);
-      const float p = visible(i, j0 + jj, window)
+      const float p = range.visible(i, j0 + jj)
                           ? expf(c + slope * float(j0 + jj - i) - L)
                           : 0.f;
       const float dsc = p * (dp - delta_i) * form.cap_slope(c);
@@ -318,7 +317,7 @@ template <int TPR, int DPT, int Rows> struct Attention {
 
   static void forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                       int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                      float scale, int64_t window, const ScoreForm &form,
+                      float scale, KeyRange range, const ScoreForm &form,
                       cudaStream_t stream) {
     auto *kernel = attention_forward_kernel<TPR, DPT, BR, BC_FWD, false>;
     launch_kernel("attention_forward_kernel", kernel,
@@ -326,19 +325,19 @@ template <int TPR, int DPT, int Rows> struct Attention {
                   dim3(BR * TPR), stream, y, static_cast<float *>(nullptr),
                   static_cast<float *>(nullptr),
                   static_cast<const bf16 *>(nullptr), q, k, v, H, Hkv, S, D,
-                  scale, window, form);
+                  scale, range, form);
   }
 
   static void backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                        const bf16 *q, const bf16 *k, const bf16 *v, float *lse,
                        float *delta, int64_t Bn, int64_t H, int64_t Hkv,
-                       int64_t S, int64_t D, float scale, int64_t window,
+                       int64_t S, int64_t D, float scale, KeyRange range,
                        const ScoreForm &form, cudaStream_t stream) {
     const dim3 rows(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn));
     auto *stats = attention_forward_kernel<TPR, DPT, BR, BC_FWD, true>;
     launch_kernel("attention_stats_kernel", stats, rows, dim3(BR * TPR), stream,
                   static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v, H, Hkv,
-                  S, D, scale, window, form);
+                  S, D, scale, range, form);
     if (dk || dv) {
       auto *kernel = attention_dkdv_kernel<TPR, DPT, BC, BR>;
       launch_kernel(
@@ -346,14 +345,14 @@ template <int TPR, int DPT, int Rows> struct Attention {
           dim3(unsigned((S + BC - 1) / BC), unsigned(Hkv), unsigned(Bn)),
           dim3(BC * TPR), stream, dk, dv, dy, q, k, v,
           static_cast<const float *>(lse), static_cast<const float *>(delta), H,
-          Hkv, S, D, scale, window, form);
+          Hkv, S, D, scale, range, form);
     }
     if (dq) {
       auto *kernel = attention_dq_kernel<TPR, DPT, BR, BC>;
       launch_kernel("attention_dq_kernel", kernel, rows, dim3(BR * TPR), stream,
                     dq, dy, q, k, v, static_cast<const float *>(lse),
                     static_cast<const float *>(delta), H, Hkv, S, D, scale,
-                    window, form);
+                    range, form);
     }
   }
 };
@@ -456,8 +455,8 @@ AttentionKernels attention_kernels_from_env() {
 void CudaKernels::attention_forward(void *y, const void *q, const void *k,
                                     const void *v, int64_t Bn, int64_t H,
                                     int64_t Hkv, int64_t S, int64_t D,
-                                    float scale, int64_t window, float softcap,
-                                    const float *alibi_slopes,
+                                    float scale, const KeyRange &range,
+                                    float softcap, const float *alibi_slopes,
                                     const void *sinks) {
   if (Bn * H * S * D <= 0)
     return;
@@ -467,16 +466,16 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ == AttentionKernels::TensorCores)
     attn::tensor_core_forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
-                              window, a, s);
+                              range, a, s);
   else if (D <= 64)
-    Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
-                         window, a, s);
+    Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, range,
+                         a, s);
   else if (D <= 128)
     Attention128::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
-                          window, a, s);
+                          range, a, s);
   else
     Attention256::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
-                          window, a, s);
+                          range, a, s);
 }
 
 void CudaKernels::attention_delta(float *delta, const void *dy, const void *y,
@@ -493,7 +492,7 @@ void CudaKernels::attention_delta(float *delta, const void *dy, const void *y,
 void CudaKernels::attention_backward(
     void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
     const void *v, const float *delta, int64_t Bn, int64_t H, int64_t Hkv,
-    int64_t S, int64_t D, float scale, int64_t window, float softcap,
+    int64_t S, int64_t D, float scale, const KeyRange &range, float softcap,
     const float *alibi_slopes, const void *sinks, float *dsinks) {
   if (Bn * H * S * D <= 0 || (!dq && !dk && !dv && !dsinks))
     return;
@@ -507,7 +506,7 @@ void CudaKernels::attention_backward(
   if (attention_ == AttentionKernels::TensorCores) {
     float *lse = static_cast<float *>(scratch(rows * int64_t(sizeof(float))));
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
-                               delta, lse, Bn, H, Hkv, S, D, scale, window, a,
+                               delta, lse, Bn, H, Hkv, S, D, scale, range, a,
                                s);
     if (dsinks)
       attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
@@ -518,13 +517,13 @@ void CudaKernels::attention_backward(
   float *own = lse + rows;
   if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                          own, Bn, H, Hkv, S, D, scale, window, a, s);
+                          own, Bn, H, Hkv, S, D, scale, range, a, s);
   else if (D <= 128)
     Attention128::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           own, Bn, H, Hkv, S, D, scale, window, a, s);
+                           own, Bn, H, Hkv, S, D, scale, range, a, s);
   else
     Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           own, Bn, H, Hkv, S, D, scale, window, a, s);
+                           own, Bn, H, Hkv, S, D, scale, range, a, s);
   if (dsinks)
     attn::sink_backward(dsinks, a.sinks, lse, own, Bn, H, S, s);
 }

@@ -180,8 +180,8 @@ __device__ __forceinline__ float quad_max(float v) {
 /// Whether none of a warp's query rows [w0, w0 + 16) sees any key of
 /// [j0, j0 + keys).
 __device__ __forceinline__ bool warp_sees_none(int64_t w0, int64_t j0, int keys,
-                                               int64_t window) {
-  return j0 > w0 + 15 || (window != 0 && j0 + keys - 1 <= w0 - window);
+                                               KeyRange range) {
+  return j0 > w0 + 15 || j0 + keys - 1 < range.first_key(w0);
 }
 
 /// A warp's products s = q·k against key tile j0 (rows[r] its lane's two
@@ -190,14 +190,14 @@ __device__ __forceinline__ bool warp_sees_none(int64_t w0, int64_t j0, int keys,
 template <int ST>
 __device__ __forceinline__ void
 score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
-           int64_t window, float scale, float slope, const ScoreForm &form) {
+           KeyRange range, float scale, float slope, const ScoreForm &form) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-      s[nt][e] = visible(i, j, window)
+      s[nt][e] = range.visible(i, j)
                      ? form.capped(scale * s[nt][e]) + slope * float(j - i)
                      : -INFINITY;
     }
@@ -287,7 +287,7 @@ template <int DM>
 __global__ void __launch_bounds__(kBlockThreads)
     forward_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                    int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
-                   int64_t window, ScoreForm form) {
+                   KeyRange range, ScoreForm form) {
   using C = Config<DM>;
   constexpr int BC = C::kFwdKeys, KS = DM / 16, NT = DM / 8, ST = BC / 8;
   MT_DYNAMIC_SHARED(smem);
@@ -315,12 +315,12 @@ __global__ void __launch_bounds__(kBlockThreads)
         l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
   const int64_t keys = min64(q0 + kRows, S);
-  for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
+  for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
     __syncthreads();
     stage<BC, DM>(ks, kh, j0, S, D);
     stage<BC, DM>(vs, vh, j0, S, D);
     __syncthreads();
-    if (warp_sees_none(w0, j0, BC, window))
+    if (warp_sees_none(w0, j0, BC, range))
       continue;
     float s[ST][4] = {};
 #pragma unroll
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       rows_a<DM>(aq, qf, qs, 16 * warp, kk);
       mma_tile_t<DM>(s, aq, ks, kk);
     }
-    score_tile<ST>(s, rows, j0, window, scale, slope, form);
+    score_tile<ST>(s, rows, j0, range, scale, slope, form);
     raise_max(m, l, o, s);
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
@@ -361,7 +361,7 @@ template <int DM>
 __global__ void __launch_bounds__(kBlockThreads)
     dq_kernel(bf16 *dq, float *lse, const bf16 *dy, const bf16 *q,
               const bf16 *k, const bf16 *v, const float *delta, int64_t H,
-              int64_t Hkv, int64_t S, int64_t D, float scale, int64_t window,
+              int64_t Hkv, int64_t S, int64_t D, float scale, KeyRange range,
               ScoreForm form) {
   using C = Config<DM>;
   constexpr int BC = C::kDqKeys, KS = DM / 16, NT = DM / 8, ST = BC / 8;
@@ -397,12 +397,12 @@ __global__ void __launch_bounds__(kBlockThreads)
         l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
   const int64_t keys = min64(q0 + kRows, S);
-  for (int64_t j0 = first_key_tile(q0, window, BC); j0 < keys; j0 += BC) {
+  for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
     __syncthreads();
     stage<BC, DM>(ks, kh, j0, S, D);
     stage<BC, DM>(vs, vh, j0, S, D);
     __syncthreads();
-    if (warp_sees_none(w0, j0, BC, window))
+    if (warp_sees_none(w0, j0, BC, range))
       continue;
     float s[ST][4] = {}, dp[ST][4] = {};
 #pragma unroll
@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       mma_tile_t<DM>(s, aq, ks, kk);
       mma_tile_t<DM>(dp, ady, vs, kk);
     }
-    score_tile<ST>(s, rows, j0, window, scale, slope, form);
+    score_tile<ST>(s, rows, j0, range, scale, slope, form);
     raise_max(m, l, acc, s);
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                 const bf16 *k, const bf16 *v, const float *lse,
                 const float *delta, int64_t H, int64_t Hkv, int64_t S,
-                int64_t D, float scale, int64_t window, ScoreForm form) {
+                int64_t D, float scale, KeyRange range, ScoreForm form) {
   using C = Config<DM>;
   constexpr int KEYS = C::kDkdvKeys, BQ = C::kQueryTile, KS = DM / 16,
                 ST = BQ / 8;
@@ -478,8 +478,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   stage<KEYS, DM>(vs, v + kvbase * D, j0, S, D);
   float dka[NTO][4] = {}, dva[NTO][4] = {};
 
-  // The block's keys are read by queries up to j0 + KEYS − 1 + window − 1.
-  const int64_t readers = window == 0 ? S : min64(S, j0 + KEYS - 1 + window);
+  // The block's keys are read by the queries up to its last key's last.
+  const int64_t readers = range.last_query(j0 + KEYS - 1, S) + 1;
   for (int64_t h = grp * group; h < (grp + 1) * group; ++h) {
     const int64_t base = (b * H + h) * S;
     const float slope = form.slope_of(h);
@@ -490,8 +490,8 @@ __global__ void __launch_bounds__(kBlockThreads)
       stage_row_stats(ls, dls, lse, delta, base, i0, S, BQ);
       __syncthreads();
       // Skip when every query of the tile comes before the warp's keys or
-      // past their window.
-      if (i0 + BQ - 1 < w0 || (window != 0 && i0 - (w0 + 15) >= window))
+      // after the last that sees them (a window's or chunk's end).
+      if (i0 + BQ - 1 < w0 || i0 > range.last_query(w0 + 15, S))
         continue;
       float st[ST][4] = {}, dpt[ST][4] = {};
 #pragma unroll
@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(kBlockThreads)
           const int ii = nt * 8 + 2 * t + e % 2;
           const int64_t i = i0 + ii, j = keys[e / 2];
           const float c = form.capped(scale * st[nt][e]);
-          const float p = i < S && visible(i, j, window)
+          const float p = i < S && range.visible(i, j)
                               ? expf(c + slope * float(j - i) - ls[ii])
                               : 0.f;
           st[nt][e] = p;
@@ -540,32 +540,32 @@ unsigned tiles_of(int64_t S, int rows) {
 template <int DM>
 void forward_dm(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                 int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                float scale, int64_t window, const ScoreForm &form,
+                float scale, KeyRange range, const ScoreForm &form,
                 cudaStream_t stream) {
   launch_kernel_shared("attention_tc_forward_kernel", forward_kernel<DM>,
                        dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)),
                        dim3(kBlockThreads), Config<DM>::forward_shared(),
-                       stream, y, q, k, v, H, Hkv, S, D, scale, window, form);
+                       stream, y, q, k, v, H, Hkv, S, D, scale, range, form);
 }
 
 template <int DM>
 void backward_dm(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                  const bf16 *k, const bf16 *v, const float *delta, float *lse,
                  int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                 float scale, int64_t window, const ScoreForm &form,
+                 float scale, KeyRange range, const ScoreForm &form,
                  cudaStream_t stream) {
   using C = Config<DM>;
   // dQ first: it leaves the log-sum-exp that dK/dV read.
   launch_kernel_shared("attention_tc_dq_kernel", dq_kernel<DM>,
                        dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)),
                        dim3(kBlockThreads), C::dq_shared(), stream, dq, lse, dy,
-                       q, k, v, delta, H, Hkv, S, D, scale, window, form);
+                       q, k, v, delta, H, Hkv, S, D, scale, range, form);
   if (dk || dv)
     launch_kernel_shared(
         "attention_tc_dkdv_kernel", dkdv_kernel<DM>,
         dim3(tiles_of(S, C::kDkdvKeys), unsigned(Hkv), unsigned(Bn)),
         dim3(kBlockThreads), C::dkdv_shared(), stream, dk, dv, dy, q, k, v,
-        static_cast<const float *>(lse), delta, H, Hkv, S, D, scale, window,
+        static_cast<const float *>(lse), delta, H, Hkv, S, D, scale, range,
         form);
 }
 
@@ -573,31 +573,31 @@ void backward_dm(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
 
 void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                          int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                         int64_t D, float scale, int64_t window,
+                         int64_t D, float scale, KeyRange range,
                          const ScoreForm &form, cudaStream_t stream) {
   if (D <= 64)
-    forward_dm<64>(y, q, k, v, Bn, H, Hkv, S, D, scale, window, form, stream);
+    forward_dm<64>(y, q, k, v, Bn, H, Hkv, S, D, scale, range, form, stream);
   else if (D <= 128)
-    forward_dm<128>(y, q, k, v, Bn, H, Hkv, S, D, scale, window, form, stream);
+    forward_dm<128>(y, q, k, v, Bn, H, Hkv, S, D, scale, range, form, stream);
   else
-    forward_dm<256>(y, q, k, v, Bn, H, Hkv, S, D, scale, window, form, stream);
+    forward_dm<256>(y, q, k, v, Bn, H, Hkv, S, D, scale, range, form, stream);
 }
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                           const bf16 *q, const bf16 *k, const bf16 *v,
                           const float *delta, float *lse, int64_t Bn, int64_t H,
                           int64_t Hkv, int64_t S, int64_t D, float scale,
-                          int64_t window, const ScoreForm &form,
+                          KeyRange range, const ScoreForm &form,
                           cudaStream_t stream) {
   if (D <= 64)
     backward_dm<64>(dq, dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
-                    scale, window, form, stream);
+                    scale, range, form, stream);
   else if (D <= 128)
     backward_dm<128>(dq, dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
-                     scale, window, form, stream);
+                     scale, range, form, stream);
   else
     backward_dm<256>(dq, dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
-                     scale, window, form, stream);
+                     scale, range, form, stream);
 }
 
 } // namespace mtrt::MT_KNS::attn

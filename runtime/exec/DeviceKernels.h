@@ -78,7 +78,7 @@ public:
                              const void *sin, int64_t B, int64_t H, int64_t S,
                              int64_t D, int64_t R, int seq_axis,
                              bool interleaved) = 0;
-  // window: query i sees keys i − window < j ≤ i (0: all j ≤ i).
+  // range: the keys j ≤ i that query i sees (a window, chunks; KeyRange.h).
   // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
   // alibi_slopes: H host floats (query head h adds m_h · (j − i) to its
   // scores), or null. sinks: H values of a param (head h's softmax has one
@@ -86,7 +86,7 @@ public:
   virtual void attention_forward(void *y, const void *q, const void *k,
                                  const void *v, int64_t B, int64_t H,
                                  int64_t Hkv, int64_t S, int64_t D, float scale,
-                                 int64_t window, float softcap,
+                                 const KeyRange &range, float softcap,
                                  const float *alibi_slopes,
                                  const void *sinks) = 0;
   // δ_r = dy_r · y_r for `rows` rows of D: the row term of the softmax's
@@ -99,9 +99,9 @@ public:
                                   const void *q, const void *k, const void *v,
                                   const float *delta, int64_t B, int64_t H,
                                   int64_t Hkv, int64_t S, int64_t D,
-                                  float scale, int64_t window, float softcap,
-                                  const float *alibi_slopes, const void *sinks,
-                                  float *dsinks) = 0;
+                                  float scale, const KeyRange &range,
+                                  float softcap, const float *alibi_slopes,
+                                  const void *sinks, float *dsinks) = 0;
   virtual void relu_forward(void *y, const void *x, int64_t n) = 0;
   virtual void relu_backward(void *dx, const void *dy, const void *x,
                              int64_t n) = 0;

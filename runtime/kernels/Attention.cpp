@@ -4,12 +4,12 @@
 // and output (online softmax over key tiles), the backward recomputes each
 // row's probabilities. Neither stores an S x S matrix. ALiBi adds
 // m_h · (j − i) to each score: 0 on the diagonal, so the scores keep their
-// scale however long the sequence. A sliding window starts each row's keys
-// at i − window + 1, so its cost is O(S · window). Soft-capping (Gemma 2)
-// squashes each scaled score s to cap · tanh(s / cap) before the bias.
-// A sink (gpt-oss) is one more logit per head in each row's softmax, with
-// no value: the row's running max and sum start from it, not from -inf and
-// 0, and its gradient is −Σ p_sink · δ over the head's rows.
+// scale however long the sequence. A sliding window or chunks start each
+// row's keys at range.first_key(i), so a window's cost is O(S · window).
+// Soft-capping (Gemma 2) squashes each scaled score s to cap · tanh(s / cap)
+// before the bias. A sink (gpt-oss) is one more logit per head in each row's
+// softmax, with no value: the row's running max and sum start from it, not from
+// -inf and 0, and its gradient is −Σ p_sink · δ over the head's rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,7 +53,7 @@ float score_of(const float *qi, const float *kj, int64_t D, float scale,
 
 void attention_forward(float *y, const float *q, const float *k, const float *v,
                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                       float scale, int64_t window, float softcap,
+                       float scale, const KeyRange &range, float softcap,
                        const float *alibi_slopes, const float *sinks) {
   const int64_t group = H / Hkv;
 #pragma omp parallel
@@ -71,8 +71,7 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
       float running_max = sinks ? sinks[h] : -INFINITY;
       float sum = sinks ? 1.f : 0.f;
       std::fill(out.begin(), out.end(), 0.f);
-      const int64_t first =
-          window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+      const int64_t first = range.first_key(i);
       for (int64_t j0 = first; j0 <= i; j0 += kKeyTile) {
         const int64_t n = std::min(kKeyTile, i + 1 - j0);
         float tile_max = -INFINITY;
@@ -111,9 +110,10 @@ void attention_delta(float *delta, const float *dy, const float *y,
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
                         const float *delta, int64_t B, int64_t H, int64_t Hkv,
-                        int64_t S, int64_t D, float scale, int64_t window,
-                        float softcap, const float *alibi_slopes,
-                        const float *sinks, float *dsinks) {
+                        int64_t S, int64_t D, float scale,
+                        const KeyRange &range, float softcap,
+                        const float *alibi_slopes, const float *sinks,
+                        float *dsinks) {
   if (!dq && !dk && !dv && !dsinks)
     return;
   const int64_t group = H / Hkv;
@@ -136,8 +136,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
           const int64_t r = (b * H + h) * S + i;
           const float *qi = q + r * D, *dyi = dy + r * D;
           const float slope = alibi_slopes ? alibi_slopes[h] : 0.f;
-          const int64_t first =
-              window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+          const int64_t first = range.first_key(i);
           const float sink = sinks ? sinks[h] : -INFINITY;
           float row_max = sink;
           for (int64_t j = first; j <= i; ++j) {

@@ -20,6 +20,8 @@
 #ifndef MEGATRAIN_RUNTIME_KERNELS_KERNELS_H
 #define MEGATRAIN_RUNTIME_KERNELS_KERNELS_H
 
+#include "runtime/kernels/KeyRange.h"
+
 #include <cstdint>
 
 namespace mtrt::cpu {
@@ -112,7 +114,7 @@ void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
 // ---- causal attention with grouped KV heads -------------------------------
 // q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0; query head h reads KV
 // head h / (H / Hkv). Memory beyond the inputs is O(S) per worker thread.
-// window > 0: query i sees only keys j > i − window (a sliding window).
+// range: the keys each query sees (a sliding window, chunks; KeyRange.h).
 // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
 // alibi_slopes (H values, or null): head h adds m_h · (j − i) to the score of
 // query i and key j.
@@ -121,7 +123,7 @@ void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
 // dsinks when that is not null.
 void attention_forward(float *y, const float *q, const float *k, const float *v,
                        int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                       float scale, int64_t window, float softcap,
+                       float scale, const KeyRange &range, float softcap,
                        const float *alibi_slopes, const float *sinks);
 // δ_r = dy_r · y_r for `rows` rows of D (y the forward's output): the row
 // term of the softmax's backward, which attention_backward reads.
@@ -130,9 +132,10 @@ void attention_delta(float *delta, const float *dy, const float *y,
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
                         const float *delta, int64_t B, int64_t H, int64_t Hkv,
-                        int64_t S, int64_t D, float scale, int64_t window,
-                        float softcap, const float *alibi_slopes,
-                        const float *sinks, float *dsinks);
+                        int64_t S, int64_t D, float scale,
+                        const KeyRange &range, float softcap,
+                        const float *alibi_slopes, const float *sinks,
+                        float *dsinks);
 
 // ---- activations (n elements) ---------------------------------------------
 void relu_forward(float *y, const float *x, int64_t n);

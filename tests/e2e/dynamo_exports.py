@@ -264,13 +264,51 @@ ARCHITECTURES = {
                          first_k_dense_replace=1, n_shared_experts=1,
                          routed_scaling_factor=2.5, pad_token_id=0),
                     T.DeepseekV3ForCausalLM),
+    # Llama 4 (dense layers): chunked attention (chunks of 5 of the 16
+    # tokens) with rotary and weightless q/k RMS norms, and a NoPE layer with
+    # full causal attention whose queries are scaled per position
+    # (temperature tuning, a step every 4 tokens). Exported with a real-valued
+    # rotary: torch's exporter cannot export the complex one (see export()).
+    "llama4": (T.Llama4TextConfig, dict(COMMON, head_dim=16, intermediate_size=32,
+                                        intermediate_size_mlp=128, moe_layers=[],
+                                        no_rope_layers=[1, 0], attention_chunk_size=5,
+                                        floor_scale=4, attn_scale=0.1, pad_token_id=0),
+               T.Llama4ForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),
 }
 
 
+def real_llama4_rotary():
+    """Llama 4's rotary as its real-valued equivalent: torch 2.15's exporter
+    has no ONNX form for the complex tensors (view_as_complex, polar) of
+    transformers' version. Rotating the pair (x_2i, x_2i+1) by the angle
+    θ_i is x·cos + rotate_every_two(x)·sin with each cos and sin repeated
+    for its pair, the same numbers (GPT-J's interleaved form)."""
+    from transformers.models.llama4 import modeling_llama4 as L
+
+    def angles(self, x, position_ids):
+        freqs = position_ids[..., None].float() * self.inv_freq.to(x.device, torch.float)
+        return torch.stack((freqs.cos(), freqs.sin()), -1) * self.attention_scaling
+
+    def rotate(xq, xk, cs):
+        cos = cs[..., 0].repeat_interleave(2, -1)[:, :, None, :]
+        sin = cs[..., 1].repeat_interleave(2, -1)[:, :, None, :]
+
+        def one(x):
+            x = x.float()
+            swapped = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+            return x * cos + swapped * sin
+        return one(xq).type_as(xq), one(xk).type_as(xk)
+
+    L.Llama4TextRotaryEmbedding.forward = angles
+    L.apply_rotary_emb = rotate
+
+
 def export(name, path, seed=0):
+    if name == "llama4":
+        real_llama4_rotary()
     model = build(ARCHITECTURES, name, seed)
     ids = torch.randint(0, 256, (2, 16))
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=128)

@@ -67,10 +67,11 @@ def softcap(x, cap):
     return cap * np.tanh(x / cap)
 
 
-def attention(q, k, v, scale, alibi=None, window=None, cap=None, sinks=None):
+def attention(q, k, v, scale, alibi=None, window=None, cap=None, sinks=None, chunk=None):
     """Causal attention; q [B, H, S, D], k and v [B, Hkv, S, D]; alibi: one
     slope per query head, adding slope · key position to the scores; window:
-    query i sees keys i - window < j <= i; cap: the scaled scores soft-capped
+    query i sees keys i - window < j <= i; chunk: query i sees the keys of its
+    chunk, j // chunk == i // chunk; cap: the scaled scores soft-capped
     before the masks; sinks: one more logit per query head in each row's
     softmax, weighing no value."""
     rep = q.shape[1] // k.shape[1]
@@ -84,6 +85,8 @@ def attention(q, k, v, scale, alibi=None, window=None, cap=None, sinks=None):
     keep = np.tril(np.ones((n, n), bool))
     if window is not None:
         keep &= ~np.tril(np.ones((n, n), bool), -window)
+    if chunk is not None:
+        keep &= np.arange(n)[:, None] // chunk == np.arange(n)[None, :] // chunk
     s = np.where(keep, s, -np.inf)
     if sinks is not None:
         column = np.broadcast_to(np.asarray(sinks)[:, None, None], s.shape[:-1] + (1,))

@@ -960,9 +960,10 @@ AH, AD = 4, 4  # query heads, head dim
 
 
 def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, window=None, cap=None,
-                     sinks=False, v_dim=AD):
+                     sinks=False, v_dim=AD, chunk=None):
     """mask_scores(g, scores, x) -> masked scores; scale: div | mul | qk (each by d^-1/4);
-    alibi, window: the slopes the masks add and the window they keep, for the reference;
+    alibi, window, chunk: the slopes the masks add and the window and chunks they keep, for the
+    reference;
     cap: the scaled scores become Mul(Tanh(Div(scores, cap)), cap) before the mask;
     sinks: "concat", gpt-oss's sink logits, a [1, 4, 1, 1] param concatenated to the masked
     scores (Expand to [B, 4, S, 1]), the row max subtracted, Softmax, the last column sliced
@@ -1005,14 +1006,15 @@ def _attention_idiom(g, mask_scores, kv_heads=AH, scale="div", alibi=None, windo
     y, Wo = matmul(g, dg.merge_heads(g, a, AH * v_dim), AH * v_dim, HIDDEN, "attn.o_proj.weight")
     y_output(g, y, HIDDEN)
     return _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi, window, cap,
-                          None if S is None else S.reshape(-1))
+                          None if S is None else S.reshape(-1), chunk)
 
 
-def _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi=None, window=None, cap=None, sinks=None):
+def _attention_ref(Wq, Wk, Wv, Wo, kv_heads, alibi=None, window=None, cap=None, sinks=None,
+                   chunk=None):
     def ref(f):
         x = f["x"]
         a = fm.attention(fm.heads(x @ Wq, AH), fm.heads(x @ Wk, kv_heads), fm.heads(x @ Wv, kv_heads),
-                         AD ** -0.5, alibi, window, cap, sinks)
+                         AD ** -0.5, alibi, window, cap, sinks, chunk)
         return fm.merge(a) @ Wo
     return ref
 
@@ -1177,6 +1179,34 @@ def _window_mask(g, s, x):
        "Add(scores, .); scale Div")
 def _(g):
     return _attention_idiom(g, _window_mask, window=3)
+
+
+def _chunk_mask(window=None):
+    """Add(scores, Slice([64,64] initializer to [S,S])): finfo.min where j > i or j is outside
+    i's chunk of 3 (Llama 4's chunked attention), or i - j >= window."""
+    def mask(g, s, x):
+        i, j = np.arange(MAX_POS)[:, None], np.arange(MAX_POS)[None, :]
+        hide = (j > i) | (j // 3 != i // 3)
+        if window:
+            hide |= i - j >= window
+        table = np.where(hide, FMIN, 0).astype(np.float32)
+        seq = g.dim(x, 1)
+        return g.op("Add", s, g.slice(g.tensor("attn.chunk_mask", table), [0, 0],
+                                      g.op("Concat", seq, seq, axis=0), [0, 1]))
+    return mask
+
+
+@idiom("attention-chunked",
+       "initializer [64,64]: finfo.min where j > i or j // 3 != i // 3 (Llama 4's chunks of 3), "
+       "Slice to [S,S], Add(scores, .); scale Div")
+def _(g):
+    return _attention_idiom(g, _chunk_mask(), chunk=3)
+
+
+@idiom("attention-chunked-window",
+       "the chunks of 3 of attention-chunked, and a sliding window of 2 inside them")
+def _(g):
+    return _attention_idiom(g, _chunk_mask(window=2), chunk=3, window=2)
 
 
 @idiom("attention-softcap",

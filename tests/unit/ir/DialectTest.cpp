@@ -218,6 +218,21 @@ TEST_F(DialectTest, AttentionWindowIsPositive) {
             std::string::npos);
 }
 
+TEST_F(DialectTest, AttentionChunkIsPositive) {
+  std::string args = "%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: "
+                     "tensor<1x2x4x8xf32>";
+  auto body = [](int chunk) {
+    return "%y = mt.attention %q, %k, %v {scale = 0.5 : f64, chunk = " +
+           std::to_string(chunk) +
+           " : i64} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, "
+           "tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>";
+  };
+  EXPECT_EQ(parseError(graphWith(args, body(3), "tensor<1x2x4x8xf32>")), "");
+  EXPECT_NE(parseError(graphWith(args, body(-1), "tensor<1x2x4x8xf32>"))
+                .find("chunk must be positive, not -1"),
+            std::string::npos);
+}
+
 TEST_F(DialectTest, RopeChecksTables) {
   std::string args = "%x: tensor<1x2x4x8xf32>, %c: tensor<4x6xf32>, %s: "
                      "tensor<4x4xf32>";

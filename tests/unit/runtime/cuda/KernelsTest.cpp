@@ -382,11 +382,12 @@ struct AttentionShape {
   int64_t window = 0;
   float softcap = 0.f;
   bool sinks = false;
+  int64_t chunk = 0;
 };
 void PrintTo(const AttentionShape &s, std::ostream *os) {
   *os << "B" << s.B << " H" << s.H << " Hkv" << s.Hkv << " S" << s.S << " D"
       << s.D << (s.alibi ? " ALiBi" : "") << " window" << s.window << " softcap"
-      << s.softcap << (s.sinks ? " sinks" : "");
+      << s.softcap << (s.sinks ? " sinks" : "") << " chunk" << s.chunk;
 }
 
 } // namespace
@@ -415,6 +416,7 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   k_->set_attention_kernels(std::get<1>(GetParam()));
   const int64_t nq = s.B * s.H * s.S * s.D, nk = s.B * s.Hkv * s.S * s.D;
   const float scale = 1.f / std::sqrt(float(s.D));
+  const mtrt::KeyRange range{s.window, s.chunk};
   Tensor q = Tensor::random(nq, 60, -2.f, 2.f),
          k = Tensor::random(nk, 61, -2.f, 2.f);
   Tensor v = Tensor::random(nk, 62);
@@ -430,9 +432,9 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   float *sinks_host = s.sinks ? sinks.host() : nullptr;
   Tensor y = Tensor::output(nq);
   k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), s.B, s.H, s.Hkv,
-                        s.S, s.D, scale, s.window, s.softcap, alibi, sinks_dev);
+                        s.S, s.D, scale, range, s.softcap, alibi, sinks_dev);
   cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), s.B, s.H,
-                         s.Hkv, s.S, s.D, scale, s.window, s.softcap, alibi,
+                         s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
                          sinks_host);
   Tensor dy = Tensor::random(nq, 63);
   Tensor dq = Tensor::grad(nq, 64), dk = Tensor::grad(nk, 65),
@@ -444,12 +446,12 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
   k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                          k.dev(), v.dev(), delta.dev_f32(), s.B, s.H, s.Hkv,
-                         s.S, s.D, scale, s.window, s.softcap, alibi, sinks_dev,
+                         s.S, s.D, scale, range, s.softcap, alibi, sinks_dev,
                          s.sinks ? dsinks.dev_f32() : nullptr);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
                           k.host(), v.host(), delta.host(), s.B, s.H, s.Hkv,
-                          s.S, s.D, scale, s.window, s.softcap, alibi,
-                          sinks_host, s.sinks ? dsinks.host() : nullptr);
+                          s.S, s.D, scale, range, s.softcap, alibi, sinks_host,
+                          s.sinks ? dsinks.host() : nullptr);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(delta.fetch(), delta.h, kUlp, kAttention)) << "delta";
@@ -486,7 +488,15 @@ const AttentionShape kAttentionShapes[] = {
     AttentionShape{2, 4, 2, 37, 16, false, 0, 0.f, true},
     AttentionShape{1, 4, 2, 130, 64, false, 40, 0.f, true},
     AttentionShape{1, 4, 2, 70, 256, false, 9, 0.f, true},
-    AttentionShape{1, 2, 2, 70, 80, false, 0, 2.f, true}};
+    AttentionShape{1, 2, 2, 70, 80, false, 0, 2.f, true},
+    // Chunks (Llama 4): inside a tile, a tile's width, across tiles with
+    // ALiBi, under a shorter window, with sinks, at D = 128 and 256.
+    AttentionShape{2, 4, 2, 37, 16, false, 0, 0.f, false, 5},
+    AttentionShape{1, 2, 1, 150, 64, false, 0, 0.f, false, 64},
+    AttentionShape{1, 2, 1, 150, 64, true, 0, 0.f, false, 100},
+    AttentionShape{1, 4, 2, 130, 128, false, 9, 0.f, false, 50},
+    AttentionShape{1, 4, 2, 130, 64, false, 0, 0.f, true, 40},
+    AttentionShape{1, 4, 2, 100, 256, false, 0, 2.f, false, 33}};
 
 // One suite per kernel family, so that a failure names its family.
 INSTANTIATE_TEST_SUITE_P(
@@ -530,17 +540,17 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
          y = Tensor::output(B * H * S * D);
   Tensor delta = Tensor::f32(B * H * S, 75);
   k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), B, H, Hkv, S, D,
-                        0.25f, 0, 0.f, nullptr, nullptr);
+                        0.25f, {}, 0.f, nullptr, nullptr);
   cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), B, H, Hkv, S,
-                         D, 0.25f, 0, 0.f, nullptr, nullptr);
+                         D, 0.25f, {}, 0.f, nullptr, nullptr);
   k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), B * H * S, D);
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
-                         v.dev(), delta.dev_f32(), B, H, Hkv, S, D, 0.25f, 0,
+                         v.dev(), delta.dev_f32(), B, H, Hkv, S, D, 0.25f, {},
                          0.f, nullptr, nullptr, nullptr);
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
                           k.host(), v.host(), delta.host(), B, H, Hkv, S, D,
-                          0.25f, 0, 0.f, nullptr, nullptr, nullptr);
+                          0.25f, {}, 0.f, nullptr, nullptr, nullptr);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
@@ -1121,7 +1131,7 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
     k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                            k.dev(), v.dev(), delta.dev_f32(), B, H, Hkv, S, D,
-                           0.2f, 0, 0.f, nullptr, sinks.dev(),
+                           0.2f, {}, 0.f, nullptr, sinks.dev(),
                            dsinks.dev_f32());
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();

@@ -13,14 +13,17 @@ struct Dims {
   float scale;
   const float *slopes = nullptr; // ALiBi, one per query head
   int64_t window = 0;            // keys i - window < j <= i; 0: all j <= i
+  int64_t chunk = 0;             // keys of i's chunk of `chunk`; 0: all j <= i
   float softcap = 0.f;           // scores s become softcap · tanh(s / softcap)
   bool sinks = false;            // a 4th input: one softmax logit per head
 };
 
 // The first key query i sees.
 int64_t first_key(const Dims &d, int64_t i) {
-  return d.window ? std::max<int64_t>(0, i - d.window + 1) : 0;
+  const int64_t window = d.window ? std::max<int64_t>(0, i - d.window + 1) : 0;
+  return d.chunk ? std::max(window, i / d.chunk * d.chunk) : window;
 }
+KeyRange keys_of(const Dims &d) { return {d.window, d.chunk}; }
 
 int64_t q_at(const Dims &d, int64_t b, int64_t h, int64_t i) {
   return ((b * d.H + h) * d.S + i) * d.D;
@@ -145,14 +148,15 @@ const Dims kHeads[] = {
 const float kSlopes[] = {0.25f, 0.0625f, 0.015625f, 0.9f};
 
 // Causal, with ALiBi, with a window of 2 keys, soft-capped, and together;
-// with sinks (windowed, soft-capped), without ALiBi.
+// with sinks (windowed, soft-capped), without ALiBi; in chunks of 3 keys.
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
-  for (int form = 0; form < 12; ++form)
+  for (int form = 0; form < 14; ++form)
     for (Dims d : kHeads) {
-      d.sinks = form >= 8;
+      d.sinks = form >= 8 && form < 12;
       d.slopes = form & 1 && !d.sinks ? kSlopes : nullptr;
       d.window = form & 2 ? 2 : 0;
       d.softcap = form & 4 ? 0.5f : 0.f;
+      d.chunk = form >= 12 ? 3 : 0;
       const std::vector<Doubles> in = widen(inputs(d));
       const Doubles dy = widen(random_floats(in[0].size(), 54));
       EXPECT_TRUE(matches_finite_differences(
@@ -166,7 +170,7 @@ void check_kernels(const Dims &d, float range, double rtol) {
   const std::vector<Floats> in = inputs(d, range);
   Floats y(in[0].size());
   attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                    d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
+                    d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
                     d.slopes, sinks_of(in));
   EXPECT_TRUE(close(y, ref_forward(widen(in), d), rtol))
       << "H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
@@ -183,7 +187,7 @@ void check_kernels(const Dims &d, float range, double rtol) {
                   d.D);
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
                      in[1].data(), in[2].data(), delta.data(), d.B, d.H, d.Hkv,
-                     d.S, d.D, d.scale, d.window, d.softcap, d.slopes,
+                     d.S, d.D, d.scale, keys_of(d), d.softcap, d.slopes,
                      sinks_of(in), d.sinks ? dsinks.data() : nullptr);
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
@@ -232,6 +236,24 @@ TEST(Attention, SlidingWindowMatchesReference) {
       d.scale = 0.25f;
       d.window = window;
       d.slopes = window == 7 ? kSlopes : nullptr;
+      check_kernels(d, 1.f, 1e-5);
+    }
+}
+
+// Chunks (Llama 4): one key, inside a key tile, a tile's width, across
+// tiles; with ALiBi, with sinks, and under a window shorter than the chunk.
+TEST(Attention, ChunksMatchReference) {
+  const int64_t forms[][2] = {{1, 0},   {5, 0},  {64, 0},
+                              {100, 0}, {50, 7}, {5, 100}};
+  for (int f = 0; f < 6; ++f)
+    for (Dims d : kHeads) {
+      d.S = 130;
+      d.D = 16;
+      d.scale = 0.25f;
+      d.chunk = forms[f][0];
+      d.window = forms[f][1];
+      d.slopes = f == 1 ? kSlopes : nullptr;
+      d.sinks = f == 3;
       check_kernels(d, 1.f, 1e-5);
     }
 }
@@ -288,14 +310,14 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   const Floats dy = random_floats(in[0].size(), 59);
   Floats y(in[0].size()), delta(in[0].size() / d.D);
   attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                    d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
+                    d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
                     d.slopes, sinks.data());
   attention_delta(delta.data(), dy.data(), y.data(), int64_t(delta.size()),
                   d.D);
   const auto backward = [&](float *dq, float *dk, float *dv, float *ds) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
                        in[2].data(), delta.data(), d.B, d.H, d.Hkv, d.S, d.D,
-                       d.scale, d.window, d.softcap, d.slopes, sinks.data(),
+                       d.scale, keys_of(d), d.softcap, d.slopes, sinks.data(),
                        ds);
   };
   Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size()), ds(d.H);
@@ -324,7 +346,7 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   Floats y1(in[0].size()), y2(in[0].size());
   for (Floats *y : {&y1, &y2})
     attention_forward(y->data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                      d.H, d.Hkv, d.S, d.D, d.scale, d.window, d.softcap,
+                      d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
                       d.slopes, sinks.data());
   EXPECT_TRUE(bitwise_equal(y1, y2));
 }
