@@ -38,17 +38,20 @@ struct Shape {
   const char *name;
   int64_t T, H, E, I, k;
   bool normalize;
-  bool oss = false; // gpt-oss's experts: x · W layout, biases, clamps
+  bool oss = false;    // gpt-oss's experts: x · W layout, biases, clamps
+  bool llama4 = false; // Llama 4's: x · W, sigmoid weights on the inputs
 };
 
 // Mixtral 8x7B (few large experts), Qwen3-30B-A3B and OLMoE (many small
-// ones), gpt-oss-20b (its layout, biases and clamped activation), each on
-// 4096 tokens of a micro-batch.
+// ones), gpt-oss-20b (its layout, biases and clamped activation), Llama 4
+// Scout (one expert a token, weighed on its input), each on 4096 tokens of
+// a micro-batch.
 const Shape kShapes[] = {
     {"mixtral-8x7b T4096", 4096, 4096, 8, 14336, 2, true},
     {"qwen3-30b-a3b T4096", 4096, 2048, 128, 768, 8, true},
     {"olmoe-1b-7b T4096", 4096, 2048, 64, 1024, 8, false},
     {"gpt-oss-20b T4096", 4096, 2880, 32, 2880, 4, true, true},
+    {"llama4-scout T4096", 4096, 5120, 16, 8192, 1, false, false, true},
 };
 
 /// n bf16 uniform in [-scale, scale) on the device.
@@ -128,7 +131,9 @@ int main(int argc, char **argv) {
     const double flops = 2.0 * double(T) * double(E * H + 3 * s.k * H * I);
     mtrt::MoeRouting routing;
     routing.normalize = s.normalize;
+    routing.sigmoid = routing.weigh_inputs = s.llama4;
     mtrt::MoeExperts experts; // SwiGLU, or gpt-oss's
+    experts.in_out = s.llama4;
     void *rb = nullptr, *gub = nullptr, *db = nullptr;
     float *drb = nullptr, *dgub = nullptr, *ddb = nullptr;
     if (s.oss) {

@@ -41,12 +41,13 @@ std::string ints(ArrayRef<int64_t> xs) {
 }
 
 /// A mixture of experts' routing as the kernels' MoeRouting aggregate:
-/// {sigmoid, normalize, groups, top_groups, scale}.
+/// {sigmoid, normalize, groups, top_groups, scale, weigh_inputs}.
 template <class MoeLike> std::string routingLiteral(MoeLike m) {
   StringRef r = m.getRouting();
-  return llvm::formatv("{{{0}, {1}, {2}, {3}, {4}}", r.starts_with("sigmoid"),
-                       r.ends_with("_renorm"), m.getGroups(), m.getTopGroups(),
-                       lit(m.getScale().convertToDouble()))
+  return llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}}",
+                       r.starts_with("sigmoid"), r.ends_with("_renorm"),
+                       m.getGroups(), m.getTopGroups(),
+                       lit(m.getScale().convertToDouble()), m.getWeighInputs())
       .str();
 }
 

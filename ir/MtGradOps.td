@@ -198,7 +198,8 @@ def Mt_MoeGradOp : Mt_GradOp<"moe_grad", [AttrSizedOperandSegments,
                        UnitAttr:$interleaved,
                        DefaultValuedAttr<F64Attr, "1.0">:$alpha,
                        DefaultValuedAttr<F64Attr, "0.0">:$limit,
-                       DefaultValuedAttr<F64Attr, "0.0">:$up_shift);
+                       DefaultValuedAttr<F64Attr, "0.0">:$up_shift,
+                       UnitAttr:$weigh_inputs);
   let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$drouter,
                       Mt_GradTensor:$dgate_up, Mt_GradTensor:$ddown,
                       Optional<Mt_GradTensor>:$drouter_bias,

@@ -252,6 +252,9 @@ LogicalResult MoeOp::verify() {
            << " experts to choose from, not " << TG;
   if (double scale = getScale().convertToDouble(); !(scale > 0))
     return emitOpError("scale must be positive, not ") << scale;
+  if (getWeighInputs() && (getGateUpBias() || getDownBias()))
+    return emitOpError("weigh_inputs takes experts without gate_up_bias or "
+                       "down_bias");
   return verifyElementwise(*this);
 }
 

@@ -379,6 +379,11 @@ def Mt_MoeOp : Mt_PrimOp<"moe", [AttrSizedOperandSegments]> {
     down [E, I, H]); `interleaved` alternates g and u along 2I (and in
     gate_up_bias).
 
+    Llama 4's experts: with `weigh_inputs`, each chosen expert's weight
+    scales its input instead of its output, y = Σ_j f_{e_j}(w_j · x)
+    (experts without biases only: Llama 4 runs every expert on every token,
+    the unchosen ones on a zero input, which bias-free experts map to 0).
+
     ```mlir
     %y = mt.moe %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> tensor<2x16x64xf32>
     %z = mt.moe %x, %router, %gate_up, %down router_bias %rb gate_up_bias %gb down_bias %db {alpha = 1.702 : f64, interleaved, limit = 7.0 : f64, routing = "softmax_renorm", top_k = 2 : i64, up_shift = 1.0 : f64, w_layout = "in_out"} : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x64x256xf32>, tensor<8x128x64xf32>, tensor<8xf32>, tensor<8x256xf32>, tensor<8x64xf32>) -> tensor<2x16x64xf32>
@@ -398,7 +403,8 @@ def Mt_MoeOp : Mt_PrimOp<"moe", [AttrSizedOperandSegments]> {
                        UnitAttr:$interleaved,
                        DefaultValuedAttr<F64Attr, "1.0">:$alpha,
                        DefaultValuedAttr<F64Attr, "0.0">:$limit,
-                       DefaultValuedAttr<F64Attr, "0.0">:$up_shift);
+                       DefaultValuedAttr<F64Attr, "0.0">:$up_shift,
+                       UnitAttr:$weigh_inputs);
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = [{
     $x `,` $router `,` $gate_up `,` $down (`,` $bias^)?

@@ -161,8 +161,9 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
         b_.getNamedAttr("alpha", m.getAlphaAttr()),
         b_.getNamedAttr("limit", m.getLimitAttr()),
         b_.getNamedAttr("up_shift", m.getUpShiftAttr())};
-    if (m.getInterleaved())
-      attrs.push_back(b_.getNamedAttr("interleaved", b_.getUnitAttr()));
+    for (StringRef unit : {"interleaved", "weigh_inputs"})
+      if (op->hasAttr(unit))
+        attrs.push_back(b_.getNamedAttr(unit, b_.getUnitAttr()));
     SmallVector<Value> operands{dy};
     operands.append(primals);
     // The selection bias is frozen: it selects, and gets no gradient.

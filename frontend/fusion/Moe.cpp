@@ -28,6 +28,17 @@
 // routing, groups, top_groups, scale, w_layout, interleaved, alpha, limit,
 // up_shift}, the selection bias a frozen copy.
 //
+// Llama 4's experts run on every token, each on the token scaled by its
+// routing weight (0 for the experts not chosen):
+//   (v, i) = TopK(linear(x, router), k)
+//   w = Sigmoid(ScatterElements(-inf [T, E], i, v, last))
+//   xe = Reshape(Tile(x, [E, 1]) · Reshape(Transpose(w), [E·T, 1]),
+//        [E, T, H])
+//   a = silu(g) · u, (g, u) = Split(MatMul(xe, gate_up [E, H, 2I]), last)
+//   y = ReduceSum(MatMul(a, down [E, I, H]), axis 0)
+// Bias-free experts map a zero input to 0, so this is mt.moe with sigmoid
+// routing and `weigh_inputs`: y = Σ_j f_{e_j}(σ(v_j) · x).
+//
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
 
@@ -150,8 +161,9 @@ Value *clipped(Value *v, double &lo, double &hi) {
 // odd columns (Slice from 0 and 1 in steps of 2).
 bool gateAndUp(Value *g, Value *u, ExpertActivation &act) {
   if (Node *split = producer(g, "Split"))
-    if (split->outputs.size() == 2 && split->out(0) == g &&
-        split->out(1) == u && split->getInt("axis", 0) == 1) {
+    if (int64_t axis = split->getInt("axis", 0), rank = split->in(0)->rank();
+        split->outputs.size() == 2 && split->out(0) == g &&
+        split->out(1) == u && rank >= 2 && (axis == rank - 1 || axis == -1)) {
       act.h = split->in(0);
       return true;
     }
@@ -480,11 +492,85 @@ void fuseMoe(Graph &g, Node *sum) {
   }
 }
 
+// Reshape(Transpose(Sigmoid(ScatterElements(-inf, i, v, last)), [1, 0]),
+// [E·T, 1]), (v, i) = TopK(logits, k): the sigmoid of each token's k best
+// logits, 0 for the other experts, experts major. Returns the TopK.
+Node *scatteredSigmoid(Value *v) {
+  Node *tr = producer(unview(v), "Transpose");
+  Node *sig = tr ? producer(tr->in(0), "Sigmoid") : nullptr;
+  Node *scatter = sig ? producer(sig->in(0), "ScatterElements") : nullptr;
+  Node *topk = scatter ? producer(scatter->in(2), "TopK") : nullptr;
+  if (!topk || tr->getInts("perm") != std::vector<int64_t>{1, 0} ||
+      !lastAxis(scatter) || scatter->getString("reduction", "none") != "none" ||
+      !allEqual(scatter->in(0), -INFINITY) || scatter->in(1) != topk->out(1) ||
+      scatter->in(2) != topk->out(0) || !lastAxis(topk) ||
+      topk->getInt("largest", 1) != 1 || sig->out()->rank() != 2 ||
+      v->shape != Shape{sig->out()->numel(), 1})
+    return nullptr;
+  return topk;
+}
+
+// x [T, H] repeated E times: Tile(x, [E, 1]) (x behind an Expand to its
+// own shape, or not).
+Value *tiledRows(Value *v, int64_t E) {
+  Node *tile = producer(v, "Tile");
+  if (!tile || !tile->in(1)->constant || tile->in(0)->rank() != 2)
+    return nullptr;
+  const Const &reps = *tile->in(1)->constant;
+  if (reps.numel != 2 || reps.at(0) != double(E) || reps.at(1) != 1)
+    return nullptr;
+  Value *x = tile->in(0);
+  if (Node *e = producer(x, "Expand"); e && e->in(0)->shape == x->shape)
+    x = e->in(0);
+  return x;
+}
+
+// Llama 4's experts on every token (the header's second form).
+void fuseDenseMoe(Graph &g, Node *sum) {
+  if (sum->getInts("axes") != std::vector<int64_t>{0} ||
+      sum->getInt("keepdims", 1) != 0 || sum->in(0)->rank() != 3)
+    return;
+  Node *mm2 = producer(sameShapeSource(sum->in(0)), "MatMul");
+  Value *down = mm2 ? weightOfRank(mm2->in(1), 3) : nullptr;
+  auto act = down ? activationOf(mm2->in(0)) : std::nullopt;
+  Node *mm1 = act && !act->interleaved ? producer(act->h, "MatMul") : nullptr;
+  Value *gateUp = mm1 ? weightOfRank(mm1->in(1), 3) : nullptr;
+  Node *mul = gateUp ? producer(unview(mm1->in(0)), "Mul") : nullptr;
+  if (!mul || act->limit != 0 || act->shift != 0 || act->alpha != 1)
+    return;
+  const int64_t E = down->dim(0), I = down->dim(1), H = down->dim(2);
+  for (int side = 0; side < 2; ++side) {
+    Value *x = tiledRows(mul->in(side), E);
+    Node *topk = x ? scatteredSigmoid(mul->in(1 - side)) : nullptr;
+    if (!topk)
+      continue;
+    Routing r;
+    r.router = routerOf(topk->in(0), r.x, r.routerBias);
+    if (!r.router || r.routerBias || unview(r.x) != unview(x) ||
+        r.x->shape != x->shape || r.router->shape != Shape{E, H} ||
+        gateUp->shape != Shape{E, H, 2 * I} ||
+        x->shape != Shape{x->dim(0), H} || sum->out()->shape != x->shape ||
+        mm1->in(0)->shape != Shape{E, x->dim(0), H})
+      continue;
+    Node *moe = replaceWithPrimitive(
+        g, sum, "mt.moe",
+        {r.x, r.router, gateUp, down, nullptr, nullptr, nullptr, nullptr},
+        x->shape);
+    moe->setInt("top_k", topk->out(1)->dim(-1));
+    moe->setString("routing", "sigmoid");
+    moe->setString("w_layout", "in_out");
+    moe->setUnit("weigh_inputs");
+    return;
+  }
+}
+
 } // namespace
 
 void fuseMoe(Graph &g) {
-  for (Node *n : nodesWithOp(g, "ReduceSum"))
+  for (Node *n : nodesWithOp(g, "ReduceSum")) {
     fuseMoe(g, n);
+    fuseDenseMoe(g, n);
+  }
 }
 
 } // namespace mt::onnx_import

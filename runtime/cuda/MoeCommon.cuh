@@ -73,6 +73,17 @@ __device__ __forceinline__ void activation_grad(float g, float u, float da,
   du = u_in ? da * g * sg : 0.f;
 }
 
+/// A slot's weight on its expert's input (MoeRouting::weigh_inputs) and on
+/// its output: W[slot] on one, 1 on the other.
+__device__ __forceinline__ float input_weight(const float *W, int64_t slot,
+                                              const MoeShape &s) {
+  return s.r.weigh_inputs ? W[slot] : 1.f;
+}
+__device__ __forceinline__ float output_weight(const float *W, int64_t slot,
+                                               const MoeShape &s) {
+  return s.r.weigh_inputs ? 1.f : W[slot];
+}
+
 /// Expert e's bias of the hidden unit at place q (0 without biases).
 __device__ __forceinline__ float hidden_bias(const bf16 *b, int e, int64_t q,
                                              const MoeShape &s) {

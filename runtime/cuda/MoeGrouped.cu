@@ -16,6 +16,11 @@
 //             sums of ō and DGU; DXP = DGU·gate_up, then
 //             dx_t += Σ_j DXP[pos(t, j)] + routerᵀ·l̄_t.
 //
+// With the weights on the experts' inputs (MoeRouting::weigh_inputs, no
+// expert biases), (g; u) = w·GU, y_t = Σ_j YP[pos(t, j)]; in the backward
+// da = DAP, ō = dy, dw = (ḡ; ū)·GU and DGU = w·(ḡ; ū): the hidden gradient
+// that x and gate_up see through the weight.
+//
 // Either layout of the matrices (MoeExperts::in_out) is an operand stored
 // the other way round (`rows` or `k_rows`), and the weight gradients are
 // the same products with their operands swapped; GU and DGU keep gate_up's
@@ -107,34 +112,38 @@ __global__ void expert_slots_kernel(int *POS, int *ROW, int *OFF, int *TILES,
   }
 }
 
-// Position p's unit c: (g, u) from GU's bf16 products plus the expert's
-// biases (f32).
+// Position p's unit c: (g, u) from GU's bf16 products, times the slot's
+// input weight, plus the expert's biases (f32).
 struct HiddenUnit {
   float g, u;
   int64_t qg, qu; // their places along 2I
 };
 __device__ __forceinline__ HiddenUnit hidden_unit(const bf16 *GU,
                                                   const bf16 *bias, int e,
-                                                  int64_t pos, int64_t c,
+                                                  float in_w, int64_t pos,
+                                                  int64_t c,
                                                   const MoeShape &s) {
   const int64_t qg = s.place(c), qu = s.place(s.I + c);
   const bf16 *gu = GU + pos * 2 * s.I;
-  return {bf2f(gu[qg]) + hidden_bias(bias, e, qg, s),
-          bf2f(gu[qu]) + hidden_bias(bias, e, qu, s), qg, qu};
+  return {in_w * bf2f(gu[qg]) + hidden_bias(bias, e, qg, s),
+          in_w * bf2f(gu[qu]) + hidden_bias(bias, e, qu, s), qg, qu};
 }
 
 // A[p, c] = act(g, u) of position p's unit c.
 __global__ void activation_kernel(bf16 *A, const bf16 *GU, const int *ROW,
-                                  const int *X, const bf16 *bias, MoeShape s) {
+                                  const int *X, const float *W,
+                                  const bf16 *bias, MoeShape s) {
   const int64_t n = s.slots() * s.I;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const int64_t pos = i / s.I;
-    const HiddenUnit v = hidden_unit(GU, bias, X[ROW[pos]], pos, i % s.I, s);
+    const int64_t pos = i / s.I, slot = ROW[pos];
+    const HiddenUnit v = hidden_unit(GU, bias, X[slot],
+                                     input_weight(W, slot, s), pos, i % s.I, s);
     A[i] = f2bf(activation(v.g, v.u, s.f));
   }
 }
 
-// y[t, h] = Σ_j W[t, j] · (YP[pos(t, j), h] + bias[e_j, h]).
+// y[t, h] = Σ_j W[t, j] · (YP[pos(t, j), h] + bias[e_j, h]) (W on the
+// inputs: Σ_j YP[pos(t, j), h]).
 __global__ void combine_kernel(bf16 *y, const float *YP, const int *POS,
                                const int *X, const float *W, const bf16 *bias,
                                MoeShape s) {
@@ -145,7 +154,7 @@ __global__ void combine_kernel(bf16 *y, const float *YP, const int *POS,
     for (int64_t j = 0; j < s.k; ++j) {
       const int64_t slot = t * s.k + j;
       const float b = bias ? bf2f(bias[X[slot] * s.H + h]) : 0.f;
-      acc += W[slot] * (YP[POS[slot] * s.H + h] + b);
+      acc += output_weight(W, slot, s) * (YP[POS[slot] * s.H + h] + b);
     }
     y[i] = f2bf(acc);
   }
@@ -153,7 +162,8 @@ __global__ void combine_kernel(bf16 *y, const float *YP, const int *POS,
 
 // A block per position: DW[slot] = DAP·a + dy_t·b_down, then with da =
 // w·DAP the hidden gradient DGU (through the activation, at the units'
-// places) and DOUT = w·dy_t.
+// places) and DOUT = w·dy_t. With w on the input: da = DAP, DW = (ḡ; ū) ·
+// GU, DGU = w·(ḡ; ū), DOUT = dy_t.
 __global__ void slot_backward_kernel(float *DW, bf16 *DGU, bf16 *DOUT,
                                      const float *DAP, const bf16 *A,
                                      const bf16 *GU, const int *ROW,
@@ -162,27 +172,34 @@ __global__ void slot_backward_kernel(float *DW, bf16 *DGU, bf16 *DOUT,
                                      const bf16 *down_bias, MoeShape s) {
   const int64_t pos = blockIdx.x, slot = ROW[pos], t = slot / s.k;
   const int e = X[slot];
-  const float w = W[slot];
+  const float in_w = input_weight(W, slot, s),
+              out_w = output_weight(W, slot, s);
+  const bool on_input = s.r.weigh_inputs;
   const float *dap = DAP + pos * s.I;
+  const bf16 *gu = GU + pos * 2 * s.I;
   float acc = 0.f;
-  for (int64_t c = threadIdx.x; c < s.I; c += blockDim.x)
-    acc += dap[c] * bf2f(A[pos * s.I + c]);
-  if (down_bias)
-    for (int64_t h = threadIdx.x; h < s.H; h += blockDim.x)
-      acc += bf2f(dy[t * s.H + h]) * bf2f(down_bias[e * s.H + h]);
+  if (!on_input) {
+    for (int64_t c = threadIdx.x; c < s.I; c += blockDim.x)
+      acc += dap[c] * bf2f(A[pos * s.I + c]);
+    if (down_bias)
+      for (int64_t h = threadIdx.x; h < s.H; h += blockDim.x)
+        acc += bf2f(dy[t * s.H + h]) * bf2f(down_bias[e * s.H + h]);
+  }
+  bf16 *dgu = DGU + pos * 2 * s.I;
+  for (int64_t c = threadIdx.x; c < s.I; c += blockDim.x) {
+    const HiddenUnit v = hidden_unit(GU, gate_up_bias, e, in_w, pos, c, s);
+    float dg, du;
+    activation_grad(v.g, v.u, out_w * dap[c], s.f, dg, du);
+    if (on_input)
+      acc += dg * bf2f(gu[v.qg]) + du * bf2f(gu[v.qu]);
+    dgu[v.qg] = f2bf(in_w * dg);
+    dgu[v.qu] = f2bf(in_w * du);
+  }
   acc = block_sum(acc);
   if (threadIdx.x == 0)
     DW[slot] = acc;
-  bf16 *dgu = DGU + pos * 2 * s.I;
-  for (int64_t c = threadIdx.x; c < s.I; c += blockDim.x) {
-    const HiddenUnit v = hidden_unit(GU, gate_up_bias, e, pos, c, s);
-    float dg, du;
-    activation_grad(v.g, v.u, w * dap[c], s.f, dg, du);
-    dgu[v.qg] = f2bf(dg);
-    dgu[v.qu] = f2bf(du);
-  }
   for (int64_t h = threadIdx.x; h < s.H; h += blockDim.x)
-    DOUT[pos * s.H + h] = f2bf(w * bf2f(dy[t * s.H + h]));
+    DOUT[pos * s.H + h] = f2bf(out_w * bf2f(dy[t * s.H + h]));
 }
 
 // db[e, c] += Σ over expert e's positions of G[p, c] (n columns), in
@@ -286,7 +303,8 @@ void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
                          w.GU, by_expert(w, s), 2 * I, H, stream);
   MT_LAUNCH(activation_kernel, blocks_for(s.slots() * I), kThreads, stream, w.A,
             static_cast<const bf16 *>(w.GU), static_cast<const int *>(w.ROW),
-            static_cast<const int *>(w.X), B(m.gate_up_bias), s);
+            static_cast<const int *>(w.X), static_cast<const float *>(w.W),
+            B(m.gate_up_bias), s);
 }
 
 } // namespace

@@ -41,11 +41,11 @@ __device__ __forceinline__ float down_w(const bf16 *down, int64_t e, int64_t h,
                          : down[(e * s.H + h) * s.I + i]);
 }
 
-// GU[slot, q] = gate_up[e] unit at place q · x_t + its bias (places in
-// storage order); then A from each unit's (g, u).
-__global__ void hidden_kernel(float *GU, const int *X, const bf16 *x,
-                              const bf16 *gate_up, const bf16 *bias,
-                              MoeShape s) {
+// GU[slot, q] = gate_up[e] unit at place q · (its input weight · x_t) + its
+// bias (places in storage order); then A from each unit's (g, u).
+__global__ void hidden_kernel(float *GU, const int *X, const float *W,
+                              const bf16 *x, const bf16 *gate_up,
+                              const bf16 *bias, MoeShape s) {
   const int64_t n = s.slots() * 2 * s.I;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const int64_t slot = i / (2 * s.I), q = i % (2 * s.I);
@@ -53,7 +53,7 @@ __global__ void hidden_kernel(float *GU, const int *X, const bf16 *x,
     float acc = 0.f;
     for (int64_t h = 0; h < s.H; ++h)
       acc += gate_up_w(gate_up, X[slot], q, h, s) * bf2f(xt[h]);
-    GU[i] = acc + hidden_bias(bias, X[slot], q, s);
+    GU[i] = input_weight(W, slot, s) * acc + hidden_bias(bias, X[slot], q, s);
   }
 }
 __global__ void activation_kernel(float *A, const float *GU, MoeShape s) {
@@ -76,7 +76,8 @@ __device__ __forceinline__ float expert_output(const bf16 *down,
   return o;
 }
 
-// y[t, h] = Σ_j W[t, j] · expert e_j's output h.
+// y[t, h] = Σ_j W[t, j] · expert e_j's output h (W on the inputs: Σ_j the
+// outputs).
 __global__ void output_kernel(bf16 *y, const float *A, const int *X,
                               const float *W, const bf16 *down,
                               const bf16 *bias, MoeShape s) {
@@ -86,13 +87,15 @@ __global__ void output_kernel(bf16 *y, const float *A, const int *X,
     float acc = 0.f;
     for (int64_t j = 0; j < s.k; ++j) {
       const int64_t slot = t * s.k + j;
-      acc += W[slot] * expert_output(down, bias, A, X, slot, h, s);
+      acc += output_weight(W, slot, s) *
+             expert_output(down, bias, A, X, slot, h, s);
     }
     y[i] = f2bf(acc);
   }
 }
 
-// A block per slot: DOUT = W·dy_t and DW = dy_t · the expert's output.
+// A block per slot: DOUT = W·dy_t and DW = dy_t · the expert's output (W
+// on the inputs: DOUT = dy_t, DW from input_weight_grad_kernel).
 __global__ void slot_grad_kernel(float *DOUT, float *DW, const float *A,
                                  const int *X, const float *W, const bf16 *dy,
                                  const bf16 *down, const bf16 *bias,
@@ -101,11 +104,12 @@ __global__ void slot_grad_kernel(float *DOUT, float *DW, const float *A,
   float acc = 0.f;
   for (int64_t h = threadIdx.x; h < s.H; h += blockDim.x) {
     const float g = bf2f(dy[t * s.H + h]);
-    DOUT[slot * s.H + h] = W[slot] * g;
-    acc += g * expert_output(down, bias, A, X, slot, h, s);
+    DOUT[slot * s.H + h] = output_weight(W, slot, s) * g;
+    if (!s.r.weigh_inputs)
+      acc += g * expert_output(down, bias, A, X, slot, h, s);
   }
   acc = block_sum(acc);
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0 && !s.r.weigh_inputs)
     DW[slot] = acc;
 }
 
@@ -125,6 +129,30 @@ __global__ void hidden_grad_kernel(float *DGU, const float *GU,
     const int64_t qg = s.place(c), qu = s.place(s.I + c);
     activation_grad(gu[qg], gu[qu], da, s.f, dgu[qg], dgu[qu]);
   }
+}
+
+// With W on the inputs (experts without biases), a block per slot: the
+// gradient of the expert's input w · x_t is gate_upᵀ · DGU, so DW =
+// Σ_q DGU[q] · (gate_up unit q · x_t); then DGU becomes w · DGU, the
+// hidden gradient that x and gate_up see through the weight.
+__global__ void input_weight_grad_kernel(float *DW, float *DGU, const int *X,
+                                         const float *W, const bf16 *x,
+                                         const bf16 *gate_up, MoeShape s) {
+  const int64_t slot = blockIdx.x;
+  const bf16 *xt = x + (slot / s.k) * s.H;
+  float *dgu = DGU + slot * 2 * s.I;
+  float acc = 0.f;
+  for (int64_t q = threadIdx.x; q < 2 * s.I; q += blockDim.x) {
+    float hq = 0.f;
+    for (int64_t h = 0; h < s.H; ++h)
+      hq += gate_up_w(gate_up, X[slot], q, h, s) * bf2f(xt[h]);
+    acc += dgu[q] * hq;
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0)
+    DW[slot] = acc;
+  for (int64_t q = threadIdx.x; q < 2 * s.I; q += blockDim.x)
+    dgu[q] *= W[slot];
 }
 
 // drouter[e, c] += Σ_t DL[t, e] · x[t, c], tokens in order.
@@ -258,7 +286,8 @@ void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
   MT_LAUNCH(route_kernel, blocks_for(s.T), kThreads, stream, w.P, w.X, w.W,
             B(m.bias), B(m.router_bias), s);
   MT_LAUNCH(hidden_kernel, blocks_for(s.slots() * 2 * s.I), kThreads, stream,
-            w.GU, static_cast<const int *>(w.X), B(x), B(m.gate_up),
+            w.GU, static_cast<const int *>(w.X),
+            static_cast<const float *>(w.W), B(x), B(m.gate_up),
             B(m.gate_up_bias), s);
   MT_LAUNCH(activation_kernel, blocks_for(s.slots() * s.I), kThreads, stream,
             w.A, static_cast<const float *>(w.GU), s);
@@ -295,6 +324,10 @@ void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
   MT_LAUNCH(hidden_grad_kernel, blocks_for(s.slots() * I), kThreads, stream,
             w.DGU, static_cast<const float *>(w.GU),
             static_cast<const float *>(w.DOUT), X, B(m.down), s);
+  if (s.r.weigh_inputs)
+    MT_LAUNCH(input_weight_grad_kernel, dim3(unsigned(s.slots())),
+              dim3(kThreads), stream, w.DW, w.DGU, X,
+              static_cast<const float *>(w.W), B(x), B(m.gate_up), s);
   MT_LAUNCH(routing_grad_kernel, blocks_for(T), kThreads, stream, w.DL,
             static_cast<const float *>(w.P), X, static_cast<const float *>(w.W),
             static_cast<const float *>(w.DW), s);

@@ -68,12 +68,14 @@ void rope_backward(float *dx, const float *dy, const float *cos,
 /// equal groups and only the top_groups groups with the largest sums of
 /// their two best biased scores compete; the k best biased scores among
 /// them choose; their p, renormalized to sum 1 when normalize, times
-/// scale, weigh them.
+/// scale, weigh them: their outputs, or with weigh_inputs their inputs
+/// (Llama 4: y = Σ_j f_j(w_j · x); experts without biases).
 struct MoeRouting {
   bool sigmoid = false;
   bool normalize = false;
   int64_t groups = 1, top_groups = 1;
   float scale = 1.f;
+  bool weigh_inputs = false;
 };
 
 /// What each expert computes, and how its matrices are stored:

@@ -189,20 +189,25 @@ void moe_forward(float *y, const float *x, const MoeWeights &wt, int64_t T,
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * H;
     const Routing route(xt, wt, H, E, k, routing);
-    std::vector<float> gu(2 * I), a(I), o(H);
+    std::vector<float> gu(2 * I), a(I), o(H), xw(H);
     float *yt = y + t * H;
     std::fill(yt, yt + H, 0.f);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = route.expert[j];
+      // The expert's input and output weights: w_j on one of them.
+      const float in_w = routing.weigh_inputs ? route.w[j] : 1.f;
+      const float out_w = routing.weigh_inputs ? 1.f : route.w[j];
+      for (int64_t c = 0; c < H; ++c)
+        xw[c] = in_w * xt[c];
       ex.hidden(wt.gate_up + e * 2 * I * H,
-                wt.gate_up_bias ? wt.gate_up_bias + e * 2 * I : nullptr, xt,
-                gu.data());
+                wt.gate_up_bias ? wt.gate_up_bias + e * 2 * I : nullptr,
+                xw.data(), gu.data());
       ex.activate(gu.data(), a.data());
       ex.output(wt.down + e * H * I,
                 wt.down_bias ? wt.down_bias + e * H : nullptr, a.data(),
                 o.data());
       for (int64_t h = 0; h < H; ++h)
-        yt[h] += route.w[j] * o[h];
+        yt[h] += out_w * o[h];
     }
   }
 }
@@ -213,42 +218,56 @@ void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
                   const MoeExperts &experts) {
   const Expert ex{experts, H, I};
   const int64_t slots = T * k;
-  // Per slot (token t, choice j): the expert, a, (dg; du) and the expert's
-  // output gradient w_j·dy; per token the router logits' gradient.
+  const bool weigh_inputs = routing.weigh_inputs;
+  // Per slot (token t, choice j): the expert, its input weight, a, (dg;
+  // du) and the expert's output gradient (w_j·dy, or dy when the weight is
+  // on the input); per token the router logits' gradient.
   std::vector<int64_t> expert(slots);
-  std::vector<float> A(slots * I), DGU(slots * 2 * I), DOUT(slots * H),
-      DL(T * E);
+  std::vector<float> IN_W(slots), A(slots * I), DGU(slots * 2 * I),
+      DOUT(slots * H), DL(T * E);
 #pragma omp parallel for schedule(dynamic, 1) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * H, *dyt = dy + t * H;
     const Routing route(xt, wt, H, E, k, routing);
-    std::vector<float> gu(2 * I), da(I), dw(k), o(H);
+    std::vector<float> gu(2 * I), da(I), dw(k), o(H), xw(H), dxw(H);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t s = t * k + j, e = route.expert[j];
       const float *G = wt.gate_up + e * 2 * I * H, *D = wt.down + e * H * I;
       float *a = &A[s * I], *dgu = &DGU[s * 2 * I], *dout = &DOUT[s * H];
+      const float in_w = weigh_inputs ? route.w[j] : 1.f;
+      const float out_w = weigh_inputs ? 1.f : route.w[j];
       expert[s] = e;
-      ex.hidden(G, wt.gate_up_bias ? wt.gate_up_bias + e * 2 * I : nullptr, xt,
-                gu.data());
+      IN_W[s] = in_w;
+      for (int64_t c = 0; c < H; ++c)
+        xw[c] = in_w * xt[c];
+      ex.hidden(G, wt.gate_up_bias ? wt.gate_up_bias + e * 2 * I : nullptr,
+                xw.data(), gu.data());
       ex.activate(gu.data(), a);
       ex.output(D, wt.down_bias ? wt.down_bias + e * H : nullptr, a, o.data());
-      // d(weight) = dy · expert output.
+      // On the output, d(weight) = dy · expert output.
       float dwj = 0.f;
       for (int64_t h = 0; h < H; ++h) {
         dwj += dyt[h] * o[h];
-        dout[h] = route.w[j] * dyt[h];
+        dout[h] = out_w * dyt[h];
       }
-      dw[j] = dwj;
       std::fill(da.begin(), da.end(), 0.f);
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < I; ++i)
           da[i] += D[ex.down_at(h, i)] * dout[h];
       for (int64_t i = 0; i < I; ++i)
         ex.activation_grad(gu[i], gu[I + i], da[i], dgu[i], dgu[I + i]);
+      // The gradient of the expert's input w·x: to x times w, and on the
+      // input, d(weight) = it · x.
+      std::fill(dxw.begin(), dxw.end(), 0.f);
+      for (int64_t r = 0; r < 2 * I; ++r)
+        for (int64_t c = 0; c < H; ++c)
+          dxw[c] += G[ex.gate_up_at(r, c)] * dgu[r];
+      if (weigh_inputs)
+        dwj = dot(dxw.data(), xt, H);
+      dw[j] = dwj;
       if (dx)
-        for (int64_t r = 0; r < 2 * I; ++r)
-          for (int64_t c = 0; c < H; ++c)
-            dx[t * H + c] += G[ex.gate_up_at(r, c)] * dgu[r];
+        for (int64_t c = 0; c < H; ++c)
+          dx[t * H + c] += in_w * dxw[c];
     }
     // Through the scaling and renormalization, then the softmax or the
     // sigmoid.
@@ -293,6 +312,7 @@ void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
       if (expert[s] != e)
         continue;
       const float *xt = x + (s / k) * H;
+      const float in_w = IN_W[s];
       const float *dout = &DOUT[s * H], *dgu = &DGU[s * 2 * I];
       if (g.down)
         for (int64_t h = 0; h < H; ++h)
@@ -304,7 +324,8 @@ void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
       if (g.gate_up)
         for (int64_t r = 0; r < 2 * I; ++r)
           for (int64_t c = 0; c < H; ++c)
-            g.gate_up[e * 2 * I * H + ex.gate_up_at(r, c)] += dgu[r] * xt[c];
+            g.gate_up[e * 2 * I * H + ex.gate_up_at(r, c)] +=
+                dgu[r] * (in_w * xt[c]);
       if (g.gate_up_bias)
         for (int64_t r = 0; r < 2 * I; ++r)
           g.gate_up_bias[e * 2 * I + ex.place(r)] += dgu[r];

@@ -264,13 +264,17 @@ ARCHITECTURES = {
                          first_k_dense_replace=1, n_shared_experts=1,
                          routed_scaling_factor=2.5, pad_token_id=0),
                     T.DeepseekV3ForCausalLM),
-    # Llama 4 (dense layers): chunked attention (chunks of 5 of the 16
-    # tokens) with rotary and weightless q/k RMS norms, and a NoPE layer with
-    # full causal attention whose queries are scaled per position
-    # (temperature tuning, a step every 4 tokens). Exported with a real-valued
-    # rotary: torch's exporter cannot export the complex one (see export()).
+    # Llama 4: a dense layer with chunked attention (chunks of 5 of the 16
+    # tokens), rotary and weightless q/k RMS norms; a NoPE layer with full
+    # causal attention whose queries are scaled per position (temperature
+    # tuning, a step every 4 tokens) and a mixture of experts that runs
+    # every expert on every token scaled by its routing weight (the sigmoid
+    # of the one chosen logit; 0 for the others), beside a shared expert.
+    # Exported with a real-valued rotary: torch's exporter cannot export the
+    # complex one (see export()).
     "llama4": (T.Llama4TextConfig, dict(COMMON, head_dim=16, intermediate_size=32,
-                                        intermediate_size_mlp=128, moe_layers=[],
+                                        intermediate_size_mlp=128, interleave_moe_layer_step=2,
+                                        num_local_experts=4, num_experts_per_tok=1,
                                         no_rope_layers=[1, 0], attention_chunk_size=5,
                                         floor_scale=4, attn_scale=0.1, pad_token_id=0),
                T.Llama4ForCausalLM),

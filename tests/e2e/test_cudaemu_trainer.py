@@ -108,6 +108,11 @@ class CudaEmulatedTrainer(unittest.TestCase):
         # the grouped tensor-core path, through the generated calls.
         self.check(self.dynamo_export("gpt_oss"), "gpt_oss", "--micro-batches", "2")
 
+    def test_llama4(self):
+        # Llama 4's chunked attention on the tensor-core kernels, and its
+        # experts weighed on their inputs on the grouped tensor-core path.
+        self.check(self.dynamo_export("llama4"), "llama4", "--micro-batches", "2")
+
 
 if __name__ == "__main__":
     unittest.main()

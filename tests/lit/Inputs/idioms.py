@@ -338,6 +338,42 @@ def _(g):
     return ref
 
 
+@idiom("moe-llama4", "Llama 4's experts: Gemm router, top 2 of the logits scattered into a "
+       "-inf [T,4] and Sigmoid (0 for the experts not chosen); x tiled 4 times, times the "
+       "transposed weights as a column, viewed [4,T,16]; MatMul with [4,16,16], Split, "
+       "silu(g) · u, MatMul with [4,8,16], ReduceSum over the experts")
+def _(g):
+    E, I, K = 4, 8, 2
+    x = x_input(g)
+    flat = g.op("Reshape", x, g.ints(-1, HIDDEN))
+    router, R = param(g, "moe.router", [E, HIDDEN])
+    gate_up, GU = param(g, "moe.gate_up", [E, HIDDEN, 2 * I], std=0.25)
+    down, DN = param(g, "moe.down", [E, I, HIDDEN], std=0.35)
+    logits = g.op("Gemm", flat, router, transB=1)
+    values, idx = g.op("TopK", logits, g.ints(K), axis=-1, outputs=2)
+    hidden = g.op("Expand", g.const(-np.inf), g.op("Shape", logits))
+    w = g.op("Sigmoid", g.op("ScatterElements", hidden, idx, values, axis=1))
+    rows = g.op("Tile", flat, g.ints(E, 1))
+    scaled = g.op("Mul", rows, g.op("Reshape", g.op("Transpose", w, perm=[1, 0]), g.ints(-1, 1)))
+    h = g.op("MatMul", g.op("Reshape", scaled, g.ints(E, -1, HIDDEN)), gate_up)
+    gate, up = g.op("Split", h, g.ints(I, I), axis=2, outputs=2)
+    a = g.op("Mul", up, g.op("Mul", gate, g.op("Sigmoid", gate)))
+    y = g.op("ReduceSum", g.op("MatMul", a, down), g.ints(0), keepdims=0)
+    y_output(g, g.op("Reshape", y, g.op("Shape", x)), HIDDEN)
+
+    def ref(f):
+        xs = f["x"].reshape(-1, HIDDEN)
+        logits = xs @ R.T
+        out = np.zeros_like(xs)
+        for t in range(xs.shape[0]):
+            for e in np.argsort(-logits[t], kind="stable")[:K]:
+                h = (xs[t] / (1 + np.exp(-logits[t, e]))) @ GU[e]
+                gt, ut = h[:I], h[I:]
+                out[t] += (gt / (1 + np.exp(-gt)) * ut) @ DN[e]
+        return out.reshape(f["x"].shape)
+    return ref
+
+
 def _causal_conv(g, pads):
     """x [B,S,16] transposed to [B,16,S], a depthwise Conv with 3 taps per
     channel and `pads`, sliced back to S positions, transposed back (LFM2's

@@ -247,6 +247,7 @@ OPS = {
     "Slice": lambda a, x, s, e, ax=None, st=None: _slice(x, s, e, ax, st),
     "Split": _split,
     "Expand": lambda a, x, s: x * np.ones([int(v) for v in s], x.dtype),
+    "Tile": lambda a, x, r: np.tile(x, [int(v) for v in r]),
     "Range": lambda a, s, l, d: np.arange(s, l, d).astype(np.asarray(s).dtype),
     "ConstantOfShape": lambda a, s: np.full([int(v) for v in s], numpy_helper.to_array(a["value"])[0]
                                             if "value" in a else np.float32(0)),

@@ -317,6 +317,20 @@ TEST_F(DialectTest, MoeChecksExpertShapesTopKAndRouting) {
   };
   EXPECT_EQ(biased("tensor<4xf32>"), "");
   EXPECT_NE(biased("tensor<5xf32>").find("bias"), std::string::npos);
+  // Weights on the experts' inputs (Llama 4): experts without biases.
+  EXPECT_EQ(graph(gu, 1, "sigmoid", ", weigh_inputs"), "");
+  std::string args = "%x: tensor<6x16xf32>, %r: tensor<4x16xf32>, %gu: "
+                     "tensor<4x16x16xf32>, %d: tensor<4x16x8xf32>, %db: "
+                     "tensor<4x16xf32>";
+  std::string body =
+      "%y = mt.moe %x, %r, %gu, %d down_bias %db {top_k = 1 : i64, "
+      "weigh_inputs} : (tensor<6x16xf32>, tensor<4x16xf32>, "
+      "tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<4x16xf32>) -> "
+      "tensor<6x16xf32>";
+  EXPECT_NE(parseError(graphWith(args, body, "tensor<6x16xf32>"))
+                .find("weigh_inputs takes experts without gate_up_bias or "
+                      "down_bias"),
+            std::string::npos);
 }
 
 TEST_F(DialectTest, AddBroadcasts) {

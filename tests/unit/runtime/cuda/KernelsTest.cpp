@@ -566,7 +566,9 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
 // the values cross, and in ragged chunks of the larger shape unclamped (the
 // tensor-core path clamps g and u rounded to bf16, so a value within an
 // ulp of the limit may be clamped on one side and not on the other: a
-// difference in its gradient no tolerance can bound).
+// difference in its gradient no tolerance can bound). Llama 4's routing
+// (the weights on the experts' inputs): the sigmoid of one chosen logit,
+// and two renormalized weights in ragged chunks of the larger shape.
 //
 // The tensor-core path keeps the experts' intermediates (g; u), a, their
 // gradients and w·dy in bf16 where the CPU keeps f32: half a bf16 ulp off
@@ -589,6 +591,7 @@ TEST_P(MoeTest, ForwardAndBackward) {
     float scale = 1.f;
     bool oss = false;
     float limit = 0.8f;
+    bool weigh_inputs = false;
   };
   for (const Case c :
        {Case{9, 40, 4, 24, 2, true, false, nullptr},
@@ -603,7 +606,11 @@ TEST_P(MoeTest, ForwardAndBackward) {
         Case{40, 24, 6, 16, 2, false, false, "9", false, 3, 1, 1.5f},
         Case{40, 40, 4, 24, 2, true, false, nullptr, false, 1, 1, 1.f, true},
         Case{150, 136, 3, 36, 2, true, false, "61", false, 1, 1, 1.f, true,
-             0.f}}) {
+             0.f},
+        Case{40, 40, 4, 24, 1, false, false, nullptr, true, 1, 1, 1.f, false,
+             0.f, true},
+        Case{150, 136, 3, 36, 2, true, false, "61", false, 1, 1, 1.f, false,
+             0.f, true}}) {
     if (c.chunk)
       setenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS", c.chunk, 1);
     const int64_t T = c.T, H = c.H, E = c.E, I = c.I, k = c.k;
@@ -630,6 +637,7 @@ TEST_P(MoeTest, ForwardAndBackward) {
     MoeRouting r;
     r.sigmoid = c.sigmoid, r.normalize = c.normalize, r.groups = c.groups;
     r.top_groups = c.top_groups, r.scale = c.scale;
+    r.weigh_inputs = c.weigh_inputs;
     MoeExperts f;
     if (c.oss)
       f = {true, true, 1.702f, c.limit, 1.f};
@@ -653,11 +661,12 @@ TEST_P(MoeTest, ForwardAndBackward) {
                       dy.host(), x.host(), wh, T, H, E, I, k, r, f);
     sync();
     unsetenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS");
-    const std::string at = "T=" + std::to_string(T) +
-                           (c.chunk ? std::string(" chunk ") + c.chunk : "") +
-                           (c.bias ? " bias" : "") +
-                           (c.sigmoid ? " sigmoid" : "") + " groups " +
-                           std::to_string(c.groups) + (c.oss ? " gpt-oss" : "");
+    const std::string at =
+        "T=" + std::to_string(T) +
+        (c.chunk ? std::string(" chunk ") + c.chunk : "") +
+        (c.bias ? " bias" : "") + (c.sigmoid ? " sigmoid" : "") + " groups " +
+        std::to_string(c.groups) + (c.oss ? " gpt-oss" : "") +
+        (c.weigh_inputs ? " weigh inputs" : "");
     EXPECT_TRUE(near(y.fetch(), y.h, kUlp, sums)) << "y, " << at;
     EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, sums)) << "dx, " << at;
     EXPECT_TRUE(near(dr.fetch(), dr.h, rtol, atol)) << "drouter, " << at;

@@ -2,7 +2,8 @@
 //
 // The oracle is a naive float64 forward (softmax or sigmoid routing, the
 // best groups of experts by sorting, top k, SwiGLU experts or gpt-oss's
-// clamped ones with biases, in either layout); the kernel's
+// clamped ones with biases, in either layout, weighed on their outputs or
+// inputs); the kernel's
 // gradients are checked against its central differences, which see through
 // the scaling, renormalization and softmax or sigmoid as long as no
 // perturbation changes which experts a token chooses (the random values
@@ -31,11 +32,14 @@ struct MoeShape {
   // router and both products.
   bool oss = false;
   float limit = 0.6f;
+  // Llama 4: the weights scale the experts' inputs.
+  bool weigh_inputs = false;
 
   MoeRouting routing() const {
     MoeRouting r;
     r.sigmoid = sigmoid, r.normalize = normalize, r.groups = groups;
     r.top_groups = top_groups, r.scale = scale;
+    r.weigh_inputs = weigh_inputs;
     return r;
   }
   MoeExperts experts() const {
@@ -146,12 +150,14 @@ Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
     for (int64_t j = 0; j < s.k; ++j) {
       const int64_t e = order[j];
       const double w = (s.normalize ? p[e] / total : p[e]) * s.scale;
+      // The expert sees w · x_t when weighed on its input.
+      const double in_w = s.weigh_inputs ? w : 1.0;
       Doubles a(s.I);
       for (int64_t i = 0; i < s.I; ++i) {
         double g = GB(e, i), u = GB(e, I + i);
         for (int64_t h = 0; h < s.H; ++h) {
-          g += G(e, i, h) * x[t * s.H + h];
-          u += G(e, I + i, h) * x[t * s.H + h];
+          g += G(e, i, h) * (in_w * x[t * s.H + h]);
+          u += G(e, I + i, h) * (in_w * x[t * s.H + h]);
         }
         if (s.oss) { // gpt-oss's clamps, alpha and the up shift
           g = std::min(g, double(s.limit));
@@ -165,7 +171,7 @@ Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
         double o = s.oss ? in[kDownBias][e * H + h] : 0.0;
         for (int64_t i = 0; i < s.I; ++i)
           o += D(e, h, i) * a[i];
-        y[t * s.H + h] += w * o;
+        y[t * s.H + h] += (s.weigh_inputs ? 1.0 : w) * o;
       }
     }
   }
@@ -239,6 +245,10 @@ const MoeShape kShapes[] = {
     // gpt-oss: top k of the logits (plus the router's bias), softmax over
     // them; clamped experts with biases, stored x · W, g and u interleaved.
     {7, 8, 6, 3, 2, true, false, false, 1, 1, 1.f, true},
+    // Llama 4: the sigmoid of the one chosen logit scales the expert's
+    // input; and two experts' renormalized softmax weights on their inputs.
+    {8, 8, 4, 3, 1, false, false, true, 1, 1, 1.f, false, 0.6f, true},
+    {7, 8, 5, 3, 2, true, false, false, 1, 1, 1.f, false, 0.6f, true},
 };
 
 TEST(Moe, ForwardMatchesFloat64) {
