@@ -33,6 +33,7 @@ class DecoderShape:
     parallel_residual: bool = False
     tied: bool = False
     sliding_window: int = 0  # query i sees keys i - W < j <= i; 0: all j <= i
+    attention_chunk: int = 0  # query i sees its chunk's keys, j // C == i // C; 0: all
 
     @property
     def head_dim(self):
@@ -53,6 +54,8 @@ class DecoderShape:
             raise ValueError(f"{len(self.mlp)} MLP kinds for {self.layers} layers")
         if self.sliding_window < 0:
             raise ValueError(f"sliding window {self.sliding_window} must be positive (0: none)")
+        if self.attention_chunk < 0:
+            raise ValueError(f"attention chunk {self.attention_chunk} must be positive (0: none)")
 
 
 # -- norms --
@@ -134,15 +137,21 @@ def rope(g, x, cos, sin, rotary_dim, head_dim):
 
 # -- attention --
 
-def causal_mask(g, seq, window=0):
+def causal_mask(g, seq_len, window=0, chunk=0):
     """[S, S] additive mask: finfo.min above the diagonal, 0 elsewhere (Trilu upper, k=1);
     with a window W, also finfo.min at and below the W-th diagonal under it (Trilu lower,
-    k=-W)."""
+    k=-W); with chunks of C, also finfo.min where Div(i, C) != Div(j, C) (Llama 4's chunked
+    attention). seq_len: S as an int64 scalar."""
+    seq = g.unsqueeze(seq_len, 0)
     full = g.op("ConstantOfShape", g.op("Concat", seq, seq, axis=0),
                 value=_scalar(FLOAT32_MIN))
     mask = g.op("Trilu", full, g.const(1), upper=1)
     if window:
         mask = g.op("Add", mask, g.op("Trilu", full, g.const(-window), upper=0))
+    if chunk:
+        which = g.op("Div", g.op("Range", g.const(0), seq_len, g.const(1)), g.const(chunk))
+        same = g.op("Equal", g.unsqueeze(which, 1), g.unsqueeze(which, 0))
+        mask = g.op("Add", mask, g.op("Where", same, g.const(0.0), g.const(FLOAT32_MIN)))
     return mask
 
 
@@ -231,7 +240,7 @@ def decoder(g, cfg, ids_name="input_ids", logits_name="logits", between_layers=N
         with g.scope("rotary_emb"):
             freq = g.tensor("model.rotary_emb.inv_freq", inv_freq(cfg.rotary_dim, cfg.rope_theta))
             cos, sin = rotary_tables(g, freq, seq_len)
-        mask = causal_mask(g, g.unsqueeze(seq_len, 0), cfg.sliding_window)
+        mask = causal_mask(g, seq_len, cfg.sliding_window, cfg.attention_chunk)
         for i in range(cfg.layers):
             h = decoder_layer(g, cfg, i, h, cos, sin, mask)
             if between_layers:

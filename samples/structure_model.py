@@ -35,7 +35,8 @@ PRESETS = {
                                layers=108, rope_theta=5e5),
 }
 
-OVERRIDES = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "sliding_window")
+OVERRIDES = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "sliding_window",
+             "attention_chunk")
 
 
 def build(shape, with_data=False, seed=0, name="decoder"):
@@ -70,7 +71,8 @@ def main():
             print(f"{name:12} {size:>7} params  hidden {s.hidden}, ffn {s.ffn}, "
                   f"heads {s.heads}/{s.kv_heads} kv, {s.layers} layers, vocab {s.vocab}"
                   f"{', qkv bias' if s.qkv_bias else ''}"
-                  f"{f', window {s.sliding_window}' if s.sliding_window else ''}")
+                  f"{f', window {s.sliding_window}' if s.sliding_window else ''}"
+                  f"{f', chunks of {s.attention_chunk}' if s.attention_chunk else ''}")
         return
     if not args.preset or not args.output:
         p.error("--preset and -o are required")

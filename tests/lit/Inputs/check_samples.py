@@ -8,6 +8,7 @@ reference batch and at another batch and seq, checks that gradient keys name
 initializers, writes every structure preset (small, fast, data-less) and
 checks the tiny one with data against fused_math. Exits non-zero on failure.
 """
+import dataclasses
 import subprocess
 import sys
 import tempfile
@@ -93,13 +94,18 @@ def check_structure(tmp):
         expect(dataless and size < 10 << 20 and took < 10,
                f"structure {preset}: {size} bytes in {took:.1f}s, data-less {dataless}")
         print(f"structure {preset:12} {size / 1e6:5.2f} MB {took:4.1f}s {len(m.graph.node)} nodes")
-    shape = structure_model.PRESETS["tiny"]
-    m = structure_model.build(shape, with_data=True, seed=1)
-    onnx.checker.check_model(m, full_check=True)
-    ids = np.random.default_rng(0).integers(0, shape.vocab, (2, 12))
-    w = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in m.graph.initializer}
-    got = onnx_eval.run(m, {"input_ids": ids}, float64=True)["logits"]
-    expect(rel_err(got, fm.decoder(w, shape, ids)) < 1e-6, "structure tiny --with-data differs from fused_math")
+    tiny = structure_model.PRESETS["tiny"]
+    # As is, with a window of 3 keys, and in chunks of 5 under a window of 3.
+    for shape in (tiny, dataclasses.replace(tiny, sliding_window=3),
+                  dataclasses.replace(tiny, sliding_window=3, attention_chunk=5)):
+        m = structure_model.build(shape, with_data=True, seed=1)
+        onnx.checker.check_model(m, full_check=True)
+        ids = np.random.default_rng(0).integers(0, shape.vocab, (2, 12))
+        w = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in m.graph.initializer}
+        got = onnx_eval.run(m, {"input_ids": ids}, float64=True)["logits"]
+        expect(rel_err(got, fm.decoder(w, shape, ids)) < 1e-6,
+               f"structure tiny --with-data (window {shape.sliding_window}, chunk "
+               f"{shape.attention_chunk}) differs from fused_math")
 
 
 def check_cli(tmp):

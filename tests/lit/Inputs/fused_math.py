@@ -130,7 +130,9 @@ def decoder(w, cfg, ids):
         q = rope(heads(lin(x, p + ".q_proj", cfg.qkv_bias), H), cos, sin, R)
         k = rope(heads(lin(x, p + ".k_proj", cfg.qkv_bias), Hkv), cos, sin, R)
         v = heads(lin(x, p + ".v_proj", cfg.qkv_bias), Hkv)
-        return lin(merge(attention(q, k, v, D ** -0.5)), p + ".o_proj")
+        a = attention(q, k, v, D ** -0.5, window=cfg.sliding_window or None,
+                      chunk=cfg.attention_chunk or None)
+        return lin(merge(a), p + ".o_proj")
 
     def mlp(x, p, kind):
         if kind == "swiglu":
