@@ -191,7 +191,7 @@ ComputeSplit templateSeconds(TemplateOp t, const Machine &m) {
     // Each chunk reads and writes the param gradients again.
     double s = chunked ? opSeconds(&op, m, &*chunking) * chunking->chunks()
                        : opSeconds(&op, m, nullptr);
-    if (isa<LinearOp, LinearGradOp>(op))
+    if (isa<LinearOp, LinearGradOp, MoeOp, MoeGradOp>(op)) // grouped GEMMs
       split.gemm += s;
     else if (isa<AttentionOp, AttentionGradOp>(op))
       split.attention += s;
@@ -210,6 +210,36 @@ double trainedParams(ModuleOp module) {
     if (!p.getTie() && !p.getFrozen())
       n += p.getTensorType().getNumElements();
   return n;
+}
+
+// Params the average token uses, for model FLOPs (6 · params · tokens): a
+// mixture's expert weights count k of E (top_k of the router's rows), as
+// the FLOPs of mixtures of experts are conventionally counted.
+double activeParams(ModuleOp module, double trained) {
+  if (module.getOps<ModelOp>().empty())
+    return trained; // a hand-written schedule: nothing to resolve
+  auto apps = applicationsOf(module);
+  if (failed(apps))
+    return trained;
+  double idle = 0;
+  for (Application &a : *apps) {
+    const unsigned first = a.op->getNumOperands(); // params follow the inputs
+    a.tmpl.walk([&](MoeOp m) {
+      const double E =
+          cast<RankedTensorType>(m.getRouter().getType()).getDimSize(0);
+      const double unused = 1 - double(m.getTopK()) / E;
+      for (Value w : {m.getGateUp(), m.getDown()}) {
+        auto arg = dyn_cast<BlockArgument>(w);
+        if (!arg || arg.getArgNumber() < first ||
+            arg.getArgNumber() - first >= a.params.size())
+          continue;
+        ParamOp p = a.params[arg.getArgNumber() - first];
+        if (!p.getTie() && !p.getFrozen())
+          idle += unused * double(p.getTensorType().getNumElements());
+      }
+    });
+  }
+  return trained - idle;
 }
 
 /// One command of the body with its cost.
@@ -466,7 +496,7 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
     // ids and targets of every micro-batch.
     if (auto ids = symbols.lookup<BufferOp>("tokens"); ids && tokens == 0)
       tokens = ids.getElems() / 2.0;
-    double trained = trainedParams(module);
+    double active = activeParams(module, trainedParams(module));
     auto fraction = [&](double x) {
       return stepS > 0 ? std::min(1.0, x / stepS) : 0.0;
     };
@@ -481,8 +511,9 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         b.getNamedAttr("preset", b.getStringAttr(preset)),
         b.getNamedAttr("step_s", f(stepS)),
         b.getNamedAttr("tokens_per_s", f(stepS > 0 ? tokens / stepS : 0)),
+        b.getNamedAttr("active_params", f(active)),
         b.getNamedAttr("model_tflops",
-                       f(stepS > 0 ? 6 * trained * tokens / stepS / T : 0)),
+                       f(stepS > 0 ? 6 * active * tokens / stepS / T : 0)),
         b.getNamedAttr("compute_busy_fraction",
                        f(fraction(busy[int(StreamId::Compute)]))),
         b.getNamedAttr("h2d_busy_fraction",

@@ -34,6 +34,8 @@ class DecoderShape:
     tied: bool = False
     sliding_window: int = 0  # query i sees keys i - W < j <= i; 0: all j <= i
     attention_chunk: int = 0  # query i sees its chunk's keys, j // C == i // C; 0: all
+    experts: int = 0  # > 0: Llama 4's experts of `ffn` units beside a shared one; 0: an MLP
+    experts_per_token: int = 1
 
     @property
     def head_dim(self):
@@ -56,6 +58,8 @@ class DecoderShape:
             raise ValueError(f"sliding window {self.sliding_window} must be positive (0: none)")
         if self.attention_chunk < 0:
             raise ValueError(f"attention chunk {self.attention_chunk} must be positive (0: none)")
+        if self.experts < 0 or (self.experts and not 1 <= self.experts_per_token <= self.experts):
+            raise ValueError(f"{self.experts_per_token} of {self.experts} experts per token")
 
 
 # -- norms --
@@ -198,6 +202,30 @@ def swiglu_mlp(g, cfg, x, prefix):
         return linear(g, act, f"{prefix}.down_proj", cfg.ffn, cfg.hidden)
 
 
+def llama4_moe(g, cfg, x, prefix):
+    """Llama 4's experts as transformers exports them: every expert on every token, the token
+    scaled by its routing weight (the sigmoid of its best router logits, 0 for the other
+    experts), summed over the experts, beside a shared SwiGLU expert."""
+    E, H, I = cfg.experts, cfg.hidden, cfg.ffn
+    with g.scope("feed_forward"):
+        flat = g.op("Reshape", x, g.ints(-1, H))
+        router = g.weight(f"{prefix}.router.weight", [E, H], std=H ** -0.5)
+        logits = g.op("Gemm", flat, router, transB=1)
+        values, chosen = g.op("TopK", logits, g.ints(cfg.experts_per_token), axis=-1, outputs=2)
+        hidden = g.op("Expand", g.const(-math.inf), g.op("Shape", logits))
+        w = g.op("Sigmoid", g.op("ScatterElements", hidden, chosen, values, axis=1))
+        scaled = g.op("Mul", g.op("Tile", flat, g.ints(E, 1)),
+                      g.op("Reshape", g.op("Transpose", w, perm=[1, 0]), g.ints(-1, 1)))
+        gate_up = g.weight(f"{prefix}.experts.gate_up_proj", [E, H, 2 * I], std=H ** -0.5)
+        down = g.weight(f"{prefix}.experts.down_proj", [E, I, H], std=I ** -0.5)
+        h = g.op("MatMul", g.op("Reshape", scaled, g.ints(E, -1, H)), gate_up)
+        gate, up = g.op("Split", h, g.ints(I, I), axis=2, outputs=2)
+        act = g.op("Mul", up, g.op("Mul", gate, g.op("Sigmoid", gate)))
+        routed = g.op("ReduceSum", g.op("MatMul", act, down), g.ints(0), keepdims=0)
+        y = g.op("Add", swiglu_mlp(g, cfg, flat, f"{prefix}.shared_expert"), routed)
+        return g.op("Reshape", y, g.op("Shape", x))
+
+
 def gelu_erf(g, x):
     """x/2 · (1 + erf(x/√2)) as torch exports it: Div, Erf, Add, Mul, Mul."""
     e = g.op("Erf", g.op("Div", x, g.const(math.sqrt(2.0))))
@@ -218,6 +246,8 @@ def decoder_layer(g, cfg, i, x, cos, sin, mask):
         attn = self_attention(g, cfg, norm(g, cfg, x, f"{prefix}.input_layernorm"),
                               f"{prefix}.self_attn", cos, sin, mask)
         mlp = swiglu_mlp if cfg.mlp_of(i) == "swiglu" else gelu_mlp
+        if cfg.experts:
+            mlp = llama4_moe
         if cfg.parallel_residual:
             m = mlp(g, cfg, norm(g, cfg, x, f"{prefix}.post_attention_layernorm"), f"{prefix}.mlp")
             return g.op("Add", g.op("Add", x, attn), m)

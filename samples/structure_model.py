@@ -33,10 +33,15 @@ PRESETS = {
                                layers=32, rope_theta=1e6, sliding_window=4096),
     "llama-120b": DecoderShape(vocab=128256, hidden=10240, ffn=28672, heads=80, kv_heads=8,
                                layers=108, rope_theta=5e5),
+    # Llama 4 Scout's shape: 16 experts (one per token) beside a shared one in every layer,
+    # chunks of 8192 keys (Scout keeps every fourth layer on full attention, without RoPE;
+    # the same below 8192 tokens a sequence).
+    "llama4-scout": DecoderShape(vocab=202048, hidden=5120, ffn=8192, heads=40, kv_heads=8,
+                                 layers=48, rope_theta=5e5, attention_chunk=8192, experts=16),
 }
 
 OVERRIDES = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "sliding_window",
-             "attention_chunk")
+             "attention_chunk", "experts", "experts_per_token")
 
 
 def build(shape, with_data=False, seed=0, name="decoder"):
@@ -48,7 +53,10 @@ def build(shape, with_data=False, seed=0, name="decoder"):
 def param_count(shape):
     D, H, Hkv = shape.head_dim, shape.heads, shape.kv_heads
     attn = shape.hidden * D * (2 * H + 2 * Hkv) + (D * (H + 2 * Hkv) if shape.qkv_bias else 0)
-    layer = attn + 3 * shape.hidden * shape.ffn + 2 * shape.hidden
+    mlp = 3 * shape.hidden * shape.ffn
+    if shape.experts:  # the routed experts, the shared one and the router
+        mlp = (shape.experts + 1) * mlp + shape.experts * shape.hidden
+    layer = attn + mlp + 2 * shape.hidden
     return shape.vocab * shape.hidden * (1 if shape.tied else 2) + shape.layers * layer + shape.hidden
 
 
@@ -72,7 +80,8 @@ def main():
                   f"heads {s.heads}/{s.kv_heads} kv, {s.layers} layers, vocab {s.vocab}"
                   f"{', qkv bias' if s.qkv_bias else ''}"
                   f"{f', window {s.sliding_window}' if s.sliding_window else ''}"
-                  f"{f', chunks of {s.attention_chunk}' if s.attention_chunk else ''}")
+                  f"{f', chunks of {s.attention_chunk}' if s.attention_chunk else ''}"
+                  f"{f', {s.experts} experts ({s.experts_per_token} a token)' if s.experts else ''}")
         return
     if not args.preset or not args.output:
         p.error("--preset and -o are required")

@@ -198,10 +198,13 @@ def bench_row(work, name):
     tokens = steps[0].get("tokens") if steps else None
     row["tokens_per_step"] = tokens
     row["tokens_per_s"] = tps
-    if tps and tokens and params:
+    # Model FLOPs count the params a token uses (a mixture's experts k of E), as the
+    # simulator's prediction does.
+    active = plan.get("prediction", {}).get("active_params") or params
+    if tps and tokens and active:
         step_s = tokens / tps
         row["step_s"] = step_s
-        row["model_tflops"] = 6.0 * params * tokens / step_s / 1e12
+        row["model_tflops"] = 6.0 * active * tokens / step_s / 1e12
     st = stats.get("steps", [])
     st = st[1:] if len(st) > 1 else st
     if st:
@@ -260,10 +263,10 @@ def cmd_report(work, out):
                  f"{fmt(p.get('loss_rel'), '.1e')} | {fmt(p.get('cos_min'), '.5f')} ({p.get('cos_min_tensor', '')}) | "
                  f"{p.get('stress_same_losses', '–')} | {'yes' if p.get('ok') else 'NO ' + p.get('error', '')} |")
     L += ["", "## Attention kernels (causal; TFLOPS count 4·B·H·pairs·D forward, 2.5x that backward)",
-          "", "| shape | B H Hkv S D window | ours fwd / bwd TFLOPS | ours on CUDA cores | torch SDPA fwd / bwd TFLOPS |",
+          "", "| shape | B H Hkv S D window chunk | ours fwd / bwd TFLOPS | ours on CUDA cores | torch SDPA fwd / bwd TFLOPS |",
           "|---|---|---|---|---|"]
     for r in attention:
-        dims = " ".join(str(r.get(k, "?")) for k in ("B", "H", "Hkv", "S", "D", "window"))
+        dims = " ".join(str(r.get(k, "?")) for k in ("B", "H", "Hkv", "S", "D", "window", "chunk"))
         L.append(f"| {r.get('name')} | {dims} | {fmt(r.get('fwd_tflops'))} / {fmt(r.get('bwd_tflops'))} "
                  f"| {fmt(r.get('cuda_cores_fwd_tflops'))} / {fmt(r.get('cuda_cores_bwd_tflops'))} "
                  f"| {fmt(r.get('torch_fwd_tflops'))} / {fmt(r.get('torch_bwd_tflops'))} |")

@@ -133,6 +133,12 @@ int runInspect(const std::vector<std::string> &args) {
     os << "\nno prediction in this plan (mt-simulate did not run)\n";
     return 0;
   }
+  // Mixtures of experts: model FLOPs count the params a token uses.
+  double active = number(*pred, "active_params");
+  if (active > 0 && active < number(*plan, "trained_params"))
+    os << llvm::formatv("\n{0:F3}B params active a token (a mixture's experts "
+                        "count k of E)",
+                        active / 1e9);
   os << llvm::formatv("\npredicted on {0}: step {1:F3} s, {2:F0} tokens/s, "
                       "{3:F1} model TFLOPS, GPU busy {4:F1}%\n",
                       pred->getString("preset").value_or("?"),

@@ -95,9 +95,11 @@ def check_structure(tmp):
                f"structure {preset}: {size} bytes in {took:.1f}s, data-less {dataless}")
         print(f"structure {preset:12} {size / 1e6:5.2f} MB {took:4.1f}s {len(m.graph.node)} nodes")
     tiny = structure_model.PRESETS["tiny"]
-    # As is, with a window of 3 keys, and in chunks of 5 under a window of 3.
+    # As is, with a window of 3 keys, in chunks of 5 under a window of 3, and with Llama 4's
+    # experts (4, 2 per token).
     for shape in (tiny, dataclasses.replace(tiny, sliding_window=3),
-                  dataclasses.replace(tiny, sliding_window=3, attention_chunk=5)):
+                  dataclasses.replace(tiny, sliding_window=3, attention_chunk=5),
+                  dataclasses.replace(tiny, experts=4, experts_per_token=2)):
         m = structure_model.build(shape, with_data=True, seed=1)
         onnx.checker.check_model(m, full_check=True)
         ids = np.random.default_rng(0).integers(0, shape.vocab, (2, 12))
@@ -105,7 +107,7 @@ def check_structure(tmp):
         got = onnx_eval.run(m, {"input_ids": ids}, float64=True)["logits"]
         expect(rel_err(got, fm.decoder(w, shape, ids)) < 1e-6,
                f"structure tiny --with-data (window {shape.sliding_window}, chunk "
-               f"{shape.attention_chunk}) differs from fused_math")
+               f"{shape.attention_chunk}, experts {shape.experts}) differs from fused_math")
 
 
 def check_cli(tmp):

@@ -135,9 +135,26 @@ def decoder(w, cfg, ids):
         return lin(merge(a), p + ".o_proj")
 
     def mlp(x, p, kind):
+        if cfg.experts:
+            return moe(x, p)
         if kind == "swiglu":
             return lin(swiglu(lin(x, p + ".gate_proj"), lin(x, p + ".up_proj")), p + ".down_proj")
         return lin(gelu(lin(x, p + ".fc_in", True)), p + ".fc_out", True)
+
+    def moe(x, p):
+        """Llama 4's: each token's best experts on the token scaled by the sigmoid of their
+        logits, plus the shared expert."""
+        xs = x.reshape(-1, cfg.hidden)
+        logits = xs @ w[p + ".router.weight"].T
+        gate_up, down, I = w[p + ".experts.gate_up_proj"], w[p + ".experts.down_proj"], cfg.ffn
+        shared = p + ".shared_expert"
+        out = lin(swiglu(lin(xs, shared + ".gate_proj"), lin(xs, shared + ".up_proj")),
+                  shared + ".down_proj")
+        for t in range(xs.shape[0]):
+            for e in np.argsort(-logits[t], kind="stable")[:cfg.experts_per_token]:
+                h = xs[t] / (1 + np.exp(-logits[t, e])) @ gate_up[e]
+                out[t] += swiglu(h[:I], h[I:]) @ down[e]
+        return out.reshape(x.shape)
 
     h = w["model.embed_tokens.weight"][ids]
     for i in range(cfg.layers):

@@ -7,7 +7,7 @@
 // The whole pipeline, then the default machine (h200-pcie5): the prediction
 // sits on mt.schedule with every key inspect and plan.json read.
 // CHECK-LABEL: mt.schedule @step
-// CHECK-SAME: prediction = {{[{]}}attention_s = {{.*}} : f64, compute_busy_fraction = {{.*}} : f64, d2h_busy_fraction = {{.*}} : f64, gemm_s = {{.*}} : f64, h2d_busy_fraction = {{.*}} : f64, host_busy_fraction = {{.*}} : f64, link_bound_fraction = {{.*}} : f64, model_tflops = {{.*}} : f64, other_kernels_s = {{.*}} : f64, preset = "h200-pcie5", step_s = {{.*}} : f64, suggested_micro_batches = {{[0-9]+}} : i64, tokens_per_s = {{[0-9.e+-]+}} : f64}
+// CHECK-SAME: prediction = {{[{]}}active_params = {{.*}} : f64, attention_s = {{.*}} : f64, compute_busy_fraction = {{.*}} : f64, d2h_busy_fraction = {{.*}} : f64, gemm_s = {{.*}} : f64, h2d_busy_fraction = {{.*}} : f64, host_busy_fraction = {{.*}} : f64, link_bound_fraction = {{.*}} : f64, model_tflops = {{.*}} : f64, other_kernels_s = {{.*}} : f64, preset = "h200-pcie5", step_s = {{.*}} : f64, suggested_micro_batches = {{[0-9]+}} : i64, tokens_per_s = {{[0-9.e+-]+}} : f64}
 // Unknown presets are named, with the list of known ones.
 // PRESET: error: mt-simulate: unknown preset 'tpu-v9' (presets: h200-pcie5, gh200, a100-pcie4, rtx3090-pcie4)
 module {
@@ -80,7 +80,7 @@ module attributes {mt.master_weights = "bf16"} {
 // 1024 tokens / 2 ms = 1.572864 model TFLOPS. (The passes before
 // mt-simulate leave this already scheduled module as it is.)
 // CLOSED-LABEL: mt.unit @u0 kind "layer" applies [0] params [@w]
-// CLOSED: prediction = {attention_s = 0.000000e+00 : f64, compute_busy_fraction = 0.000000e+00 : f64, d2h_busy_fraction = 0.000000e+00 : f64, gemm_s = 0.000000e+00 : f64, h2d_busy_fraction = 5.000000e-01 : f64, host_busy_fraction = 5.000000e-01 : f64, link_bound_fraction = 0.000000e+00 : f64, model_tflops = 1.572864 : f64, other_kernels_s = 0.000000e+00 : f64, preset = "h200-pcie5", step_s = 2.000000e-03 : f64, suggested_micro_batches = 0 : i64, tokens_per_s = 5.120000e+05 : f64}
+// CLOSED: prediction = {active_params = 5.120000e+05 : f64, attention_s = 0.000000e+00 : f64, compute_busy_fraction = 0.000000e+00 : f64, d2h_busy_fraction = 0.000000e+00 : f64, gemm_s = 0.000000e+00 : f64, h2d_busy_fraction = 5.000000e-01 : f64, host_busy_fraction = 5.000000e-01 : f64, link_bound_fraction = 0.000000e+00 : f64, model_tflops = 1.572864 : f64, other_kernels_s = 0.000000e+00 : f64, preset = "h200-pcie5", step_s = 2.000000e-03 : f64, suggested_micro_batches = 0 : i64, tokens_per_s = 5.120000e+05 : f64}
 // The trace: a thread per stream, then the commands as complete events in
 // microseconds (this module is the last one simulated, so its trace stays).
 // TRACE: {"args":{"name":"h2d"},"name":"thread_name","ph":"M","pid":0,"tid":0}
