@@ -264,6 +264,20 @@ ARCHITECTURES = {
                          first_k_dense_replace=1, n_shared_experts=1,
                          routed_scaling_factor=2.5, pad_token_id=0),
                     T.DeepseekV3ForCausalLM),
+    # HyperCLOVA X: muP multipliers on the embeddings, residual branches,
+    # attention scores and logits; norms after each sublayer too.
+    "hyperclovax": (T.HyperCLOVAXConfig, dict(COMMON, head_dim=16, embedding_multiplier=2.0,
+                                              logits_scaling=0.5, residual_multiplier=0.7,
+                                              attention_multiplier=0.2, pad_token_id=0),
+                    T.HyperCLOVAXForCausalLM),
+    # CWM: a full and a sliding-window layer.
+    "cwm": (T.CwmConfig, dict(COMMON, head_dim=16, sliding_window=5,
+                              layer_types=["full_attention", "sliding_attention"], pad_token_id=0),
+            T.CwmForCausalLM),
+    # LFM3: a short-convolution layer, a full and a sliding-window layer.
+    "lfm3": (T.Lfm3Config, dict(COMMON, head_dim=16, num_hidden_layers=3, sliding_window=5,
+                                layer_types=["conv", "full_attention", "sliding_attention"],
+                                pad_token_id=0), T.Lfm3ForCausalLM),
     # Llama 4: a dense layer with chunked attention (chunks of 5 of the 16
     # tokens), rotary and weightless q/k RMS norms; a NoPE layer with full
     # causal attention whose queries are scaled per position (temperature
