@@ -359,6 +359,13 @@ private:
       os_ << llvm::formatv("  k.sigmoid_backward({0}, {1}, {2}, {3});\n",
                            grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
                            count(s.getX()));
+    } else if (auto s = dyn_cast<SoftplusOp>(op)) {
+      os_ << llvm::formatv("  k.softplus_forward({0}, {1}, {2});\n",
+                           ref(s.getY()), ref(s.getX()), count(s.getX()));
+    } else if (auto s = dyn_cast<SoftplusGradOp>(op)) {
+      os_ << llvm::formatv("  k.softplus_backward({0}, {1}, {2}, {3});\n",
+                           grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
+                           count(s.getX()));
     } else if (auto s = dyn_cast<GeluOp>(op)) {
       os_ << llvm::formatv("  k.gelu_forward({0}, {1}, {2}, {3});\n",
                            ref(s.getY()), ref(s.getX()), count(s.getX()),

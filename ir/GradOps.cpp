@@ -143,6 +143,11 @@ LogicalResult SigmoidGradOp::verify() {
                  failed(sameType(*this, getDx(), getX(), "dx")));
 }
 
+LogicalResult SoftplusGradOp::verify() {
+  return failure(failed(sameType(*this, getDy(), getX(), "dy")) ||
+                 failed(sameType(*this, getDx(), getX(), "dx")));
+}
+
 LogicalResult SiluGradOp::verify() {
   return failure(failed(sameType(*this, getDy(), getX(), "dy")) ||
                  failed(sameType(*this, getDx(), getX(), "dx")));

@@ -136,6 +136,17 @@ def Mt_SigmoidGradOp : Mt_GradOp<"sigmoid_grad"> {
   let results = (outs Mt_GradTensor:$dx);
 }
 
+def Mt_SoftplusGradOp : Mt_GradOp<"softplus_grad"> {
+  let summary = "dx of mt.softplus: dy · σ(x)";
+  let description = [{
+    ```mlir
+    %dx = mt.softplus_grad %dy, %x : (tensor<2x16x4xf32>, tensor<2x16x4xf32>) -> tensor<2x16x4xf32>
+    ```
+  }];
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x);
+  let results = (outs Mt_GradTensor:$dx);
+}
+
 def Mt_SiluGradOp : Mt_GradOp<"silu_grad"> {
   let summary = "dx of mt.silu";
   let description = [{

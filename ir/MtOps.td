@@ -314,6 +314,15 @@ def Mt_SiluOp : Mt_UnaryOp<"silu"> {
   }];
 }
 
+def Mt_SoftplusOp : Mt_UnaryOp<"softplus"> {
+  let summary = "y = log(1 + exp(x)) (a positive gate: Laguna's attention output)";
+  let description = [{
+    ```mlir
+    %y = mt.softplus %x : (tensor<2x16x4xf32>) -> tensor<2x16x4xf32>
+    ```
+  }];
+}
+
 def Mt_SigmoidOp : Mt_UnaryOp<"sigmoid"> {
   let summary = "y = 1 / (1 + exp(-x)) (a gate: Qwen2-MoE's shared expert)";
   let description = [{

@@ -142,6 +142,12 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     addGradient(s.getX(), g->getResult(0));
     return success();
   }
+  if (auto s = dyn_cast<SoftplusOp>(op)) {
+    Operation *g =
+        create(loc, "mt.softplus_grad", {dy, s.getX()}, {s.getX().getType()});
+    addGradient(s.getX(), g->getResult(0));
+    return success();
+  }
   if (auto s = dyn_cast<SiluOp>(op)) {
     Operation *g =
         create(loc, "mt.silu_grad", {dy, s.getX()}, {s.getX().getType()});

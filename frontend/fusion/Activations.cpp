@@ -1,4 +1,4 @@
-//===- Activations.cpp - ReLU, GELU, SiLU, SwiGLU and xIELU ---------------===//
+//===- Activations.cpp - ReLU, GELU, SiLU, SwiGLU, softplus and xIELU -----===//
 //
 // Recognized forms:
 //   ReLU       Relu (OPT).
@@ -12,6 +12,9 @@
 //   SiLU       x · Sigmoid(x).
 //   SwiGLU     SiLU(gate) · up.
 //   Sigmoid    a Sigmoid left over after those (a gate).
+//   Softplus   Softplus (Laguna's gate), also as torch exports its threshold:
+//              Where(Greater(x, t), x, Softplus(x)) with t >= 15, where the
+//              two sides differ by log1p(exp(−t)) < 4e-7.
 //   xIELU      Where(Greater(x, 0), ap·x·x + beta·x,
 //              (Exp(Min(x, eps)) − 1 − x) · an + beta·x) (Apertus), ap and an
 //              one-element weights (the export's softplus of the trained
@@ -266,6 +269,18 @@ void fuseActivations(Graph &g) {
   for (Node *n : nodesWithOp(g, "Sigmoid"))
     if (isActivation(n->in(0)))
       replaceWithPrimitive(g, n, "mt.sigmoid", {n->in(0)}, n->in(0)->shape);
+  for (Node *w : nodesWithOp(g, "Where")) {
+    Node *gt = producer(w->in(0), "Greater");
+    Node *sp = producer(w->in(2), "Softplus");
+    auto t = gt ? constScalar(gt->in(1)) : std::nullopt;
+    if (sp && t && *t >= 15 && gt->in(0) == sp->in(0) &&
+        w->in(1) == sp->in(0) && w->out()->shape == sp->out()->shape)
+      g.replaceAllUses(w->out(), sp->out());
+  }
+  g.removeDeadNodes();
+  for (Node *n : nodesWithOp(g, "Softplus"))
+    if (isActivation(n->in(0)))
+      replaceWithPrimitive(g, n, "mt.softplus", {n->in(0)}, n->in(0)->shape);
 }
 
 } // namespace mt::onnx_import

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/OpHandler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -140,6 +141,9 @@ double logFn(double x) { return std::log(x); }
 double erfFn(double x) { return std::erf(x); }
 double tanhFn(double x) { return std::tanh(x); }
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double softplus(double x) {
+  return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x)));
+}
 double relu(double x) { return x > 0 ? x : 0; }
 double cosFn(double x) { return std::cos(x); }
 double sinFn(double x) { return std::sin(x); }
@@ -265,6 +269,7 @@ void addElementwiseHandlers(std::vector<OpHandler> &t) {
   un("Erf", 13, foldUnary<erfFn>);
   un("Tanh", 13, foldUnary<tanhFn>);
   un("Sigmoid", 13, foldUnary<sigmoid>);
+  un("Softplus", 1, foldUnary<softplus>);
   un("Relu", 13, foldUnary<relu>);
   un("Cos", 7, foldUnary<cosFn>);
   un("Sin", 7, foldUnary<sinFn>);

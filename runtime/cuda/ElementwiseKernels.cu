@@ -57,6 +57,8 @@ enum class Pointwise : int {
   SiluGrad,
   Sigmoid,
   SigmoidGrad,
+  Softplus,
+  SoftplusGrad,
   Gelu,
   GeluTanh,
   GeluGrad,
@@ -79,6 +81,9 @@ __global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
     case Pointwise::Sigmoid:
       y[i] = f2bf(sigmoid(v));
       break;
+    case Pointwise::Softplus:
+      y[i] = f2bf(fmaxf(v, 0.f) + log1pf(expf(-fabsf(v))));
+      break;
     case Pointwise::Gelu:
       y[i] = f2bf(gelu(v, false));
       break;
@@ -97,6 +102,9 @@ __global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
       add_store(y, i, bf2f(dy[i]) * s * (1.f - s));
       break;
     }
+    case Pointwise::SoftplusGrad:
+      add_store(y, i, bf2f(dy[i]) * sigmoid(v));
+      break;
     case Pointwise::GeluGrad:
       add_store(y, i, bf2f(dy[i]) * gelu_grad(v, false));
       break;
@@ -544,6 +552,17 @@ void CudaKernels::sigmoid_backward(void *dx, const void *dy, const void *x,
                                    int64_t n) {
   if (n > 0)
     MT_LAUNCH(pointwise_kernel<Pointwise::SigmoidGrad>, blocks_for(n), kBlock,
+              S_, B(dx), B(dy), B(x), n);
+}
+void CudaKernels::softplus_forward(void *y, const void *x, int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(pointwise_kernel<Pointwise::Softplus>, blocks_for(n), kBlock, S_,
+              B(y), static_cast<const bf16 *>(nullptr), B(x), n);
+}
+void CudaKernels::softplus_backward(void *dx, const void *dy, const void *x,
+                                    int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(pointwise_kernel<Pointwise::SoftplusGrad>, blocks_for(n), kBlock,
               S_, B(dx), B(dy), B(x), n);
 }
 void CudaKernels::silu_forward(void *y, const void *x, int64_t n) {

@@ -65,6 +65,9 @@ public:
   void relu_backward(void *dx, const void *dy, const void *x,
                      int64_t n) override;
   void sigmoid_forward(void *y, const void *x, int64_t n) override;
+  void softplus_forward(void *y, const void *x, int64_t n) override;
+  void softplus_backward(void *dx, const void *dy, const void *x,
+                         int64_t n) override;
   void sigmoid_backward(void *dx, const void *dy, const void *x,
                         int64_t n) override;
   void silu_forward(void *y, const void *x, int64_t n) override;

@@ -146,6 +146,18 @@ void sigmoid_backward(float *dx, const float *dy, const float *x, int64_t n) {
   }
 }
 
+void softplus_forward(float *y, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = std::max(x[i], 0.f) + std::log1p(std::exp(-std::abs(x[i])));
+}
+
+void softplus_backward(float *dx, const float *dy, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] += dy[i] * sigmoid(x[i]);
+}
+
 void softcap_forward(float *y, const float *x, int64_t n, float cap) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i)

@@ -144,6 +144,9 @@ void relu_forward(float *y, const float *x, int64_t n);
 void relu_backward(float *dx, const float *dy, const float *x, int64_t n);
 void sigmoid_forward(float *y, const float *x, int64_t n);
 void sigmoid_backward(float *dx, const float *dy, const float *x, int64_t n);
+// y = log(1 + exp(x)), computed as max(x, 0) + log1p(exp(−|x|)).
+void softplus_forward(float *y, const float *x, int64_t n);
+void softplus_backward(float *dx, const float *dy, const float *x, int64_t n);
 void silu_forward(float *y, const float *x, int64_t n);
 void silu_backward(float *dx, const float *dy, const float *x, int64_t n);
 // approximate_tanh: GELU's tanh form instead of the exact erf form.

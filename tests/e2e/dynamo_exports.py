@@ -278,6 +278,19 @@ ARCHITECTURES = {
     "lfm3": (T.Lfm3Config, dict(COMMON, head_dim=16, num_hidden_layers=3, sliding_window=5,
                                 layer_types=["conv", "full_attention", "sliding_attention"],
                                 pad_token_id=0), T.Lfm3ForCausalLM),
+    # Laguna: attention outputs gated per head by a softplus (as torch
+    # exports F.softplus: past a threshold, x itself), a full and a
+    # sliding-window layer with different head counts, a dense then a
+    # sparse MLP (sigmoid scores plus a selection bias, renormalized and
+    # scaled, beside a shared expert).
+    "laguna": (T.LagunaConfig, dict(COMMON, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                    moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                                    sliding_window=5,
+                                    layer_types=["full_attention", "sliding_attention"],
+                                    mlp_layer_types=["dense", "sparse"],
+                                    moe_routed_scaling_factor=1.5,
+                                    num_attention_heads_per_layer=[4, 2], pad_token_id=0),
+               T.LagunaForCausalLM),
     # Llama 4: a dense layer with chunked attention (chunks of 5 of the 16
     # tokens), rotary and weightless q/k RMS norms; a NoPE layer with full
     # causal attention whose queries are scaled per position (temperature

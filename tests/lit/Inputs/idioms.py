@@ -420,6 +420,34 @@ def _(g):
     return lambda f: f["x"] + f["x"] / (1 + np.exp(-(f["x"] @ W)))
 
 
+def _softplus_gate(g, threshold):
+    x = x_input(g)
+    w, W = param(g, "gate.weight", [HIDDEN, 1], std=8.0)  # z crosses the threshold
+    gate = g.op("MatMul", x, w)
+    sp = g.op("Softplus", gate)
+    if threshold is not None:  # torch's F.softplus: x itself past the threshold
+        sp = g.op("Where", g.op("Greater", gate, g.const(threshold)), gate, sp)
+    y_output(g, g.op("Add", x, g.op("Mul", sp, x)), HIDDEN)
+
+    def ref(f):
+        z = f["x"] @ W
+        sp = np.log1p(np.exp(z))
+        return f["x"] + (sp if threshold is None else np.where(z > threshold, z, sp)) * f["x"]
+    return ref
+
+
+@idiom("softplus-gate", "Add(x, Mul(Softplus(MatMul(x, w[16,1])), x)): a softplus gate "
+       "(Laguna's attention output)")
+def _(g):
+    return _softplus_gate(g, None)
+
+
+@idiom("softplus-gate-threshold", "softplus-gate as torch exports F.softplus: "
+       "Where(Greater(z, 20), z, Softplus(z))")
+def _(g):
+    return _softplus_gate(g, 20.0)
+
+
 @idiom("mul-computed-table", "Add(x, Mul(x, t)), t [S,1] = 1 + 0.1·log(1 + floor(Range(0,S) / 4)) "
        "computed in the graph: a frozen table")
 def _(g):

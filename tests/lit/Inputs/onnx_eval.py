@@ -224,6 +224,7 @@ OPS = {
     "Erf": lambda a, x: _erf(x).astype(x.dtype),
     "Tanh": lambda a, x: np.tanh(x),
     "Sigmoid": lambda a, x: 1 / (1 + np.exp(-x)),
+    "Softplus": lambda a, x: np.log1p(np.exp(x)),
     "Relu": lambda a, x: np.maximum(x, 0).astype(x.dtype),
     "Max": lambda a, *xs: functools.reduce(np.maximum, xs),
     "Min": lambda a, *xs: functools.reduce(np.minimum, xs),

@@ -755,9 +755,14 @@ TEST_F(CudaKernelsTest, Activations) {
   const int64_t n = 3000;
   Tensor x = Tensor::random(n, 80, -6.f, 6.f), u = Tensor::random(n, 81);
   Tensor dy = Tensor::random(n, 82);
-  for (int op = 0; op < 6; ++op) {
+  for (int op = 0; op < 7; ++op) {
     Tensor y = Tensor::output(n), dx = Tensor::grad(n, 83);
-    if (op == 5) {
+    if (op == 6) {
+      k_->softplus_forward(y.dev(), x.dev(), n);
+      k_->softplus_backward(dx.dev(), dy.dev(), x.dev(), n);
+      cpu_.softplus_forward(y.host(), x.host(), n);
+      cpu_.softplus_backward(dx.host(), dy.host(), x.host(), n);
+    } else if (op == 5) {
       k_->sigmoid_forward(y.dev(), x.dev(), n);
       k_->sigmoid_backward(dx.dev(), dy.dev(), x.dev(), n);
       cpu_.sigmoid_forward(y.host(), x.host(), n);

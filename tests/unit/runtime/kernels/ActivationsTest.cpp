@@ -52,10 +52,12 @@ struct Unary {
 };
 
 double sigmoid_grad(double x) { return sigmoid(x) * (1 - sigmoid(x)); }
+double softplus(double x) { return std::log(1 + std::exp(x)); }
 
 const Unary kUnaries[] = {
     {"relu", relu, relu_grad, relu_forward, relu_backward},
     {"sigmoid", sigmoid, sigmoid_grad, sigmoid_forward, sigmoid_backward},
+    {"softplus", softplus, sigmoid, softplus_forward, softplus_backward},
     {"silu", silu, silu_grad, silu_forward, silu_backward},
     {"gelu", [](double x) { return gelu(x, false); },
      [](double x) { return gelu_grad(x, false); },
