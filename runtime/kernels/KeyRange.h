@@ -34,7 +34,7 @@ struct KeyRange {
       first = i - i % chunk;
     return first;
   }
-  /// The last of S queries that sees key j (j itself at least).
+  /// The last of S queries that sees key j < S (j itself at least).
   MT_KEY_RANGE_FN int64_t last_query(int64_t j, int64_t S) const {
     int64_t last = S - 1;
     if (window > 0 && j + window - 1 < last)
@@ -46,8 +46,6 @@ struct KeyRange {
   MT_KEY_RANGE_FN bool visible(int64_t i, int64_t j) const {
     return j <= i && j >= first_key(i);
   }
-  /// Whether every query sees every earlier key: plain causal attention.
-  MT_KEY_RANGE_FN bool causal_only() const { return window <= 0 && chunk <= 0; }
 };
 
 } // namespace mtrt
