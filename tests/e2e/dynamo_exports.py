@@ -291,6 +291,9 @@ ARCHITECTURES = {
                                     moe_routed_scaling_factor=1.5,
                                     num_attention_heads_per_layer=[4, 2], pad_token_id=0),
                T.LagunaForCausalLM),
+    # Apertus 1.5's text model: Apertus's xIELU and q/k norms.
+    "apertus1p5": (T.Apertus1p5TextConfig, dict(COMMON, head_dim=16, pad_token_id=0),
+                   T.Apertus1p5TextForCausalLM),
     # Llama 4: a dense layer with chunked attention (chunks of 5 of the 16
     # tokens), rotary and weightless q/k RMS norms; a NoPE layer with full
     # causal attention whose queries are scaled per position (temperature
