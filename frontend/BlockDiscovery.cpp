@@ -135,6 +135,29 @@ bool isResidual(const Segment &s) {
   return false;
 }
 
+// With no cut between embedding and head, the activation (of two or more
+// readers) read over the longest stretch of the order, if that is most of
+// it: what stays live beside the residual stream and so prevents the cuts.
+Value *sideInput(const std::vector<Node *> &order) {
+  std::map<Node *, size_t> at;
+  for (size_t i = 0; i < order.size(); ++i)
+    at[order[i]] = i;
+  Value *longest = nullptr;
+  size_t span = 0;
+  for (size_t i = 0; i < order.size(); ++i)
+    for (Value *v : order[i]->outputs) {
+      if (!v || v->users.size() < 2)
+        continue;
+      size_t last = i;
+      for (Node *u : v->users)
+        if (auto it = at.find(u); it != at.end())
+          last = std::max(last, it->second);
+      if (last - i > span)
+        longest = v, span = last - i;
+    }
+  return 2 * span > order.size() ? longest : nullptr;
+}
+
 // Two segments doing the same: the same ops with the same output shapes.
 bool sameOps(const Segment &a, const Segment &b) {
   return std::equal(a.nodes.begin(), a.nodes.end(), b.nodes.begin(),
@@ -204,6 +227,13 @@ std::vector<Block> discoverBlocks(Graph &g) {
 
   auto firstRes = std::find_if(segments.begin(), segments.end(),
                                [](const Segment &s) { return s.residual; });
+  if (firstRes == segments.end())
+    if (Value *side = sideInput(order))
+      fail("no residual blocks found: the output of node '{}' is read from "
+           "the first layers to the last, beside the residual stream; "
+           "layers that take such a side input (per-layer embeddings, as "
+           "Gemma 3n's and Gemma 4's E2B/E4B have) are not supported",
+           side->producer->name);
   if (firstRes == segments.end())
     fail("no residual blocks found: the graph is not a decoder (no value of "
          "the form x + f(x) on the path from the embedding to the logits)");

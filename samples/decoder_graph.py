@@ -259,7 +259,8 @@ def decoder_layer(g, cfg, i, x, cos, sin, mask):
 def decoder(g, cfg, ids_name="input_ids", logits_name="logits", between_layers=None):
     """ids [batch, seq] -> logits [batch, seq, vocab].
 
-    `between_layers(g, i, h)`, when given, rewrites the residual stream after layer i.
+    `between_layers(g, i, h)`, when given, rewrites the residual stream after layer i
+    (i = -1: the embedded tokens, before the first layer).
     """
     cfg.check()
     ids = g.input(ids_name, INT64, ["batch", "seq"])
@@ -271,6 +272,8 @@ def decoder(g, cfg, ids_name="input_ids", logits_name="logits", between_layers=N
             freq = g.tensor("model.rotary_emb.inv_freq", inv_freq(cfg.rotary_dim, cfg.rope_theta))
             cos, sin = rotary_tables(g, freq, seq_len)
         mask = causal_mask(g, seq_len, cfg.sliding_window, cfg.attention_chunk)
+        if between_layers:
+            h = between_layers(g, -1, h)
         for i in range(cfg.layers):
             h = decoder_layer(g, cfg, i, h, cos, sin, mask)
             if between_layers:

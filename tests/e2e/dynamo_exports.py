@@ -308,6 +308,18 @@ ARCHITECTURES = {
                                         no_rope_layers=[1, 0], attention_chunk_size=5,
                                         floor_scale=4, attn_scale=0.1, pad_token_id=0),
                T.Llama4ForCausalLM),
+    # Gemma 4 (the 31B's form): full-attention layers with their own head
+    # width and key-value heads, keys that are also the values (one
+    # projection, the values RMS-normed without a weight), rope on a quarter
+    # of the full layers' head ("proportional"), sliding-window layers
+    # beside them, every layer's output scaled by its own constant.
+    "gemma4": (T.Gemma4TextConfig, dict(COMMON, head_dim=16, num_hidden_layers=3, sliding_window=5,
+                                        layer_types=["sliding_attention", "sliding_attention",
+                                                     "full_attention"],
+                                        hidden_size_per_layer_input=0, attention_k_eq_v=True,
+                                        global_head_dim=32, num_global_key_value_heads=1,
+                                        final_logit_softcapping=5.0),
+               T.Gemma4ForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

@@ -36,4 +36,8 @@ def build(architectures, name, seed=0):
         for name, b in model.named_buffers():
             if name.endswith(("e_score_correction_bias", "expert_bias")):
                 b.add_(0.02 * torch.randn_like(b))
+            # Gemma 4's per-layer output scales: buffers that checkpoints
+            # set (1 at init), each layer its own.
+            if name.endswith("layer_scalar"):
+                b.add_(0.2 * torch.randn_like(b))
     return LogitsOnly(model)

@@ -1462,6 +1462,22 @@ def _(g):
     dg.decoder(g, dg.DecoderShape(layers=2, **BLOCK), ids_name="ids", logits_name="y", between_layers=hardmax)
 
 
+@idiom("bad-side-input", "3-layer decoder whose layers each add, after their own, the "
+       "rows of a second table at the token ids (node /model/Gather_1): a side input beside "
+       "the residual stream, as per-layer embeddings are")
+def _(g):
+    cfg = dg.DecoderShape(layers=3, **BLOCK)
+    side = []
+
+    def add_side(g, i, h):
+        if i < 0:
+            table = g.weight("model.per_layer.weight", [cfg.vocab, cfg.hidden], std=1.0)
+            side.append(g.op("Gather", table, "ids", axis=0))
+            return h
+        return g.op("Add", h, side[0])
+    dg.decoder(g, cfg, ids_name="ids", logits_name="y", between_layers=add_side)
+
+
 @idiom("bad-sequence-op", "Add(x, ConcatFromSequence(SequenceInsert(SequenceEmpty(), x), axis=0)): "
        "an ONNX sequence of an activation")
 def _(g):
