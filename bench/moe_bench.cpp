@@ -142,8 +142,10 @@ int main(int argc, char **argv) {
       db = random_bf16(E * H, 0.1f, 13);
       drb = zeros_f32(E), dgub = zeros_f32(E * 2 * I), ddb = zeros_f32(E * H);
     }
-    const mtrt::MoeParams weights{router, gate_up, down, nullptr, rb, gub, db};
-    const mtrt::MoeWeightGrads grads{drouter, dgate_up, ddown, drb, dgub, ddb};
+    const mtrt::MoeParams weights{router, gate_up, down, nullptr,
+                                  rb,     gub,     db,   nullptr};
+    const mtrt::MoeWeightGrads grads{drouter, dgate_up, ddown,  drb,
+                                     dgub,    ddb,      nullptr};
     struct Timing {
       double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
       bool finite;
@@ -152,12 +154,13 @@ int main(int argc, char **argv) {
       k.set_moe_kernels(family);
       Timing t;
       t.fwd_ms = time_ms(stream, n, [&] {
-        k.moe_forward(y, x, weights, T, H, E, I, s.k, routing, experts);
+        k.moe_forward(y, x, nullptr, weights, T, H, E, I, s.k, routing,
+                      experts);
       });
       t.finite = all_finite(y, T * H);
       t.bwd_ms = time_ms(stream, n, [&] {
-        k.moe_backward(dx, grads, dy, x, weights, T, H, E, I, s.k, routing,
-                       experts);
+        k.moe_backward(dx, nullptr, grads, dy, x, nullptr, weights, T, H, E, I,
+                       s.k, routing, experts);
       });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2 * flops / (t.bwd_ms * 1e-3) / 1e12;

@@ -51,11 +51,14 @@ template <class MoeLike> std::string routingLiteral(MoeLike m) {
       .str();
 }
 
+/// {in_out, interleaved, alpha, limit, up_shift, gelu}: MoeExperts.
 template <class MoeLike> std::string expertsLiteral(MoeLike m) {
-  return llvm::formatv("{{{0}, {1}, {2}, {3}, {4}}", m.getWLayout() == "in_out",
-                       m.getInterleaved(), lit(m.getAlpha().convertToDouble()),
+  return llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}}",
+                       m.getWLayout() == "in_out", m.getInterleaved(),
+                       lit(m.getAlpha().convertToDouble()),
                        lit(m.getLimit().convertToDouble()),
-                       lit(m.getUpShift().convertToDouble()))
+                       lit(m.getUpShift().convertToDouble()),
+                       m.getActivation() == "gelu_tanh")
       .str();
 }
 
@@ -181,11 +184,11 @@ private:
   // A mixture of experts' params as an mtrt::MoeParams literal, and its
   // T, H, E, I.
   template <class MoeLike> std::string moeParams(MoeLike m) {
-    return llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}, {6}}",
+    return llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}",
                          ref(m.getRouter()), ref(m.getGateUp()),
                          ref(m.getDown()), opt(m.getBias()),
                          opt(m.getRouterBias()), opt(m.getGateUpBias()),
-                         opt(m.getDownBias()))
+                         opt(m.getDownBias()), opt(m.getExpertScale()))
         .str();
   }
   template <class MoeLike> std::string moeDims(MoeLike m) const {
@@ -376,23 +379,24 @@ private:
                            count(s.getX()), s.getApproximate() == "tanh");
     } else if (auto m = dyn_cast<MoeOp>(op)) {
       os_ << llvm::formatv(
-          "  k.moe_forward({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
-          ref(m.getY()), ref(m.getX()), moeParams(m), moeDims(m), m.getTopK(),
-          routingLiteral(m), expertsLiteral(m));
+          "  k.moe_forward({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7});\n",
+          ref(m.getY()), ref(m.getX()), opt(m.getRouterX()), moeParams(m),
+          moeDims(m), m.getTopK(), routingLiteral(m), expertsLiteral(m));
     } else if (auto m = dyn_cast<MoeGradOp>(op)) {
       SmallVector<std::string> grads;
       for (Value d :
            {m.getDrouter(), m.getDgateUp(), m.getDdown(), m.getDrouterBias(),
-            m.getDgateUpBias(), m.getDdownBias()}) {
+            m.getDgateUpBias(), m.getDdownBias(), m.getDexpertScale()}) {
         auto g = paramGrad(&op, d);
         if (failed(g))
           return failure();
         grads.push_back(*g);
       }
-      os_ << llvm::formatv("  k.moe_backward({0}, {{{1}}, {2}, {3}, {4}, {5}, "
-                           "{6}, {7}, {8});\n",
-                           grad(m.getDx()), llvm::join(grads, ", "),
-                           ref(m.getDy()), ref(m.getX()), moeParams(m),
+      const std::string dx = grad(m.getDx()), drx = grad(m.getDrouterX());
+      os_ << llvm::formatv("  k.moe_backward({0}, {1}, {{{2}}, {3}, {4}, {5}, "
+                           "{6}, {7}, {8}, {9}, {10});\n",
+                           dx, drx, llvm::join(grads, ", "), ref(m.getDy()),
+                           ref(m.getX()), opt(m.getRouterX()), moeParams(m),
                            moeDims(m), m.getTopK(), routingLiteral(m),
                            expertsLiteral(m));
     } else if (auto c = dyn_cast<CausalConvOp>(op)) {

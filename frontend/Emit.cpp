@@ -117,7 +117,7 @@ private:
         SmallVector<int32_t> segments;
         for (Value *v : n->inputs)
           segments.push_back(v ? 1 : 0);
-        segments.resize(n->op == "mt.moe" ? 8 : 3, 0);
+        segments.resize(n->op == "mt.moe" ? 10 : 3, 0);
         st.addAttribute("operandSegmentSizes",
                         b_.getDenseI32ArrayAttr(segments));
       }

@@ -171,7 +171,8 @@ LogicalResult MoeGradOp::verify() {
   if (failed(sameType(*this, getDy(), getX(), "dy")))
     return failure();
   SmallVector<Value> primals{getX(), getRouter(), getGateUp(), getDown()};
-  for (Value b : {getRouterBias(), getGateUpBias(), getDownBias()})
+  for (Value b : {getRouterBias(), getGateUpBias(), getDownBias(), getRouterX(),
+                  getExpertScale()})
     if (b)
       primals.push_back(b);
   return checkResults(*this, getResults(), primals);

@@ -183,12 +183,13 @@ def Mt_SoftcapGradOp : Mt_GradOp<"softcap_grad"> {
 
 def Mt_MoeGradOp : Mt_GradOp<"moe_grad", [AttrSizedOperandSegments,
                                           AttrSizedResultSegments]> {
-  let summary = "dx, drouter, dgate_up, ddown (and the trained biases') of mt.moe";
+  let summary = "dx, drouter, dgate_up, ddown (and the trained biases', router_x's, expert_scale's) of mt.moe";
   let description = [{
-    The routing is recomputed from x; the gradient of the top-k choice is
-    that of the chosen weights (the choice itself is piecewise constant, and
-    the frozen selection bias gets none). Each trained bias operand has its
-    gradient among the results, in the same order.
+    The routing is recomputed from x (or router_x); the gradient of the
+    top-k choice is that of the chosen weights (the choice itself is
+    piecewise constant, and the frozen selection bias gets none). Each
+    trained bias operand, router_x and expert_scale has its gradient among
+    the results, in the same order.
 
     ```mlir
     %dx, %dr, %dgu, %dd = mt.moe_grad %dy, %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>)
@@ -210,12 +211,17 @@ def Mt_MoeGradOp : Mt_GradOp<"moe_grad", [AttrSizedOperandSegments,
                        DefaultValuedAttr<F64Attr, "1.0">:$alpha,
                        DefaultValuedAttr<F64Attr, "0.0">:$limit,
                        DefaultValuedAttr<F64Attr, "0.0">:$up_shift,
-                       UnitAttr:$weigh_inputs);
+                       UnitAttr:$weigh_inputs,
+                       Optional<Mt_GradTensor>:$router_x,
+                       Optional<Mt_GradTensor>:$expert_scale,
+                       DefaultValuedStrAttr<StrAttr, "silu">:$activation);
   let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$drouter,
                       Mt_GradTensor:$dgate_up, Mt_GradTensor:$ddown,
                       Optional<Mt_GradTensor>:$drouter_bias,
                       Optional<Mt_GradTensor>:$dgate_up_bias,
-                      Optional<Mt_GradTensor>:$ddown_bias);
+                      Optional<Mt_GradTensor>:$ddown_bias,
+                      Optional<Mt_GradTensor>:$drouter_x,
+                      Optional<Mt_GradTensor>:$dexpert_scale);
 }
 
 def Mt_CausalConvGradOp : Mt_GradOp<"causal_conv_grad"> {

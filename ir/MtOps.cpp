@@ -256,6 +256,19 @@ LogicalResult MoeOp::verify() {
   if (getWeighInputs() && (getGateUpBias() || getDownBias()))
     return emitOpError("weigh_inputs takes experts without gate_up_bias or "
                        "down_bias");
+  if (getRouterX() && getRouterX().getType() != getX().getType())
+    return emitOpError("router_x must have x's type ")
+           << getX().getType() << ", not " << getRouterX().getType();
+  if (getExpertScale() &&
+      failed(expectShape(*this, getExpertScale(), {E}, "expert_scale")))
+    return failure();
+  if (getActivation() != "silu" && getActivation() != "gelu_tanh")
+    return emitOpError("activation must be silu or gelu_tanh, not ")
+           << getActivation();
+  if (getActivation() == "gelu_tanh" &&
+      (getLimit().convertToDouble() != 0 || getAlpha().convertToDouble() != 1 ||
+       getUpShift().convertToDouble() != 0))
+    return emitOpError("gelu_tanh experts take no alpha, limit or up_shift");
   return verifyElementwise(*this);
 }
 

@@ -363,7 +363,7 @@ def Mt_SoftcapOp : Mt_PrimOp<"softcap"> {
 }
 
 def Mt_MoeOp : Mt_PrimOp<"moe", [AttrSizedOperandSegments]> {
-  let summary = "a mixture of gated experts (SwiGLU, gpt-oss's), top-k routing";
+  let summary = "a mixture of gated experts (SwiGLU, GeGLU, gpt-oss's), top-k routing";
   let description = [{
     Per token x [H] (the rows of x [..., H]): p = softmax(router · x) over E
     experts, the k largest p_e (ties to the lower index) weigh their experts
@@ -393,6 +393,13 @@ def Mt_MoeOp : Mt_PrimOp<"moe", [AttrSizedOperandSegments]> {
     (experts without biases only: Llama 4 runs every expert on every token,
     the unchosen ones on a zero input, which bias-free experts map to 0).
 
+    Gemma 4's experts: `activation = "gelu_tanh"` computes
+    gelu_tanh(g) ⊙ u (GeGLU) instead of silu(g) ⊙ u; a trained
+    `expert_scale` [E] multiplies each chosen expert's weight (after the
+    renormalization, before `scale`); and the router reads `router_x` (the
+    shape of x) where given, a copy of the token normed apart from the
+    experts' input.
+
     ```mlir
     %y = mt.moe %x, %router, %gate_up, %down {routing = "softmax_renorm", top_k = 2 : i64} : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x256x64xf32>, tensor<8x64x128xf32>) -> tensor<2x16x64xf32>
     %z = mt.moe %x, %router, %gate_up, %down router_bias %rb gate_up_bias %gb down_bias %db {alpha = 1.702 : f64, interleaved, limit = 7.0 : f64, routing = "softmax_renorm", top_k = 2 : i64, up_shift = 1.0 : f64, w_layout = "in_out"} : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8x64x256xf32>, tensor<8x128x64xf32>, tensor<8xf32>, tensor<8x256xf32>, tensor<8x64xf32>) -> tensor<2x16x64xf32>
@@ -413,12 +420,17 @@ def Mt_MoeOp : Mt_PrimOp<"moe", [AttrSizedOperandSegments]> {
                        DefaultValuedAttr<F64Attr, "1.0">:$alpha,
                        DefaultValuedAttr<F64Attr, "0.0">:$limit,
                        DefaultValuedAttr<F64Attr, "0.0">:$up_shift,
-                       UnitAttr:$weigh_inputs);
+                       UnitAttr:$weigh_inputs,
+                       Optional<Mt_FloatTensor>:$router_x,
+                       Optional<Mt_FloatTensor>:$expert_scale,
+                       DefaultValuedStrAttr<StrAttr, "silu">:$activation);
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = [{
     $x `,` $router `,` $gate_up `,` $down (`,` $bias^)?
     (`router_bias` $router_bias^)? (`gate_up_bias` $gate_up_bias^)?
-    (`down_bias` $down_bias^)? attr-dict `:` functional-type(operands, results)
+    (`down_bias` $down_bias^)? (`router_x` $router_x^)?
+    (`expert_scale` $expert_scale^)? attr-dict `:`
+    functional-type(operands, results)
   }];
 }
 

@@ -224,7 +224,8 @@ private:
                  weight(o.getGateUp()) && weight(o.getDown()) &&
                  weight(o.getBias()) && weight(o.getRouterBias()) &&
                  weight(o.getGateUpBias()) && weight(o.getDownBias()) &&
-                 row(o.getY());
+                 (!o.getRouterX() || isRow(o.getRouterX())) &&
+                 weight(o.getExpertScale()) && row(o.getY());
         })
         .Case([&](XieluOp o) {
           return isRow(o.getX()) && weight(o.getAlphaP()) &&
@@ -266,7 +267,10 @@ private:
                  weight(o.getGateUpBias()) && weight(o.getDownBias()) &&
                  row(o.getDx()) && sum(o.getDrouter()) && sum(o.getDgateUp()) &&
                  sum(o.getDdown()) && sum(o.getDrouterBias()) &&
-                 sum(o.getDgateUpBias()) && sum(o.getDdownBias());
+                 sum(o.getDgateUpBias()) && sum(o.getDdownBias()) &&
+                 (!o.getRouterX() ||
+                  (isRow(o.getRouterX()) && row(o.getDrouterX()))) &&
+                 weight(o.getExpertScale()) && sum(o.getDexpertScale());
         })
         .Case([&](XieluGradOp o) {
           return isRow(o.getDy()) && isRow(o.getX()) && weight(o.getAlphaP()) &&

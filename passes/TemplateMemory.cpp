@@ -16,8 +16,9 @@ namespace mt {
 bool writesParamGradient(Operation *op, unsigned i) {
   if (isa<LinearGradOp>(op))
     return i >= 1;
-  if (isa<RmsNormGradOp, LayerNormGradOp, XieluGradOp, MoeGradOp,
-          CausalConvGradOp>(op))
+  if (auto m = dyn_cast<MoeGradOp>(op)) // all but dx and drouter_x
+    return i >= 1 && (!m.getDrouterX() || m.getDrouterX() != op->getResult(i));
+  if (isa<RmsNormGradOp, LayerNormGradOp, XieluGradOp, CausalConvGradOp>(op))
     return i >= 1;
   if (isa<AttentionGradOp>(op))
     return i == 3; // dsinks

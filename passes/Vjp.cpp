@@ -166,7 +166,8 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
         b_.getNamedAttr("w_layout", m.getWLayoutAttr()),
         b_.getNamedAttr("alpha", m.getAlphaAttr()),
         b_.getNamedAttr("limit", m.getLimitAttr()),
-        b_.getNamedAttr("up_shift", m.getUpShiftAttr())};
+        b_.getNamedAttr("up_shift", m.getUpShiftAttr()),
+        b_.getNamedAttr("activation", m.getActivationAttr())};
     for (StringRef unit : {"interleaved", "weigh_inputs"})
       if (op->hasAttr(unit))
         attrs.push_back(b_.getNamedAttr(unit, b_.getUnitAttr()));
@@ -177,7 +178,8 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
         resultSegments{1, 1, 1, 1};
     if (m.getBias())
       operands.push_back(m.getBias());
-    for (Value b : {m.getRouterBias(), m.getGateUpBias(), m.getDownBias()}) {
+    for (Value b : {m.getRouterBias(), m.getGateUpBias(), m.getDownBias(),
+                    m.getRouterX(), m.getExpertScale()}) {
       operandSegments.push_back(b ? 1 : 0);
       resultSegments.push_back(b ? 1 : 0);
       if (b) {

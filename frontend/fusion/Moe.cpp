@@ -1,4 +1,4 @@
-//===- Moe.cpp - a mixture of SwiGLU experts with top-k routing -----------===//
+//===- Moe.cpp - a mixture of gated experts with top-k routing ------------===//
 //
 // Recognized form (HF transformers 5's batched experts, exported by torch's
 // dynamo exporter; Mixtral, Qwen3-MoE, OLMoE, Granite-MoE), x [T, H] the
@@ -23,10 +23,14 @@
 // [E, H, 2I] or [E, I, H], i'))), plus GatherND(bias, i'); g and u the
 // even and odd columns of h (Slice steps of 2), clamped (Clip(g, max = L),
 // Clip(u, −L, L)), a = g·Sigmoid(α·g)·(u + c); a bias on the router's
-// linear. The whole block becomes mt.moe %x, %router, %gate_up, %down[,
-// %bias] [router_bias %rb] [gate_up_bias %gb] [down_bias %db] {top_k,
-// routing, groups, top_groups, scale, w_layout, interleaved, alpha, limit,
-// up_shift}, the selection bias a frozen copy.
+// linear. Gemma 4's experts: a = Gelu(g, approximate tanh) · u; w times
+// GatherND(expert_scale [E], i') (after the renormalization); and the
+// router on a copy of the token of its own (another norm of the same
+// residual), router_x. The whole block becomes mt.moe %x, %router,
+// %gate_up, %down[, %bias] [router_bias %rb] [gate_up_bias %gb] [down_bias
+// %db] [router_x %rx] [expert_scale %es] {top_k, routing, groups,
+// top_groups, scale, w_layout, interleaved, alpha, limit, up_shift,
+// activation}, the selection bias a frozen copy.
 //
 // Llama 4's experts run on every token, each on the token scaled by its
 // routing weight (0 for the experts not chosen):
@@ -132,11 +136,12 @@ std::optional<ExpertProduct> expertProduct(Value *v) {
 }
 
 // The experts' activation: a = g'·Sigmoid(alpha·g')·(u' + shift), g' and
-// u' clamped at a limit or not (SwiGLU: alpha 1, shift 0, no clamp), of
-// the gate and up halves (or even and odd columns) of h.
+// u' clamped at a limit or not (SwiGLU: alpha 1, shift 0, no clamp), or
+// a = Gelu(g, tanh)·u (GeGLU), of the gate and up halves (or even and odd
+// columns) of h.
 struct ExpertActivation {
   Value *h = nullptr;
-  bool interleaved = false;
+  bool interleaved = false, gelu = false;
   double alpha = 1, limit = 0, shift = 0;
 };
 
@@ -189,6 +194,17 @@ bool gateAndUp(Value *g, Value *u, ExpertActivation &act) {
 
 std::optional<ExpertActivation> activationOf(Value *a) {
   std::vector<Value *> f = productFactors(a);
+  if (f.size() == 2) { // GeGLU
+    for (int s = 0; s < 2; ++s) {
+      Node *gelu = producer(f[s], "Gelu");
+      ExpertActivation act;
+      act.gelu = true;
+      if (gelu && gelu->getString("approximate", "none") == "tanh" &&
+          gateAndUp(gelu->in(0), f[1 - s], act))
+        return act;
+    }
+    return std::nullopt;
+  }
   if (f.size() != 3)
     return std::nullopt;
   for (int s = 0; s < 3; ++s) {
@@ -419,6 +435,21 @@ Value *frozenCopy(Graph &g, Value *param) {
   return t;
 }
 
+// w · GatherND(expert_scale [E], Unsqueeze(i)) (Gemma 4's per-expert
+// scales of the chosen weights): the scale, w set to the unscaled weights.
+Value *expertScale(Value *&w, Value *chosen) {
+  Node *mul = producer(w, "Mul");
+  for (int side = 0; mul && side < 2; ++side) {
+    Value *idx = nullptr;
+    Value *scale = gathered(mul->in(side), 1, idx);
+    if (scale && idx == chosen && mul->in(side)->shape == w->shape) {
+      w = mul->in(1 - side);
+      return scale;
+    }
+  }
+  return nullptr;
+}
+
 void fuseMoe(Graph &g, Node *sum) {
   // y = ReduceSum(Reshape(o · w', [T, k, H]), axis 1, keepdims 0)
   if (sum->getInts("axes") != std::vector<int64_t>{1} ||
@@ -441,10 +472,13 @@ void fuseMoe(Graph &g, Node *sum) {
         gateUp->inOut != down->inOut)
       continue;
     Routing r;
-    if (!routingOf(topk, unview(mul->in(1 - side)), r) ||
-        unview(r.x) != unview(x) || r.x->shape != x->shape)
+    Value *w = unview(mul->in(1 - side));
+    Value *scales = expertScale(w, topk->out(1));
+    if (!routingOf(topk, w, r) || r.x->shape != x->shape)
       continue;
-    Value *rx = r.x, *router = r.router;
+    // The router reads the experts' input, or a copy of its own.
+    Value *routerX = unview(r.x) == unview(x) ? nullptr : r.x;
+    Value *router = r.router;
     const bool inOut = down->inOut;
     const Shape &gs = gateUp->w->shape, &ds = down->w->shape;
     const int64_t E = router->dim(0), H = router->dim(1),
@@ -457,17 +491,20 @@ void fuseMoe(Graph &g, Node *sum) {
     if ((r.bias && r.bias->shape != Shape{E}) ||
         (r.routerBias && r.routerBias->shape != Shape{E}) ||
         (gateUp->bias && gateUp->bias->shape != Shape{E, 2 * I}) ||
-        (down->bias && down->bias->shape != Shape{E, H}))
+        (down->bias && down->bias->shape != Shape{E, H}) ||
+        (scales && scales->shape != Shape{E}))
       continue;
     // Optional operands keep their slots (null when absent).
-    std::vector<Value *> ins{rx,
+    std::vector<Value *> ins{routerX ? x : r.x,
                              router,
                              gateUp->w,
                              down->w,
                              r.bias ? frozenCopy(g, r.bias) : nullptr,
                              r.routerBias,
                              gateUp->bias,
-                             down->bias};
+                             down->bias,
+                             routerX,
+                             scales};
     Node *moe = replaceWithPrimitive(g, sum, "mt.moe", ins, x->shape);
     moe->setInt("top_k", k);
     moe->setString("routing", std::string(r.sigmoid ? "sigmoid" : "softmax") +
@@ -488,6 +525,8 @@ void fuseMoe(Graph &g, Node *sum) {
       moe->setFloat("limit", act->limit);
     if (act->shift != 0)
       moe->setFloat("up_shift", act->shift);
+    if (act->gelu)
+      moe->setString("activation", "gelu_tanh");
     return;
   }
 }
@@ -533,7 +572,9 @@ void fuseDenseMoe(Graph &g, Node *sum) {
   Node *mm2 = producer(sameShapeSource(sum->in(0)), "MatMul");
   Value *down = mm2 ? weightOfRank(mm2->in(1), 3) : nullptr;
   auto act = down ? activationOf(mm2->in(0)) : std::nullopt;
-  Node *mm1 = act && !act->interleaved ? producer(act->h, "MatMul") : nullptr;
+  Node *mm1 = act && !act->interleaved && !act->gelu
+                  ? producer(act->h, "MatMul")
+                  : nullptr;
   Value *gateUp = mm1 ? weightOfRank(mm1->in(1), 3) : nullptr;
   Node *mul = gateUp ? producer(unview(mm1->in(0)), "Mul") : nullptr;
   if (!mul || act->limit != 0 || act->shift != 0 || act->alpha != 1)
@@ -552,10 +593,11 @@ void fuseDenseMoe(Graph &g, Node *sum) {
         x->shape != Shape{x->dim(0), H} || sum->out()->shape != x->shape ||
         mm1->in(0)->shape != Shape{E, x->dim(0), H})
       continue;
-    Node *moe = replaceWithPrimitive(
-        g, sum, "mt.moe",
-        {r.x, r.router, gateUp, down, nullptr, nullptr, nullptr, nullptr},
-        x->shape);
+    Node *moe =
+        replaceWithPrimitive(g, sum, "mt.moe",
+                             {r.x, r.router, gateUp, down, nullptr, nullptr,
+                              nullptr, nullptr, nullptr, nullptr},
+                             x->shape);
     moe->setInt("top_k", topk->out(1)->dim(-1));
     moe->setString("routing", "sigmoid");
     moe->setString("w_layout", "in_out");

@@ -165,13 +165,14 @@ public:
   void softcap_forward(void *y, const void *x, int64_t n, float cap) override;
   void softcap_backward(void *dx, const void *dy, const void *x, int64_t n,
                         float cap) override;
-  void moe_forward(void *y, const void *x, const MoeParams &w, int64_t T,
-                   int64_t H, int64_t E, int64_t I, int64_t k,
-                   const MoeRouting &routing,
+  void moe_forward(void *y, const void *x, const void *router_x,
+                   const MoeParams &w, int64_t T, int64_t H, int64_t E,
+                   int64_t I, int64_t k, const MoeRouting &routing,
                    const MoeExperts &experts) override;
-  void moe_backward(void *dx, const MoeWeightGrads &g, const void *dy,
-                    const void *x, const MoeParams &w, int64_t T, int64_t H,
-                    int64_t E, int64_t I, int64_t k, const MoeRouting &routing,
+  void moe_backward(void *dx, void *drouter_x, const MoeWeightGrads &g,
+                    const void *dy, const void *x, const void *router_x,
+                    const MoeParams &w, int64_t T, int64_t H, int64_t E,
+                    int64_t I, int64_t k, const MoeRouting &routing,
                     const MoeExperts &experts) override;
   void causal_conv_forward(void *y, const void *x, const void *w, int64_t B,
                            int64_t C, int64_t S, int64_t K) override;

@@ -2,8 +2,9 @@
 //-*-===//
 //
 // The routing (softmax or sigmoid, grouped top-k of p + bias,
-// renormalization and scaling) from the router logits, and its gradient
-// back into the logits, on CUDA cores in f32 with fixed-order sums; the
+// renormalization, the experts' scales and scaling) from the router
+// logits, and its gradient back into the logits and the experts' scales,
+// on CUDA cores in f32 with fixed-order sums; the
 // experts' activation (MoeExperts) and its gradient; and
 // the interface of the two paths over the experts (MoeKernels.cu: reference
 // kernels; MoeGrouped.cu: grouped tensor-core GEMMs), each of which runs on
@@ -33,10 +34,17 @@ struct MoeShape {
 /// have 8 or 1).
 constexpr int64_t kMaxGroups = 64;
 
-/// A chunk's gradients: dx may be null (no input gradient); the f32 param
-/// gradients are added to, each may be null.
+/// A chunk's inputs: x, and the router's input router_x (x where null).
+struct MoeInputs {
+  const void *x, *router_x;
+  const void *router_input() const { return router_x ? router_x : x; }
+};
+
+/// A chunk's gradients: dx and drouter_x may be null (no input gradient;
+/// drouter_x is, where router_x is); the f32 param gradients are added
+/// to, each may be null.
 struct MoeGrads {
-  void *dx;
+  void *dx, *drouter_x;
   MoeWeightGrads p;
 };
 
@@ -46,9 +54,19 @@ __device__ __forceinline__ float sigmoidf(float v) {
   return 1.f / (1.f + expf(-v));
 }
 
-/// a = g'·σ(alpha·g')·(u' + up_shift), g' and u' clamped under a limit.
+constexpr float kSqrt2OverPi = 0.79788456080286536f; // √(2/π)
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ __forceinline__ float gelu_tanh_inner(float g) {
+  return tanhf(kSqrt2OverPi * (g + kGeluCubic * g * g * g));
+}
+
+/// a = g'·σ(alpha·g')·(u' + up_shift), g' and u' clamped under a limit;
+/// or gelu_tanh(g)·u (MoeExperts::gelu).
 __device__ __forceinline__ float activation(float g, float u,
                                             const MoeExperts &f) {
+  if (f.gelu)
+    return 0.5f * g * (1.f + gelu_tanh_inner(g)) * u;
   if (f.limit > 0.f) {
     g = fminf(g, f.limit);
     u = fminf(fmaxf(u, -f.limit), f.limit);
@@ -60,6 +78,14 @@ __device__ __forceinline__ float activation(float g, float u,
 __device__ __forceinline__ void activation_grad(float g, float u, float da,
                                                 const MoeExperts &f, float &dg,
                                                 float &du) {
+  if (f.gelu) {
+    const float t = gelu_tanh_inner(g);
+    dg = da * u *
+         (0.5f * (1.f + t) + 0.5f * g * (1.f - t * t) * kSqrt2OverPi *
+                                 (1.f + 3.f * kGeluCubic * g * g));
+    du = da * 0.5f * g * (1.f + t);
+    return;
+  }
   bool g_in = true, u_in = true;
   if (f.limit > 0.f) {
     g_in = g <= f.limit;
@@ -154,9 +180,11 @@ __global__ void logits_kernel(float *P, const bf16 *x, const bf16 *router,
 // A thread per token, from its logits in P [T, E] (plus the router's bias,
 // if any): the scores (softmax or sigmoid, in place), then the top k of p +
 // bias among the competing groups (ties to the lower index). X, W [T·k]:
-// the chosen experts and their weights (renormalized, scaled).
+// the chosen experts and their weights (renormalized, times their
+// expert's scale, scaled).
 __global__ void route_kernel(float *P, int *X, float *W, const bf16 *bias,
-                             const bf16 *router_bias, MoeShape s) {
+                             const bf16 *router_bias, const bf16 *expert_scale,
+                             MoeShape s) {
   for (int64_t t = global_index(); t < s.T; t += global_stride()) {
     float *p = P + t * s.E;
     if (router_bias)
@@ -194,32 +222,45 @@ __global__ void route_kernel(float *P, int *X, float *W, const bf16 *bias,
       X[t * s.k + j] = best;
       total += W[t * s.k + j] = p[best];
     }
-    for (int64_t j = 0; j < s.k; ++j)
+    for (int64_t j = 0; j < s.k; ++j) {
+      const float es = expert_scale ? bf2f(expert_scale[X[t * s.k + j]]) : 1.f;
       W[t * s.k + j] =
-          (s.r.normalize ? W[t * s.k + j] / total : W[t * s.k + j]) * s.r.scale;
+          (s.r.normalize ? W[t * s.k + j] / total : W[t * s.k + j]) * es *
+          s.r.scale;
+    }
   }
 }
 
-// Per token: the chosen weights' gradient DW [T·k] through the scaling and
-// renormalization, then the softmax or the sigmoid, into the router
-// logits, DL [T, E].
-__global__ void routing_grad_kernel(float *DL, const float *P, const int *X,
-                                    const float *W, const float *DW,
-                                    MoeShape s) {
+// Per token: the chosen weights' gradient DW [T·k] through the scalings
+// (w = n · expert scale · scale; DS [T·k], unless null, gets each slot's
+// part of its expert scale's gradient) and the renormalization, then the
+// softmax or the sigmoid, into the router logits, DL [T, E].
+__global__ void routing_grad_kernel(float *DL, float *DS, const float *P,
+                                    const int *X, const float *DW,
+                                    const bf16 *expert_scale, MoeShape s) {
   for (int64_t t = global_index(); t < s.T; t += global_stride()) {
     const float *p = P + t * s.E;
     float *dl = DL + t * s.E;
     float mean = 0.f, total = 0.f, dot = 0.f;
-    for (int64_t j = 0; j < s.k; ++j) {
-      mean += DW[t * s.k + j] * W[t * s.k + j];
+    for (int64_t j = 0; j < s.k; ++j)
       total += p[X[t * s.k + j]];
-    }
     for (int64_t e = 0; e < s.E; ++e)
       dl[e] = 0.f;
+    // dn_j, kept in dl at its expert, and Σ_j dn_j · n_j.
     for (int64_t j = 0; j < s.k; ++j) {
-      const float d = s.r.scale * DW[t * s.k + j];
-      dl[X[t * s.k + j]] = s.r.normalize ? (d - mean) / total : d;
+      const int64_t slot = t * s.k + j, e = X[slot];
+      const float n = s.r.normalize ? p[e] / total : p[e];
+      const float es = expert_scale ? bf2f(expert_scale[e]) : 1.f;
+      if (DS)
+        DS[slot] = DW[slot] * n * s.r.scale;
+      dl[e] = DW[slot] * es * s.r.scale;
+      mean += dl[e] * n;
     }
+    if (s.r.normalize)
+      for (int64_t j = 0; j < s.k; ++j) {
+        const int64_t e = X[t * s.k + j];
+        dl[e] = (dl[e] - mean) / total;
+      }
     if (s.r.sigmoid) {
       for (int64_t e = 0; e < s.E; ++e)
         dl[e] *= p[e] * (1.f - p[e]);
@@ -229,6 +270,18 @@ __global__ void routing_grad_kernel(float *DL, const float *P, const int *X,
       dot += dl[e] * p[e];
     for (int64_t e = 0; e < s.E; ++e)
       dl[e] = p[e] * (dl[e] - dot);
+  }
+}
+
+// dexpert_scale[e] += Σ DS over e's slots, in token order.
+__global__ void expert_scale_grad_kernel(float *dexpert_scale, const float *DS,
+                                         const int *X, MoeShape s) {
+  for (int64_t e = global_index(); e < s.E; e += global_stride()) {
+    float acc = 0.f;
+    for (int64_t slot = 0; slot < s.slots(); ++slot)
+      if (X[slot] == int(e))
+        acc += DS[slot];
+    dexpert_scale[e] += acc;
   }
 }
 
@@ -249,20 +302,20 @@ __global__ void router_bias_grad_kernel(float *drouter_bias, const float *DL,
 namespace reference {
 /// Scratch of a chunk of s.T tokens, in 4-byte words.
 int64_t scratch_words(const MoeShape &s, bool backward);
-void forward(void *scratch, const MoeShape &s, void *y, const void *x,
+void forward(void *scratch, const MoeShape &s, void *y, const MoeInputs &in,
              const MoeParams &m, cudaStream_t stream);
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
-              const void *dy, const void *x, const MoeParams &m,
+              const void *dy, const MoeInputs &in, const MoeParams &m,
               cudaStream_t stream);
 } // namespace reference
 
 /// Grouped GEMMs on tensor cores (MoeGrouped.cu).
 namespace grouped_path {
 int64_t scratch_words(const MoeShape &s, bool backward);
-void forward(void *scratch, const MoeShape &s, void *y, const void *x,
+void forward(void *scratch, const MoeShape &s, void *y, const MoeInputs &in,
              const MoeParams &m, cudaStream_t stream);
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
-              const void *dy, const void *x, const MoeParams &m,
+              const void *dy, const MoeInputs &in, const MoeParams &m,
               cudaStream_t stream);
 } // namespace grouped_path
 

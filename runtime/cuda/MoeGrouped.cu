@@ -1,4 +1,4 @@
-//===- MoeGrouped.cu - a mixture of SwiGLU experts on tensor cores --------===//
+//===- MoeGrouped.cu - a mixture of gated experts on tensor cores ---------===//
 //
 // The experts' products as grouped GEMMs (GroupedGemm.cuh): after routing,
 // each expert's slots are laid out contiguously in token order (its
@@ -14,7 +14,9 @@
 //             the reference's; ddown_e += ōᵀ·A and dgate_up_e += DGUᵀ·x
 //             over the expert's positions (grouped K), the biases' the
 //             sums of ō and DGU; DXP = DGU·gate_up, then
-//             dx_t += Σ_j DXP[pos(t, j)] + routerᵀ·l̄_t.
+//             dx_t += Σ_j DXP[pos(t, j)] + routerᵀ·l̄_t (the router's
+//             part to drouter_x instead where the router reads its own
+//             input, router_x).
 //
 // With the weights on the experts' inputs (MoeRouting::weigh_inputs, no
 // expert biases), (g; u) = w·GU, y_t = Σ_j YP[pos(t, j)]; in the backward
@@ -53,7 +55,8 @@ using grouped::Store;
 /// and DXP ([S, H]) are live at different times and share a region.
 struct Scratch {
   float *P = nullptr, *W = nullptr, *YP = nullptr, *DAP = nullptr,
-        *DW = nullptr, *DXP = nullptr, *DL = nullptr, *DXR = nullptr;
+        *DW = nullptr, *DS = nullptr, *DXP = nullptr, *DL = nullptr,
+        *DXR = nullptr;
   int *X = nullptr, *POS = nullptr, *ROW = nullptr, *OFF = nullptr,
       *TILES = nullptr, *WHOLE = nullptr;
   bf16 *GU = nullptr, *A = nullptr, *DGU = nullptr, *DOUT = nullptr,
@@ -77,7 +80,7 @@ struct Scratch {
     }
     take(DAP, S * max64(s.I, s.H));
     DXP = DAP;
-    take(DW, S), take(DGU, S * 2 * s.I), take(DOUT, S * s.H),
+    take(DW, S), take(DS, S), take(DGU, S * 2 * s.I), take(DOUT, S * s.H),
         take(DL, s.T * s.E), take(DLB, s.T * s.E), take(DXR, s.T * s.H);
   }
 };
@@ -215,18 +218,25 @@ __global__ void bias_grad_kernel(float *db, const bf16 *G, int64_t n,
   }
 }
 
-// dx[t, c] += Σ_j DXP[pos(t, j), c] + DXR[t, c] (routerᵀ · l̄_t).
+// dx[t, c] += Σ_j DXP[pos(t, j), c] + DXR[t, c] (routerᵀ · l̄_t; none
+// where DXR is null: the router reads router_x).
 __global__ void input_combine_kernel(bf16 *dx, const float *DXP,
                                      const float *DXR, const int *POS,
                                      MoeShape s) {
   const int64_t n = s.T * s.H;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const int64_t t = i / s.H, c = i % s.H;
-    float acc = 0.f;
+    float acc = DXR ? DXR[i] : 0.f;
     for (int64_t j = 0; j < s.k; ++j)
       acc += DXP[POS[t * s.k + j] * s.H + c];
-    add_store(dx, i, acc + DXR[i]);
+    add_store(dx, i, acc);
   }
+}
+
+// y += x over n elements (drouter_x from DXR).
+__global__ void add_f32_kernel(bf16 *y, const float *x, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    add_store(y, i, x[i]);
 }
 
 // The group of all T tokens: offsets {0, T}, row tiles {0, ⌈T / 128⌉}.
@@ -287,13 +297,14 @@ void product_k(const Operand &a, const Operand &b, float *c, const Grouping &g,
 }
 
 // Routing, positions, GU and A: what the forward and the backward share.
-void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
+void forward_hidden(const Scratch &w, const MoeShape &s, const MoeInputs &in,
                     const MoeParams &m, cudaStream_t stream) {
+  const void *x = in.x;
   MT_LAUNCH(whole_group_kernel, dim3(1), dim3(1), stream, w.WHOLE, s);
-  product_m<Store::F32>(rows(x, s.H), rows(m.router, s.H), w.P, whole(w, s),
-                        s.E, s.H, stream);
+  product_m<Store::F32>(rows(in.router_input(), s.H), rows(m.router, s.H), w.P,
+                        whole(w, s), s.E, s.H, stream);
   MT_LAUNCH(route_kernel, blocks_for(s.T), kThreads, stream, w.P, w.X, w.W,
-            B(m.bias), B(m.router_bias), s);
+            B(m.bias), B(m.router_bias), B(m.expert_scale), s);
   MT_LAUNCH(expert_slots_kernel, dim3(1), dim3(kThreads), stream, w.POS, w.ROW,
             w.OFF, w.TILES, static_cast<const int *>(w.X), s);
   const int64_t H = s.H, I = s.I;
@@ -315,11 +326,11 @@ int64_t scratch_words(const MoeShape &s, bool backward) {
   return Scratch(nullptr, s, backward).bytes / 4;
 }
 
-void forward(void *scratch, const MoeShape &s, void *y, const void *x,
+void forward(void *scratch, const MoeShape &s, void *y, const MoeInputs &in,
              const MoeParams &m, cudaStream_t stream) {
   const Scratch w(scratch, s, false);
   const int64_t H = s.H, I = s.I;
-  forward_hidden(w, s, x, m, stream);
+  forward_hidden(w, s, in, m, stream);
   product_m<Store::F32>(rows(w.A, I),
                         s.f.in_out ? k_rows(m.down, H, H * I)
                                    : rows(m.down, I, H * I),
@@ -331,13 +342,14 @@ void forward(void *scratch, const MoeShape &s, void *y, const void *x,
 }
 
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
-              const void *dy, const void *x, const MoeParams &m,
+              const void *dy, const MoeInputs &in, const MoeParams &m,
               cudaStream_t stream) {
   const Scratch w(scratch, s, true);
   const int64_t H = s.H, I = s.I;
   const bool in_out = s.f.in_out;
   const MoeWeightGrads &p = g.p;
-  forward_hidden(w, s, x, m, stream);
+  const void *x = in.x;
+  forward_hidden(w, s, in, m, stream);
   const Grouping experts = by_expert(w, s), tokens = whole(w, s);
   product_m<Store::F32>(rows(dy, H, 0, w.ROW, int(s.k)),
                         in_out ? rows(m.down, H, H * I)
@@ -350,15 +362,19 @@ void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
             static_cast<const float *>(w.W), B(dy), B(m.gate_up_bias),
             B(m.down_bias), s);
   MT_LAUNCH(routing_grad_kernel, blocks_for(s.T), kThreads, stream, w.DL,
-            static_cast<const float *>(w.P), static_cast<const int *>(w.X),
-            static_cast<const float *>(w.W), static_cast<const float *>(w.DW),
-            s);
+            p.expert_scale ? w.DS : nullptr, static_cast<const float *>(w.P),
+            static_cast<const int *>(w.X), static_cast<const float *>(w.DW),
+            B(m.expert_scale), s);
+  if (p.expert_scale)
+    MT_LAUNCH(expert_scale_grad_kernel, blocks_for(s.E), kThreads, stream,
+              p.expert_scale, static_cast<const float *>(w.DS),
+              static_cast<const int *>(w.X), s);
   // The router's gradients as products over all tokens, l̄ in bf16.
   MT_LAUNCH(to_bf16_kernel, blocks_for(s.T * s.E), kThreads, stream, w.DLB,
             static_cast<const float *>(w.DL), s.T * s.E);
   if (p.router)
-    product_k(k_rows(w.DLB, s.E), k_rows(x, H), p.router, tokens, s.E, H,
-              stream);
+    product_k(k_rows(w.DLB, s.E), k_rows(in.router_input(), H), p.router,
+              tokens, s.E, H, stream);
   if (p.router_bias)
     MT_LAUNCH(router_bias_grad_kernel, blocks_for(s.E), kThreads, stream,
               p.router_bias, static_cast<const float *>(w.DL), s);
@@ -381,18 +397,24 @@ void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
     MT_LAUNCH(bias_grad_kernel, blocks_for(s.E * 2 * I), kThreads, stream,
               p.gate_up_bias, static_cast<const bf16 *>(w.DGU), 2 * I,
               static_cast<const int *>(w.OFF), s);
+  // The router's input gradient: into drouter_x, or with dx's.
+  void *drouter_input = in.router_x ? g.drouter_x : g.dx;
+  if (drouter_input)
+    product_m<Store::F32>(rows(w.DLB, s.E), k_rows(m.router, H), w.DXR, tokens,
+                          H, s.E, stream);
+  if (in.router_x && g.drouter_x)
+    MT_LAUNCH(add_f32_kernel, blocks_for(s.T * H), kThreads, stream,
+              B(g.drouter_x), static_cast<const float *>(w.DXR), s.T * H);
   if (!g.dx)
     return;
   product_m<Store::F32>(rows(w.DGU, 2 * I),
                         in_out ? rows(m.gate_up, 2 * I, 2 * I * H)
                                : k_rows(m.gate_up, H, 2 * I * H),
                         w.DXP, experts, H, 2 * I, stream);
-  product_m<Store::F32>(rows(w.DLB, s.E), k_rows(m.router, H), w.DXR, tokens, H,
-                        s.E, stream);
   MT_LAUNCH(input_combine_kernel, blocks_for(s.T * H), kThreads, stream,
             B(g.dx), static_cast<const float *>(w.DXP),
-            static_cast<const float *>(w.DXR), static_cast<const int *>(w.POS),
-            s);
+            in.router_x ? nullptr : static_cast<const float *>(w.DXR),
+            static_cast<const int *>(w.POS), s);
 }
 
 } // namespace grouped_path

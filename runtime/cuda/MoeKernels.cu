@@ -1,4 +1,4 @@
-//===- MoeKernels.cu - a mixture of SwiGLU experts: entry, reference ------===//
+//===- MoeKernels.cu - a mixture of gated experts: entry, reference -------===//
 //
 // CudaKernels::moe_forward/backward run the math of cpu::moe_forward/
 // backward (docs/primitives.md, moe) over chunks of tokens, on one of two
@@ -9,9 +9,10 @@
 // without tensor cores; they are the tensor-core path's oracle.
 //
 // Reference scratch, per chunk of tokens: probabilities P [T, E], chosen
-// experts X and weights W [T·k], the experts' (g; u) and a = silu(g)·u per
+// experts X and weights W [T·k], the experts' (g; u) and a = act(g)·u per
 // slot; the backward adds per-slot output and hidden gradients, the router
-// logits' gradient and each expert's slots in token order. Either path's
+// logits' gradient, the experts' scales' per slot and each expert's slots
+// in token order. Either path's
 // chunks keep its scratch within a budget; the weight gradients add chunk
 // by chunk.
 //
@@ -168,7 +169,8 @@ __global__ void router_grad_kernel(float *drouter, const float *DL,
   }
 }
 
-// dx[t, c] += Σ_j gate_up[e_j]ᵀ · DGU[slot] + routerᵀ · DL[t].
+// dx[t, c] += Σ_j gate_up[e_j]ᵀ · DGU[slot] + routerᵀ · DL[t] (the
+// router's part only where router is given: where it reads x).
 __global__ void input_grad_kernel(bf16 *dx, const float *DGU, const float *DL,
                                   const int *X, const bf16 *gate_up,
                                   const bf16 *router, MoeShape s) {
@@ -181,9 +183,23 @@ __global__ void input_grad_kernel(bf16 *dx, const float *DGU, const float *DL,
       for (int64_t q = 0; q < 2 * s.I; ++q)
         acc += gate_up_w(gate_up, X[slot], q, c, s) * DGU[slot * 2 * s.I + q];
     }
+    if (router)
+      for (int64_t e = 0; e < s.E; ++e)
+        acc += bf2f(router[e * s.H + c]) * DL[t * s.E + e];
+    add_store(dx, i, acc);
+  }
+}
+
+// drouter_x[t, c] += routerᵀ · DL[t] (a router on an input of its own).
+__global__ void router_input_grad_kernel(bf16 *drx, const float *DL,
+                                         const bf16 *router, MoeShape s) {
+  const int64_t n = s.T * s.H;
+  for (int64_t i = global_index(); i < n; i += global_stride()) {
+    const int64_t t = i / s.H, c = i % s.H;
+    float acc = 0.f;
     for (int64_t e = 0; e < s.E; ++e)
       acc += bf2f(router[e * s.H + c]) * DL[t * s.E + e];
-    add_store(dx, i, acc);
+    add_store(drx, i, acc);
   }
 }
 
@@ -250,14 +266,14 @@ __global__ void bias_grad_kernel(float *db, const float *G, int64_t n,
 
 /// The scratch of one call, carved from one buffer of 4-byte slots.
 struct Scratch {
-  float *P, *W, *GU, *A, *DOUT, *DW, *DGU, *DL;
+  float *P, *W, *GU, *A, *DOUT, *DW, *DS, *DGU, *DL;
   int *X, *LIST, *COUNT;
 
   static int64_t words(const MoeShape &s, bool backward) {
     const int64_t S = s.slots();
     int64_t n = s.T * s.E + 2 * S + S * 3 * s.I;
     if (backward)
-      n += S * s.H + S + S * 2 * s.I + s.T * s.E + S * s.E + s.E;
+      n += S * s.H + 2 * S + S * 2 * s.I + s.T * s.E + S * s.E + s.E;
     return n;
   }
   Scratch(void *base, const MoeShape &s, bool backward) {
@@ -272,6 +288,7 @@ struct Scratch {
       return;
     DOUT = f, f += S * s.H;
     DW = f, f += S;
+    DS = f, f += S;
     DGU = f, f += S * 2 * s.I;
     DL = f, f += s.T * s.E;
     LIST = reinterpret_cast<int *>(f), f += S * s.E;
@@ -279,15 +296,15 @@ struct Scratch {
   }
 };
 
-void forward_hidden(const Scratch &w, const MoeShape &s, const void *x,
+void forward_hidden(const Scratch &w, const MoeShape &s, const MoeInputs &in,
                     const MoeParams &m, cudaStream_t stream) {
-  MT_LAUNCH(logits_kernel, blocks_for(s.T * s.E), kThreads, stream, w.P, B(x),
-            B(m.router), s);
+  MT_LAUNCH(logits_kernel, blocks_for(s.T * s.E), kThreads, stream, w.P,
+            B(in.router_input()), B(m.router), s);
   MT_LAUNCH(route_kernel, blocks_for(s.T), kThreads, stream, w.P, w.X, w.W,
-            B(m.bias), B(m.router_bias), s);
+            B(m.bias), B(m.router_bias), B(m.expert_scale), s);
   MT_LAUNCH(hidden_kernel, blocks_for(s.slots() * 2 * s.I), kThreads, stream,
             w.GU, static_cast<const int *>(w.X),
-            static_cast<const float *>(w.W), B(x), B(m.gate_up),
+            static_cast<const float *>(w.W), B(in.x), B(m.gate_up),
             B(m.gate_up_bias), s);
   MT_LAUNCH(activation_kernel, blocks_for(s.slots() * s.I), kThreads, stream,
             w.A, static_cast<const float *>(w.GU), s);
@@ -300,23 +317,24 @@ int64_t scratch_words(const MoeShape &s, bool backward) {
   return Scratch::words(s, backward);
 }
 
-void forward(void *scratch, const MoeShape &s, void *y, const void *x,
+void forward(void *scratch, const MoeShape &s, void *y, const MoeInputs &in,
              const MoeParams &m, cudaStream_t stream) {
   const Scratch w(scratch, s, false);
-  forward_hidden(w, s, x, m, stream);
+  forward_hidden(w, s, in, m, stream);
   MT_LAUNCH(output_kernel, blocks_for(s.T * s.H), kThreads, stream, B(y),
             static_cast<const float *>(w.A), static_cast<const int *>(w.X),
             static_cast<const float *>(w.W), B(m.down), B(m.down_bias), s);
 }
 
 void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
-              const void *dy, const void *x, const MoeParams &m,
+              const void *dy, const MoeInputs &in, const MoeParams &m,
               cudaStream_t stream) {
   const Scratch w(scratch, s, true);
   const MoeWeightGrads &p = g.p;
   const int *X = w.X;
+  const void *x = in.x;
   const int64_t T = s.T, H = s.H, E = s.E, I = s.I;
-  forward_hidden(w, s, x, m, stream);
+  forward_hidden(w, s, in, m, stream);
   MT_LAUNCH(slot_grad_kernel, dim3(unsigned(s.slots())), dim3(kThreads), stream,
             w.DOUT, w.DW, static_cast<const float *>(w.A), X,
             static_cast<const float *>(w.W), B(dy), B(m.down), B(m.down_bias),
@@ -329,16 +347,22 @@ void backward(void *scratch, const MoeShape &s, const MoeGrads &g,
               dim3(kThreads), stream, w.DW, w.DGU, X,
               static_cast<const float *>(w.W), B(x), B(m.gate_up), s);
   MT_LAUNCH(routing_grad_kernel, blocks_for(T), kThreads, stream, w.DL,
-            static_cast<const float *>(w.P), X, static_cast<const float *>(w.W),
-            static_cast<const float *>(w.DW), s);
+            p.expert_scale ? w.DS : nullptr, static_cast<const float *>(w.P), X,
+            static_cast<const float *>(w.DW), B(m.expert_scale), s);
+  if (p.expert_scale)
+    MT_LAUNCH(expert_scale_grad_kernel, blocks_for(E), kThreads, stream,
+              p.expert_scale, static_cast<const float *>(w.DS), X, s);
   if (g.dx)
     MT_LAUNCH(input_grad_kernel, blocks_for(T * H), kThreads, stream, B(g.dx),
               static_cast<const float *>(w.DGU),
-              static_cast<const float *>(w.DL), X, B(m.gate_up), B(m.router),
-              s);
+              static_cast<const float *>(w.DL), X, B(m.gate_up),
+              in.router_x ? nullptr : B(m.router), s);
+  if (in.router_x && g.drouter_x)
+    MT_LAUNCH(router_input_grad_kernel, blocks_for(T * H), kThreads, stream,
+              B(g.drouter_x), static_cast<const float *>(w.DL), B(m.router), s);
   if (p.router)
     MT_LAUNCH(router_grad_kernel, blocks_for(E * H), kThreads, stream, p.router,
-              static_cast<const float *>(w.DL), B(x), s);
+              static_cast<const float *>(w.DL), B(in.router_input()), s);
   if (p.router_bias)
     MT_LAUNCH(router_bias_grad_kernel, blocks_for(E), kThreads, stream,
               p.router_bias, static_cast<const float *>(w.DL), s);
@@ -375,10 +399,10 @@ constexpr int64_t kGroupedScratchBytes = int64_t(128) << 20;
 
 struct Path {
   int64_t (*scratch_words)(const MoeShape &, bool);
-  void (*forward)(void *, const MoeShape &, void *, const void *,
+  void (*forward)(void *, const MoeShape &, void *, const MoeInputs &,
                   const MoeParams &, cudaStream_t);
   void (*backward)(void *, const MoeShape &, const MoeGrads &, const void *,
-                   const void *, const MoeParams &, cudaStream_t);
+                   const MoeInputs &, const MoeParams &, cudaStream_t);
   int64_t budget_bytes;
 };
 
@@ -444,9 +468,10 @@ MoeKernels moe_kernels_from_env() {
        ": expected tensor-cores (the default) or cuda-cores");
 }
 
-void CudaKernels::moe_forward(void *y, const void *x, const MoeParams &w,
-                              int64_t T, int64_t H, int64_t E, int64_t I,
-                              int64_t k, const MoeRouting &routing,
+void CudaKernels::moe_forward(void *y, const void *x, const void *router_x,
+                              const MoeParams &w, int64_t T, int64_t H,
+                              int64_t E, int64_t I, int64_t k,
+                              const MoeRouting &routing,
                               const MoeExperts &experts) {
   using namespace moe;
   if (T <= 0)
@@ -457,13 +482,16 @@ void CudaKernels::moe_forward(void *y, const void *x, const MoeParams &w,
       p, MoeShape{T, H, E, I, k, routing, experts}, false,
       [&](int64_t bytes) { return scratch(bytes); },
       [&](void *buf, const MoeShape &c, int64_t t0) {
-        p.forward(buf, c, at(y, t0 * H), at(x, t0 * H), w, stream);
+        p.forward(buf, c, at(y, t0 * H),
+                  {at(x, t0 * H), router_x ? at(router_x, t0 * H) : nullptr}, w,
+                  stream);
       });
 }
 
 // The param gradients add chunk by chunk, in token order.
-void CudaKernels::moe_backward(void *dx, const MoeWeightGrads &g,
-                               const void *dy, const void *x,
+void CudaKernels::moe_backward(void *dx, void *drouter_x,
+                               const MoeWeightGrads &g, const void *dy,
+                               const void *x, const void *router_x,
                                const MoeParams &w, int64_t T, int64_t H,
                                int64_t E, int64_t I, int64_t k,
                                const MoeRouting &routing,
@@ -477,8 +505,12 @@ void CudaKernels::moe_backward(void *dx, const MoeWeightGrads &g,
       p, MoeShape{T, H, E, I, k, routing, experts}, true,
       [&](int64_t bytes) { return scratch(bytes); },
       [&](void *buf, const MoeShape &c, int64_t t0) {
-        p.backward(buf, c, MoeGrads{dx ? at(dx, t0 * H) : nullptr, g},
-                   at(dy, t0 * H), at(x, t0 * H), w, stream);
+        p.backward(buf, c,
+                   MoeGrads{dx ? at(dx, t0 * H) : nullptr,
+                            drouter_x ? at(drouter_x, t0 * H) : nullptr, g},
+                   at(dy, t0 * H),
+                   {at(x, t0 * H), router_x ? at(router_x, t0 * H) : nullptr},
+                   w, stream);
       });
 }
 

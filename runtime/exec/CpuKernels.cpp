@@ -185,24 +185,30 @@ void CpuKernels::gelu_backward(void *dx, const void *dy, const void *x,
   store(dx, n);
 }
 static cpu::MoeWeights weights(const MoeParams &w) {
-  return {F(w.router),      F(w.gate_up),      F(w.down),     F(w.bias),
-          F(w.router_bias), F(w.gate_up_bias), F(w.down_bias)};
+  return {F(w.router),    F(w.gate_up),     F(w.down),
+          F(w.bias),      F(w.router_bias), F(w.gate_up_bias),
+          F(w.down_bias), F(w.expert_scale)};
 }
-void CpuKernels::moe_forward(void *y, const void *x, const MoeParams &w,
-                             int64_t T, int64_t H, int64_t E, int64_t I,
-                             int64_t k, const MoeRouting &routing,
+void CpuKernels::moe_forward(void *y, const void *x, const void *router_x,
+                             const MoeParams &w, int64_t T, int64_t H,
+                             int64_t E, int64_t I, int64_t k,
+                             const MoeRouting &routing,
                              const MoeExperts &experts) {
-  cpu::moe_forward(F(y), F(x), weights(w), T, H, E, I, k, routing, experts);
+  cpu::moe_forward(F(y), F(x), F(router_x), weights(w), T, H, E, I, k, routing,
+                   experts);
   store(y, T * H);
 }
-void CpuKernels::moe_backward(void *dx, const MoeWeightGrads &g, const void *dy,
-                              const void *x, const MoeParams &w, int64_t T,
-                              int64_t H, int64_t E, int64_t I, int64_t k,
+void CpuKernels::moe_backward(void *dx, void *drouter_x,
+                              const MoeWeightGrads &g, const void *dy,
+                              const void *x, const void *router_x,
+                              const MoeParams &w, int64_t T, int64_t H,
+                              int64_t E, int64_t I, int64_t k,
                               const MoeRouting &routing,
                               const MoeExperts &experts) {
-  cpu::moe_backward(F(dx), g, F(dy), F(x), weights(w), T, H, E, I, k, routing,
-                    experts);
+  cpu::moe_backward(F(dx), F(drouter_x), g, F(dy), F(x), F(router_x),
+                    weights(w), T, H, E, I, k, routing, experts);
   store(dx, T * H);
+  store(drouter_x, T * H);
 }
 void CpuKernels::causal_conv_forward(void *y, const void *x, const void *w,
                                      int64_t B, int64_t C, int64_t S,

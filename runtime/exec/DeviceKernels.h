@@ -31,7 +31,7 @@ using MoeWeightGrads = cpu::MoeWeightGrads;
 /// null where absent.
 struct MoeParams {
   const void *router, *gate_up, *down;
-  const void *bias, *router_bias, *gate_up_bias, *down_bias;
+  const void *bias, *router_bias, *gate_up_bias, *down_bias, *expert_scale;
 };
 
 class DeviceKernels {
@@ -122,16 +122,18 @@ public:
                                float cap) = 0;
   virtual void softcap_backward(void *dx, const void *dy, const void *x,
                                 int64_t n, float cap) = 0;
-  /// T tokens of H through E experts (cpu::moe_forward's layouts).
-  virtual void moe_forward(void *y, const void *x, const MoeParams &w,
-                           int64_t T, int64_t H, int64_t E, int64_t I,
-                           int64_t k, const MoeRouting &routing,
+  /// T tokens of H through E experts (cpu::moe_forward's layouts); the
+  /// router reads router_x, or x where it is null.
+  virtual void moe_forward(void *y, const void *x, const void *router_x,
+                           const MoeParams &w, int64_t T, int64_t H, int64_t E,
+                           int64_t I, int64_t k, const MoeRouting &routing,
                            const MoeExperts &experts) = 0;
-  /// dx may be null; the param gradients are added to, each may be null.
-  virtual void moe_backward(void *dx, const MoeWeightGrads &g, const void *dy,
-                            const void *x, const MoeParams &w, int64_t T,
-                            int64_t H, int64_t E, int64_t I, int64_t k,
-                            const MoeRouting &routing,
+  /// dx and drouter_x may be null (drouter_x is, where router_x is); the
+  /// param gradients are added to, each may be null.
+  virtual void moe_backward(void *dx, void *drouter_x, const MoeWeightGrads &g,
+                            const void *dy, const void *x, const void *router_x,
+                            const MoeParams &w, int64_t T, int64_t H, int64_t E,
+                            int64_t I, int64_t k, const MoeRouting &routing,
                             const MoeExperts &experts) = 0;
   /// x, y [B, C, S], w [C, 1, K] (cpu::causal_conv_forward); dx may be null.
   virtual void causal_conv_forward(void *y, const void *x, const void *w,

@@ -82,35 +82,47 @@ struct MoeRouting {
 /// (g; u) = gate_up[e] · x + gate_up_bias[e], a = g'·σ(alpha·g')·(u' +
 /// up_shift) with g' = min(g, limit), u' = clamp(u, −limit, limit) when
 /// limit > 0 (else g, u), and o = down[e] · a + down_bias[e]. SwiGLU is the
-/// default; gpt-oss has alpha 1.702, limit 7, up_shift 1. in_out: the
-/// matrices are stored transposed (x · W: gate_up [E, H, 2I], down [E, I,
-/// H]); interleaved: g and u alternate along gate_up's 2I (and its bias),
-/// else g is the first half.
+/// default; gpt-oss has alpha 1.702, limit 7, up_shift 1. gelu: a =
+/// gelu_tanh(g)·u instead (GeGLU, Gemma 4; alpha 1, limit and up_shift 0).
+/// in_out: the matrices are stored transposed (x · W: gate_up [E, H, 2I],
+/// down [E, I, H]); interleaved: g and u alternate along gate_up's 2I (and
+/// its bias), else g is the first half.
 struct MoeExperts {
   bool in_out = false, interleaved = false;
   float alpha = 1.f, limit = 0.f, up_shift = 0.f;
+  bool gelu = false;
 };
 
 /// The params of a mixture of experts; null where absent. bias [E], the
 /// frozen selection bias, shifts the scores that choose the experts;
 /// router_bias [E] (added to the logits), gate_up_bias [E, 2I] and
-/// down_bias [E, H] are trained.
+/// down_bias [E, H] are trained; expert_scale [E] (trained; Gemma 4's
+/// per-expert scale) multiplies each chosen expert's weight after the
+/// renormalization, before `scale`.
 struct MoeWeights {
   const float *router, *gate_up, *down;
-  const float *bias, *router_bias, *gate_up_bias, *down_bias;
+  const float *bias, *router_bias, *gate_up_bias, *down_bias, *expert_scale;
 };
 /// Their gradients, added to; each may be null.
 struct MoeWeightGrads {
-  float *router, *gate_up, *down, *router_bias, *gate_up_bias, *down_bias;
+  float *router, *gate_up, *down, *router_bias, *gate_up_bias, *down_bias,
+      *expert_scale;
 };
 
-void moe_forward(float *y, const float *x, const MoeWeights &w, int64_t T,
-                 int64_t H, int64_t E, int64_t I, int64_t k,
-                 const MoeRouting &routing, const MoeExperts &experts);
-// Adds to dx (unless null) and to each param gradient that is not null.
-void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
-                  const float *x, const MoeWeights &w, int64_t T, int64_t H,
-                  int64_t E, int64_t I, int64_t k, const MoeRouting &routing,
+/// x [T, H] goes through the experts; the router reads router_x [T, H]
+/// (Gemma 4 routes on a differently normed copy of the token), or x where
+/// router_x is null.
+void moe_forward(float *y, const float *x, const float *router_x,
+                 const MoeWeights &w, int64_t T, int64_t H, int64_t E,
+                 int64_t I, int64_t k, const MoeRouting &routing,
+                 const MoeExperts &experts);
+// Adds to dx (unless null), to drouter_x (the router's input gradient;
+// with router_x null it goes to dx and drouter_x must be null) and to each
+// param gradient that is not null.
+void moe_backward(float *dx, float *drouter_x, const MoeWeightGrads &g,
+                  const float *dy, const float *x, const float *router_x,
+                  const MoeWeights &w, int64_t T, int64_t H, int64_t E,
+                  int64_t I, int64_t k, const MoeRouting &routing,
                   const MoeExperts &experts);
 
 // ---- causal attention with grouped KV heads -------------------------------

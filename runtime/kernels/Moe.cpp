@@ -2,8 +2,10 @@
 //
 // Token by token (docs/primitives.md, moe): softmax or sigmoid scores over
 // E experts, the k largest (ties to the lower index; among the best groups
-// of experts when grouped), optionally renormalized and scaled, weigh their
-// experts' gated MLPs (SwiGLU, or gpt-oss's clamped form with biases). The
+// of experts when grouped), optionally renormalized and scaled (and each
+// by its expert's trained scale), weigh their experts' gated MLPs (SwiGLU,
+// gpt-oss's clamped form with biases, or GeGLU). The router may read its
+// own copy of the token (router_x). The
 // backward recomputes the routing and each chosen expert's activations,
 // then adds the weight gradients expert by expert in token order: the same
 // bits on any thread count.
@@ -23,17 +25,32 @@ namespace {
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
 
+constexpr float kSqrt2OverPi = 0.79788456080286536f; // √(2/π)
+constexpr float kGeluCubic = 0.044715f;
+
+/// GELU's tanh form and its derivative (GeGLU experts).
+float gelu_tanh(float g) {
+  return 0.5f * g *
+         (1.f + std::tanh(kSqrt2OverPi * (g + kGeluCubic * g * g * g)));
+}
+float gelu_tanh_grad(float g) {
+  const float t = std::tanh(kSqrt2OverPi * (g + kGeluCubic * g * g * g));
+  return 0.5f * (1.f + t) + 0.5f * g * (1.f - t * t) * kSqrt2OverPi *
+                                (1.f + 3.f * kGeluCubic * g * g);
+}
+
 /// One token's routing (MoeRouting): p, the scores [E]; the k chosen
 /// experts (the largest p_e + bias_e among the competing groups, in
 /// descending order, ties to the lower index) and their weights; raw: the
-/// chosen scores before renormalization and scaling.
+/// chosen scores before renormalization and scaling; n: after the
+/// renormalization (raw without it).
 struct Routing {
-  std::vector<float> p, w, raw;
+  std::vector<float> p, w, raw, n;
   std::vector<int64_t> expert;
 
   Routing(const float *x, const MoeWeights &wt, int64_t H, int64_t E, int64_t k,
           const MoeRouting &r)
-      : p(E), w(k), raw(k), expert(k) {
+      : p(E), w(k), raw(k), n(k), expert(k) {
     const float *bias = wt.bias;
     float m = -INFINITY;
     for (int64_t e = 0; e < E; ++e) {
@@ -68,8 +85,11 @@ struct Routing {
       expert[j] = best;
       total += raw[j] = p[best];
     }
-    for (int64_t j = 0; j < k; ++j)
-      w[j] = (r.normalize ? raw[j] / total : raw[j]) * r.scale;
+    for (int64_t j = 0; j < k; ++j) {
+      n[j] = r.normalize ? raw[j] / total : raw[j];
+      w[j] =
+          n[j] * (wt.expert_scale ? wt.expert_scale[expert[j]] : 1.f) * r.scale;
+    }
   }
 
   /// Marks taken every expert outside the top_groups groups whose two best
@@ -140,6 +160,8 @@ struct Expert {
       a[i] = activation(gu[i], gu[I + i]);
   }
   float activation(float g, float u) const {
+    if (form.gelu)
+      return gelu_tanh(g) * u;
     if (form.limit > 0.f) {
       g = std::min(g, form.limit);
       u = std::clamp(u, -form.limit, form.limit);
@@ -149,6 +171,11 @@ struct Expert {
   /// (dg, du) from da; a clamp passes the gradient where its input is
   /// within the bounds, ends included (as torch's clamp).
   void activation_grad(float g, float u, float da, float &dg, float &du) const {
+    if (form.gelu) {
+      dg = da * u * gelu_tanh_grad(g);
+      du = da * gelu_tanh(g);
+      return;
+    }
     bool g_in = true, u_in = true;
     if (form.limit > 0.f) {
       g_in = g <= form.limit;
@@ -181,14 +208,16 @@ struct Expert {
 
 } // namespace
 
-void moe_forward(float *y, const float *x, const MoeWeights &wt, int64_t T,
-                 int64_t H, int64_t E, int64_t I, int64_t k,
-                 const MoeRouting &routing, const MoeExperts &experts) {
+void moe_forward(float *y, const float *x, const float *router_x,
+                 const MoeWeights &wt, int64_t T, int64_t H, int64_t E,
+                 int64_t I, int64_t k, const MoeRouting &routing,
+                 const MoeExperts &experts) {
+  const float *rx = router_x ? router_x : x;
   const Expert ex{experts, H, I};
 #pragma omp parallel for schedule(dynamic, 1) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * H;
-    const Routing route(xt, wt, H, E, k, routing);
+    const Routing route(rx + t * H, wt, H, E, k, routing);
     std::vector<float> gu(2 * I), a(I), o(H), xw(H);
     float *yt = y + t * H;
     std::fill(yt, yt + H, 0.f);
@@ -212,23 +241,27 @@ void moe_forward(float *y, const float *x, const MoeWeights &wt, int64_t T,
   }
 }
 
-void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
-                  const float *x, const MoeWeights &wt, int64_t T, int64_t H,
-                  int64_t E, int64_t I, int64_t k, const MoeRouting &routing,
+void moe_backward(float *dx, float *drouter_x, const MoeWeightGrads &g,
+                  const float *dy, const float *x, const float *router_x,
+                  const MoeWeights &wt, int64_t T, int64_t H, int64_t E,
+                  int64_t I, int64_t k, const MoeRouting &routing,
                   const MoeExperts &experts) {
   const Expert ex{experts, H, I};
+  const float *rx = router_x ? router_x : x;
+  float *drx = router_x ? drouter_x : dx;
   const int64_t slots = T * k;
   const bool weigh_inputs = routing.weigh_inputs;
   // Per slot (token t, choice j): the expert, its input weight, a, (dg;
-  // du) and the expert's output gradient (w_j·dy, or dy when the weight is
-  // on the input); per token the router logits' gradient.
+  // du), the expert's output gradient (w_j·dy, or dy when the weight is
+  // on the input) and its scale's gradient; per token the router logits'
+  // gradient.
   std::vector<int64_t> expert(slots);
   std::vector<float> IN_W(slots), A(slots * I), DGU(slots * 2 * I),
-      DOUT(slots * H), DL(T * E);
+      DOUT(slots * H), DS(slots), DL(T * E);
 #pragma omp parallel for schedule(dynamic, 1) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * H, *dyt = dy + t * H;
-    const Routing route(xt, wt, H, E, k, routing);
+    const Routing route(rx + t * H, wt, H, E, k, routing);
     std::vector<float> gu(2 * I), da(I), dw(k), o(H), xw(H), dxw(H);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t s = t * k + j, e = route.expert[j];
@@ -269,20 +302,20 @@ void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
         for (int64_t c = 0; c < H; ++c)
           dx[t * H + c] += in_w * dxw[c];
     }
-    // Through the scaling and renormalization, then the softmax or the
-    // sigmoid.
-    std::vector<float> dp(E, 0.f);
-    float mean = 0.f;
-    if (routing.normalize)
-      for (int64_t j = 0; j < k; ++j)
-        mean += dw[j] * route.w[j];
-    float total = 0.f;
-    for (int64_t j = 0; j < k; ++j)
-      total += route.raw[j];
+    // Through the scalings (w = n · expert scale · scale), the
+    // renormalization, then the softmax or the sigmoid.
+    std::vector<float> dp(E, 0.f), dn(k);
+    float mean = 0.f, total = 0.f;
     for (int64_t j = 0; j < k; ++j) {
-      const float d = routing.scale * dw[j];
-      dp[route.expert[j]] = routing.normalize ? (d - mean) / total : d;
+      const int64_t e = route.expert[j];
+      const float es = wt.expert_scale ? wt.expert_scale[e] : 1.f;
+      DS[t * k + j] = dw[j] * route.n[j] * routing.scale;
+      dn[j] = dw[j] * es * routing.scale;
+      mean += dn[j] * route.n[j];
+      total += route.raw[j];
     }
+    for (int64_t j = 0; j < k; ++j)
+      dp[route.expert[j]] = routing.normalize ? (dn[j] - mean) / total : dn[j];
     float *dl = &DL[t * E];
     if (routing.sigmoid) {
       for (int64_t e = 0; e < E; ++e)
@@ -294,17 +327,17 @@ void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
       for (int64_t e = 0; e < E; ++e)
         dl[e] = route.p[e] * (dp[e] - dot_dp);
     }
-    if (dx)
+    if (drx)
       for (int64_t e = 0; e < E; ++e)
         for (int64_t c = 0; c < H; ++c)
-          dx[t * H + c] += wt.router[e * H + c] * dl[e];
+          drx[t * H + c] += wt.router[e * H + c] * dl[e];
   }
 #pragma omp parallel for schedule(dynamic, 1) if (E > 1)
   for (int64_t e = 0; e < E; ++e) {
     for (int64_t t = 0; t < T; ++t) {
       if (g.router)
         for (int64_t c = 0; c < H; ++c)
-          g.router[e * H + c] += DL[t * E + e] * x[t * H + c];
+          g.router[e * H + c] += DL[t * E + e] * rx[t * H + c];
       if (g.router_bias)
         g.router_bias[e] += DL[t * E + e];
     }
@@ -314,6 +347,8 @@ void moe_backward(float *dx, const MoeWeightGrads &g, const float *dy,
       const float *xt = x + (s / k) * H;
       const float in_w = IN_W[s];
       const float *dout = &DOUT[s * H], *dgu = &DGU[s * 2 * I];
+      if (g.expert_scale)
+        g.expert_scale[e] += DS[s];
       if (g.down)
         for (int64_t h = 0; h < H; ++h)
           for (int64_t i = 0; i < I; ++i)

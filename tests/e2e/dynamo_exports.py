@@ -320,6 +320,16 @@ ARCHITECTURES = {
                                         global_head_dim=32, num_global_key_value_heads=1,
                                         final_logit_softcapping=5.0),
                T.Gemma4ForCausalLM),
+    # Gemma 4's mixture of experts (the 26B-A4B's form): GeGLU experts with
+    # trained per-expert scales, routed on a copy of the token normed apart
+    # (a scale vector, 1/√hidden), beside the dense MLP.
+    "gemma4_moe": (T.Gemma4TextConfig, dict(COMMON, head_dim=16, sliding_window=5,
+                                            layer_types=["sliding_attention", "full_attention"],
+                                            global_head_dim=32,
+                                            hidden_size_per_layer_input=0, enable_moe_block=True,
+                                            num_experts=4, top_k_experts=2,
+                                            moe_intermediate_size=32),
+                   T.Gemma4ForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

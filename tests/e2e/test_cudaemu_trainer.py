@@ -113,6 +113,12 @@ class CudaEmulatedTrainer(unittest.TestCase):
         # experts weighed on their inputs on the grouped tensor-core path.
         self.check(self.dynamo_export("llama4"), "llama4", "--micro-batches", "2")
 
+    def test_gemma4_experts(self):
+        # Gemma 4's GeGLU experts with trained per-expert scales, routed on
+        # an input of their own (its gradient back through its own norm),
+        # on the grouped tensor-core path, in 2 chunks of 16 of 32 tokens.
+        self.check(self.dynamo_export("gemma4_moe"), "gemma4_moe", "--mlp-chunk-tokens", "16")
+
 
 if __name__ == "__main__":
     unittest.main()

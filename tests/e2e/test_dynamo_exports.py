@@ -42,8 +42,9 @@ class DynamoExports(unittest.TestCase):
     def test_experts_in_chunks_of_tokens(self):
         """Each layer's mixture of experts over 4 chunks of 8 of its 32
         tokens (mt-chunk-mlp): routing per chunk, the experts' and router's
-        gradients summed over the chunks."""
-        self.check(["mixtral", "olmoe"], "--mlp-chunk-tokens", "8")
+        gradients summed over the chunks; Gemma 4's router input chunked
+        with the tokens, its two layer templates (sliding, full) each."""
+        self.check(["mixtral", "olmoe", "gemma4_moe"], "--mlp-chunk-tokens", "8")
 
     def check(self, names, *flags):
         w = self.w
@@ -59,9 +60,11 @@ class DynamoExports(unittest.TestCase):
                     kinds = [u["kind"] for u in plan["units"]]
                     self.assertEqual(kinds.count("embedding"), pieces)
                     self.assertEqual(kinds.count("head"), pieces)
-                if "--mlp-chunk-tokens" in flags:  # the layer and its backward
+                if "--mlp-chunk-tokens" in flags:  # each layer and its backward
                     chunked = {c["template"]: c["chunks"] for c in plan["token_chunks"]}
-                    self.assertEqual(chunked, {"layer": 4, "layer.bwd": 4})
+                    self.assertEqual(chunked["layer"], 4)
+                    self.assertEqual(chunked["layer.bwd"], 4)
+                    self.assertEqual(set(chunked.values()), {4})
                 w.train(plan_dir, "--data", self.data, "--steps", "1",
                         "--dump-grads", w(name + ".ours.st"), "--log-jsonl", w(name + ".ours.jsonl"))
                 w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",

@@ -338,6 +338,57 @@ def _(g):
     return ref
 
 
+@idiom("moe-gemma4", "Gemma 4's experts: the router on its own input (x times a scale vector "
+       "and 1/4), top 2 of its softmax renormalized, times GatherND of per-expert scales [4]; "
+       "the experts on x times another vector, Gelu(g, tanh) · u", opset=20)
+def _(g):
+    E, I, K = 4, 8, 2
+    x = x_input(g)
+    flat = g.op("Reshape", x, g.ints(-1, HIDDEN))
+    rscale, RS = param(g, "moe.router_scale", [HIDDEN], std=0.2, mean=1.0)
+    escale, XS = param(g, "moe.pre_norm", [HIDDEN], std=0.2, mean=1.0)
+    router, R = param(g, "moe.router", [E, HIDDEN])
+    per_expert, PE = param(g, "moe.per_expert_scale", [E], std=0.3, mean=1.0)
+    gate_up, GU = param(g, "moe.gate_up", [E, 2 * I, HIDDEN], std=0.25)
+    down, DN = param(g, "moe.down", [E, HIDDEN, I], std=0.35)
+    routed = g.op("Mul", g.op("Mul", flat, rscale), g.const(HIDDEN ** -0.5))
+    values, idx = g.op("TopK", g.op("Softmax", g.op("Gemm", routed, router, transB=1), axis=-1),
+                       g.ints(K), axis=-1, outputs=2)
+    w = g.op("Div", values, g.op("ReduceSum", values, g.ints(-1), keepdims=1))
+    w = g.op("Mul", w, g.op("GatherND", per_expert, g.unsqueeze(idx, -1)))
+    xe = g.op("Mul", flat, escale)
+    tokens = g.dim(flat, 0)
+    rows = g.op("Reshape", g.op("Expand", g.unsqueeze(xe, 1), g.shape_of(tokens, K, HIDDEN)),
+                g.ints(-1, HIDDEN))
+    pick = g.unsqueeze(g.op("Reshape", idx, g.ints(-1)), -1)
+
+    def expert(weight, vec):
+        prod = g.op("MatMul", g.op("GatherND", weight, pick), g.unsqueeze(vec, -1))
+        return g.op("Squeeze", prod, g.ints(-1))
+    gate, up = g.op("Split", expert(gate_up, rows), axis=1, outputs=2)
+    a = g.op("Mul", g.op("Gelu", gate, approximate="tanh"), up)
+    o = g.op("Mul", expert(down, a), g.unsqueeze(g.op("Reshape", w, g.ints(-1)), -1))
+    y = g.op("ReduceSum", g.op("Reshape", o, g.ints(-1, K, HIDDEN)), g.ints(1), keepdims=0)
+    y_output(g, g.op("Reshape", y, g.op("Shape", x)), HIDDEN)
+
+    def ref(f):
+        xs = f["x"].reshape(-1, HIDDEN)
+        logits = (xs * RS * HIDDEN ** -0.5) @ R.T
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        out = np.zeros_like(xs)
+        for t in range(xs.shape[0]):
+            chosen = np.argsort(-p[t], kind="stable")[:K]
+            wt = p[t, chosen] / p[t, chosen].sum() * PE[chosen]
+            for e, we in zip(chosen, wt):
+                h = GU[e] @ (xs[t] * XS)
+                gt = h[:I]
+                gelu = 0.5 * gt * (1 + np.tanh(math.sqrt(2 / math.pi) * (gt + 0.044715 * gt ** 3)))
+                out[t] += we * (DN[e] @ (gelu * h[I:]))
+        return out.reshape(f["x"].shape)
+    return ref
+
+
 @idiom("moe-llama4", "Llama 4's experts: Gemm router, top 2 of the logits scattered into a "
        "-inf [T,4] and Sigmoid (0 for the experts not chosen); x tiled 4 times, times the "
        "transposed weights as a column, viewed [4,T,16]; MatMul with [4,16,16], Split, "

@@ -331,6 +331,34 @@ TEST_F(DialectTest, MoeChecksExpertShapesTopKAndRouting) {
                 .find("weigh_inputs takes experts without gate_up_bias or "
                       "down_bias"),
             std::string::npos);
+  // Gemma 4's experts: a router input of x's type, a scale per expert,
+  // GeGLU without gpt-oss's constants.
+  auto gemma4 = [&](const std::string &rx, const std::string &es,
+                    const std::string &more = "") {
+    std::string args = "%x: tensor<6x16xf32>, %r: tensor<4x16xf32>, %gu: "
+                       "tensor<4x16x16xf32>, %d: tensor<4x16x8xf32>, %rx: " +
+                       rx + ", %es: " + es;
+    std::string body =
+        "%y = mt.moe %x, %r, %gu, %d router_x %rx expert_scale %es {top_k = "
+        "2 : i64, activation = \"gelu_tanh\"" +
+        more +
+        "} : (tensor<6x16xf32>, tensor<4x16xf32>, tensor<4x16x16xf32>, "
+        "tensor<4x16x8xf32>, " +
+        rx + ", " + es + ") -> tensor<6x16xf32>";
+    return parseError(graphWith(args, body, "tensor<6x16xf32>"));
+  };
+  const std::string rx = "tensor<6x16xf32>", es = "tensor<4xf32>";
+  EXPECT_EQ(gemma4(rx, es), "");
+  EXPECT_NE(gemma4("tensor<6x8xf32>", es).find("router_x must have x's type"),
+            std::string::npos);
+  EXPECT_NE(gemma4(rx, "tensor<5xf32>").find("expert_scale"),
+            std::string::npos);
+  EXPECT_NE(gemma4(rx, es, ", limit = 7.0")
+                .find("gelu_tanh experts take no alpha, limit or up_shift"),
+            std::string::npos);
+  EXPECT_NE(graph(gu, 2, "softmax", ", activation = \"relu\"")
+                .find("activation must be silu or gelu_tanh, not relu"),
+            std::string::npos);
 }
 
 TEST_F(DialectTest, AddBroadcasts) {

@@ -592,6 +592,9 @@ TEST_P(MoeTest, ForwardAndBackward) {
     bool oss = false;
     float limit = 0.8f;
     bool weigh_inputs = false;
+    // Gemma 4: GeGLU experts with trained scales, the router on its own
+    // input.
+    bool gemma4 = false;
   };
   for (const Case c :
        {Case{9, 40, 4, 24, 2, true, false, nullptr},
@@ -610,7 +613,11 @@ TEST_P(MoeTest, ForwardAndBackward) {
         Case{40, 40, 4, 24, 1, false, false, nullptr, true, 1, 1, 1.f, false,
              0.f, true},
         Case{150, 136, 3, 36, 2, true, false, "61", false, 1, 1, 1.f, false,
-             0.f, true}}) {
+             0.f, true},
+        Case{40, 40, 6, 24, 2, true, false, nullptr, false, 1, 1, 1.f, false,
+             0.f, false, true},
+        Case{150, 136, 4, 36, 2, true, false, "61", false, 1, 1, 1.f, false,
+             0.f, false, true}}) {
     if (c.chunk)
       setenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS", c.chunk, 1);
     const int64_t T = c.T, H = c.H, E = c.E, I = c.I, k = c.k;
@@ -628,6 +635,10 @@ TEST_P(MoeTest, ForwardAndBackward) {
            db = Tensor::random(E * H, 105, -0.3f, 0.3f);
     Tensor drb = Tensor::f32(E, 106), dgub = Tensor::f32(E * 2 * I, 107),
            ddb = Tensor::f32(E * H, 108);
+    // Gemma 4's router input, expert scales and their gradients.
+    Tensor rx = Tensor::random(T * H, 109),
+           es = Tensor::random(E, 110, 0.5f, 1.5f);
+    Tensor drx = Tensor::grad(T * H, 111), des = Tensor::f32(E, 112);
     auto dev = [&](bool on, Tensor &t) -> void * {
       return on ? t.dev() : nullptr;
     };
@@ -641,24 +652,26 @@ TEST_P(MoeTest, ForwardAndBackward) {
     MoeExperts f;
     if (c.oss)
       f = {true, true, 1.702f, c.limit, 1.f};
-    const bool o = c.oss;
+    f.gelu = c.gemma4;
+    const bool o = c.oss, g4 = c.gemma4;
     const mtrt::MoeParams wd{router.dev(),      gu.dev(),   down.dev(),
                              dev(c.bias, bias), dev(o, rb), dev(o, gub),
-                             dev(o, db)};
+                             dev(o, db),        dev(g4, es)};
     const mtrt::MoeParams wh{router.host(),      gu.host(),   down.host(),
                              host(c.bias, bias), host(o, rb), host(o, gub),
-                             host(o, db)};
-    k_->moe_forward(y.dev(), x.dev(), wd, T, H, E, I, k, r, f);
-    cpu_.moe_forward(y.host(), x.host(), wh, T, H, E, I, k, r, f);
+                             host(o, db),        host(g4, es)};
+    k_->moe_forward(y.dev(), x.dev(), dev(g4, rx), wd, T, H, E, I, k, r, f);
+    cpu_.moe_forward(y.host(), x.host(), host(g4, rx), wh, T, H, E, I, k, r, f);
     auto f32 = [&](bool on, Tensor &t) { return on ? t.dev_f32() : nullptr; };
-    k_->moe_backward(dx.dev(),
+    k_->moe_backward(dx.dev(), dev(g4, drx),
                      {dr.dev_f32(), dgu.dev_f32(), dd.dev_f32(), f32(o, drb),
-                      f32(o, dgub), f32(o, ddb)},
-                     dy.dev(), x.dev(), wd, T, H, E, I, k, r, f);
-    cpu_.moe_backward(dx.host(),
+                      f32(o, dgub), f32(o, ddb), f32(g4, des)},
+                     dy.dev(), x.dev(), dev(g4, rx), wd, T, H, E, I, k, r, f);
+    cpu_.moe_backward(dx.host(), host(g4, drx),
                       {dr.host(), dgu.host(), dd.host(), host(o, drb),
-                       host(o, dgub), host(o, ddb)},
-                      dy.host(), x.host(), wh, T, H, E, I, k, r, f);
+                       host(o, dgub), host(o, ddb), host(g4, des)},
+                      dy.host(), x.host(), host(g4, rx), wh, T, H, E, I, k, r,
+                      f);
     sync();
     unsetenv("MEGATRAIN_CUDA_MOE_CHUNK_TOKENS");
     const std::string at =
@@ -666,7 +679,7 @@ TEST_P(MoeTest, ForwardAndBackward) {
         (c.chunk ? std::string(" chunk ") + c.chunk : "") +
         (c.bias ? " bias" : "") + (c.sigmoid ? " sigmoid" : "") + " groups " +
         std::to_string(c.groups) + (c.oss ? " gpt-oss" : "") +
-        (c.weigh_inputs ? " weigh inputs" : "");
+        (c.weigh_inputs ? " weigh inputs" : "") + (c.gemma4 ? " gemma4" : "");
     EXPECT_TRUE(near(y.fetch(), y.h, kUlp, sums)) << "y, " << at;
     EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, sums)) << "dx, " << at;
     EXPECT_TRUE(near(dr.fetch(), dr.h, rtol, atol)) << "drouter, " << at;
@@ -676,6 +689,9 @@ TEST_P(MoeTest, ForwardAndBackward) {
     EXPECT_TRUE(near(dgub.fetch(), dgub.h, rtol, atol))
         << "dgate_up_bias, " << at;
     EXPECT_TRUE(near(ddb.fetch(), ddb.h, rtol, atol)) << "ddown_bias, " << at;
+    EXPECT_TRUE(near(drx.fetch(), drx.h, kUlp, sums)) << "drouter_x, " << at;
+    EXPECT_TRUE(near(des.fetch(), des.h, rtol, atol))
+        << "dexpert_scale, " << at;
   }
 }
 

@@ -3,7 +3,8 @@
 // The oracle is a naive float64 forward (softmax or sigmoid routing, the
 // best groups of experts by sorting, top k, SwiGLU experts or gpt-oss's
 // clamped ones with biases, in either layout, weighed on their outputs or
-// inputs); the kernel's
+// inputs; Gemma 4's GeGLU experts with their trained scales, routed on a
+// copy of the token of its own); the kernel's
 // gradients are checked against its central differences, which see through
 // the scaling, renormalization and softmax or sigmoid as long as no
 // perturbation changes which experts a token chooses (the random values
@@ -34,6 +35,9 @@ struct MoeShape {
   float limit = 0.6f;
   // Llama 4: the weights scale the experts' inputs.
   bool weigh_inputs = false;
+  // Gemma 4: GeGLU experts, each with a trained scale on its weight, and
+  // a router that reads router_x.
+  bool gemma4 = false;
 
   MoeRouting routing() const {
     MoeRouting r;
@@ -46,12 +50,14 @@ struct MoeShape {
     MoeExperts f;
     if (oss)
       f = {true, true, 1.702f, limit, 1.f};
+    f.gelu = gemma4;
     return f;
   }
 };
 
-// The inputs' order: x, router, gate_up, down, then the selection bias and
-// the router's, gate_up's and down's biases.
+// The inputs' order: x, router, gate_up, down, then the selection bias,
+// the router's, gate_up's and down's biases, the router's input and the
+// experts' scales.
 enum Input {
   kX,
   kRouter,
@@ -61,6 +67,8 @@ enum Input {
   kRouterBias,
   kGateUpBias,
   kDownBias,
+  kRouterX,
+  kExpertScale,
   kInputs
 };
 
@@ -90,8 +98,9 @@ std::vector<bool> competing(const MoeShape &s, const Doubles &score) {
 
 // inputs (Input): x [T, H], router [E, H], gate_up [E, 2I, H] (oss: [E,
 // H, 2I], g and u interleaved), down [E, H, I] (oss: [E, I, H]), the
-// selection bias [E] (read when s.bias), and with oss the biases [E],
-// [E, 2I] (interleaved) and [E, H].
+// selection bias [E] (read when s.bias), with oss the biases [E],
+// [E, 2I] (interleaved) and [E, H], and with gemma4 router_x [T, H] and
+// the experts' scales [E].
 Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
   const Doubles &x = in[kX], &router = in[kRouter], &gate_up = in[kGateUp],
                 &down = in[kDown];
@@ -122,7 +131,8 @@ Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
     for (int64_t e = 0; e < s.E; ++e) {
       p[e] = s.oss ? in[kRouterBias][e] : 0.0;
       for (int64_t h = 0; h < s.H; ++h)
-        p[e] += router[e * s.H + h] * x[t * s.H + h];
+        p[e] +=
+            router[e * s.H + h] * (s.gemma4 ? in[kRouterX] : x)[t * s.H + h];
       m = std::max(m, p[e]);
     }
     if (s.sigmoid) {
@@ -149,7 +159,8 @@ Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
       total += p[order[j]];
     for (int64_t j = 0; j < s.k; ++j) {
       const int64_t e = order[j];
-      const double w = (s.normalize ? p[e] / total : p[e]) * s.scale;
+      const double w = (s.normalize ? p[e] / total : p[e]) *
+                       (s.gemma4 ? in[kExpertScale][e] : 1.0) * s.scale;
       // The expert sees w · x_t when weighed on its input.
       const double in_w = s.weigh_inputs ? w : 1.0;
       Doubles a(s.I);
@@ -163,6 +174,9 @@ Doubles ref_moe(const MoeShape &s, const std::vector<Doubles> &in) {
           g = std::min(g, double(s.limit));
           u = std::clamp(u, -double(s.limit), double(s.limit));
           a[i] = g / (1 + std::exp(-1.702 * g)) * (u + 1);
+        } else if (s.gemma4) {
+          const double c = std::sqrt(2 / M_PI);
+          a[i] = 0.5 * g * (1 + std::tanh(c * (g + 0.044715 * g * g * g))) * u;
         } else {
           a[i] = g / (1 + std::exp(-g)) * u;
         }
@@ -186,7 +200,9 @@ std::vector<Floats> random_inputs(const MoeShape &s, uint32_t seed) {
           random_floats(s.E, seed + 4, -0.3f, 0.3f),
           random_floats(s.E, seed + 5, -0.3f, 0.3f),
           random_floats(s.E * 2 * s.I, seed + 6, -0.3f, 0.3f),
-          random_floats(s.E * s.H, seed + 7, -0.3f, 0.3f)};
+          random_floats(s.E * s.H, seed + 7, -0.3f, 0.3f),
+          random_floats(s.T * s.H, seed + 8, -1.f, 1.f),
+          random_floats(s.E, seed + 9, 0.5f, 1.5f)};
 }
 
 MoeWeights weights(const MoeShape &s, const std::vector<Floats> &in) {
@@ -196,22 +212,26 @@ MoeWeights weights(const MoeShape &s, const std::vector<Floats> &in) {
   return {in[kRouter].data(),      in[kGateUp].data(),
           in[kDown].data(),        opt(s.bias, kBias),
           opt(s.oss, kRouterBias), opt(s.oss, kGateUpBias),
-          opt(s.oss, kDownBias)};
+          opt(s.oss, kDownBias),   opt(s.gemma4, kExpertScale)};
+}
+const float *router_x(const MoeShape &s, const std::vector<Floats> &in) {
+  return s.gemma4 ? in[kRouterX].data() : nullptr;
 }
 
 void forward(const MoeShape &s, const std::vector<Floats> &in, Floats &y) {
-  moe_forward(y.data(), in[kX].data(), weights(s, in), s.T, s.H, s.E, s.I, s.k,
-              s.routing(), s.experts());
+  moe_forward(y.data(), in[kX].data(), router_x(s, in), weights(s, in), s.T,
+              s.H, s.E, s.I, s.k, s.routing(), s.experts());
 }
 
 // grads, by Input (none for the selection bias); a null entry is skipped.
 void backward(const MoeShape &s, const std::vector<Floats> &in,
               const Floats &dy, std::vector<Floats> &g) {
-  moe_backward(ptr(g[kX]),
+  moe_backward(ptr(g[kX]), ptr(g[kRouterX]),
                {ptr(g[kRouter]), ptr(g[kGateUp]), ptr(g[kDown]),
-                ptr(g[kRouterBias]), ptr(g[kGateUpBias]), ptr(g[kDownBias])},
-               dy.data(), in[kX].data(), weights(s, in), s.T, s.H, s.E, s.I,
-               s.k, s.routing(), s.experts());
+                ptr(g[kRouterBias]), ptr(g[kGateUpBias]), ptr(g[kDownBias]),
+                ptr(g[kExpertScale])},
+               dy.data(), in[kX].data(), router_x(s, in), weights(s, in), s.T,
+               s.H, s.E, s.I, s.k, s.routing(), s.experts());
 }
 
 // The inputs with gradients under s.
@@ -219,6 +239,8 @@ std::vector<size_t> trained(const MoeShape &s) {
   std::vector<size_t> t{kX, kRouter, kGateUp, kDown};
   if (s.oss)
     t.insert(t.end(), {kRouterBias, kGateUpBias, kDownBias});
+  if (s.gemma4)
+    t.insert(t.end(), {kRouterX, kExpertScale});
   return t;
 }
 std::vector<Floats> zero_grads(const MoeShape &s,
@@ -249,6 +271,9 @@ const MoeShape kShapes[] = {
     // input; and two experts' renormalized softmax weights on their inputs.
     {8, 8, 4, 3, 1, false, false, true, 1, 1, 1.f, false, 0.6f, true},
     {7, 8, 5, 3, 2, true, false, false, 1, 1, 1.f, false, 0.6f, true},
+    // Gemma 4: renormalized softmax weights times each expert's scale on
+    // GeGLU experts, the router on its own input.
+    {7, 8, 6, 4, 2, true, false, false, 1, 1, 1.f, false, 0.6f, false, true},
 };
 
 TEST(Moe, ForwardMatchesFloat64) {
@@ -288,7 +313,7 @@ TEST(Moe, GradientsMatchCentralDifferencesOfFloat64) {
 }
 
 TEST(Moe, BackwardAccumulatesSkipsNullAndIsDeterministic) {
-  for (MoeShape s : {kShapes[4], kShapes[9]}) {
+  for (MoeShape s : {kShapes[4], kShapes[9], kShapes[12]}) {
     s.bias = true; // with every param at once
     const std::vector<Floats> in = random_inputs(s, 31);
     const Floats dy = random_floats(s.T * s.H, 35);
