@@ -9,7 +9,8 @@
 //  - AttentionKernels.cu: on CUDA cores, all math f32, under
 //    AttentionKernels::CudaCores; it also holds the entry points that
 //    choose between the two.
-// Both take head dims up to 256.
+// The tensor-core kernels take head dims up to 256, the CUDA-core ones up
+// to 512 (the entry points hand wider heads to them).
 // Both keep O(S) state: no S×S matrix is ever stored.
 //
 //===----------------------------------------------------------------------===//

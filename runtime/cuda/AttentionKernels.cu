@@ -2,8 +2,9 @@
 //
 // The attention entry points (at the bottom: they run the tensor-core
 // kernels of AttentionTensorCore.cu unless CudaKernels was set to
-// AttentionKernels::CudaCores) and the kernels on CUDA cores, in the scheme
-// below, for head dims up to 256. The tensor-core family differs in its
+// AttentionKernels::CudaCores, or the head dim is over their 256) and the
+// kernels on CUDA cores, in the scheme below, for head dims up to 512. The
+// tensor-core family differs in its
 // backward: two passes, dQ first, taking δ from attention_delta and the
 // log-sum-exp online, where this one reruns the forward for both.
 //
@@ -32,7 +33,8 @@
 // of i's chunk) skip the key tiles before a block's first visible key and
 // the query tiles past its last reader, so a window's work is O(S · W).
 //
-// Head dims up to 256, in three register layouts (64, 128, 256).
+// Head dims up to 512, in four register layouts (64, 128, 256, 512: Gemma
+// 4's full-attention layers).
 //
 //===----------------------------------------------------------------------===//
 
@@ -311,9 +313,10 @@ __global__ void __launch_bounds__(BR *TPR)
 
 /// One register layout: TPR lanes × DPT dims per row (head dims up to
 /// TPR·DPT) and the tile sizes of each kernel, sized for 256 threads and at
-/// most 32 KiB of static shared memory.
+/// most 32 KiB of static shared memory (the forward's key tiles: 32 rows,
+/// or Rows where fewer fit).
 template <int TPR, int DPT, int Rows> struct Attention {
-  static constexpr int BR = Rows, BC_FWD = 32, BC = Rows;
+  static constexpr int BR = Rows, BC_FWD = Rows < 32 ? Rows : 32, BC = Rows;
 
   static void forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                       int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
@@ -394,14 +397,18 @@ __global__ void __launch_bounds__(kSinkThreads)
 using Attention64 = Attention<4, 16, 64>;
 using Attention128 = Attention<4, 32, 64>;
 using Attention256 = Attention<8, 32, 32>;
+using Attention512 = Attention<16, 32, 16>;
+
+/// The widest head the CUDA-core kernels take, and the tensor-core ones.
+constexpr int64_t kMaxHeadDim = 512, kMaxTensorCoreHeadDim = 256;
 
 void check_shape(const char *op, int64_t H, int64_t Hkv, int64_t D) {
   if (Hkv <= 0 || H % Hkv != 0)
     fail("cuda ", op, ": ", H, " query heads do not group over ", Hkv,
          " KV heads");
-  if (D > 256)
-    fail("cuda ", op, ": head dim ", D,
-         " is over the 256 the attention kernels support");
+  if (D > kMaxHeadDim)
+    fail("cuda ", op, ": head dim ", D, " is over the ", kMaxHeadDim,
+         " the attention kernels support");
 }
 
 ScoreForm score_form(const char *op, float softcap, const float *slopes,
@@ -432,10 +439,10 @@ void attn::sink_backward(float *dsinks, const bf16 *sinks, const float *lse,
 }
 
 void check_attention_limits(int64_t head_dim, int64_t alibi_heads) {
-  if (head_dim > 256)
-    fail("the cuda backend's attention kernels take head dims up to 256; "
-         "this plan's attention has head dim ",
-         head_dim, " (train it with --backend cpu)");
+  if (head_dim > kMaxHeadDim)
+    fail("the cuda backend's attention kernels take head dims up to ",
+         kMaxHeadDim, "; this plan's attention has head dim ", head_dim,
+         " (train it with --backend cpu)");
   if (alibi_heads > kMaxAlibiHeads)
     fail("the cuda backend's attention kernels take ALiBi over at most ",
          kMaxAlibiHeads, " heads; this plan's attention has ", alibi_heads,
@@ -464,7 +471,7 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ == AttentionKernels::TensorCores)
+  if (attention_ == AttentionKernels::TensorCores && D <= kMaxTensorCoreHeadDim)
     attn::tensor_core_forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                               range, a, s);
   else if (D <= 64)
@@ -473,8 +480,11 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
   else if (D <= 128)
     Attention128::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                           range, a, s);
-  else
+  else if (D <= 256)
     Attention256::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
+                          range, a, s);
+  else
+    Attention512::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                           range, a, s);
 }
 
@@ -503,7 +513,8 @@ void CudaKernels::attention_backward(
     fail("cuda attention_backward: dsinks without sinks");
   const int64_t rows = Bn * H * S;
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ == AttentionKernels::TensorCores) {
+  if (attention_ == AttentionKernels::TensorCores &&
+      D <= kMaxTensorCoreHeadDim) {
     float *lse = static_cast<float *>(scratch(rows * int64_t(sizeof(float))));
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
                                delta, lse, Bn, H, Hkv, S, D, scale, range, a,
@@ -521,8 +532,11 @@ void CudaKernels::attention_backward(
   else if (D <= 128)
     Attention128::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
                            own, Bn, H, Hkv, S, D, scale, range, a, s);
-  else
+  else if (D <= 256)
     Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
+                           own, Bn, H, Hkv, S, D, scale, range, a, s);
+  else
+    Attention512::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
                            own, Bn, H, Hkv, S, D, scale, range, a, s);
   if (dsinks)
     attn::sink_backward(dsinks, a.sinks, lse, own, Bn, H, S, s);

@@ -72,7 +72,7 @@ TEST(CudaBackendEmu, RefusesAttentionPastTheKernelsLimits) {
   std::unique_ptr<Backend> b = cuda_emulated_backend_entry().create(bo);
   ToyProgram toy(2);
   Program p = toy.program();
-  p.max_head_dim = 256;
+  p.max_head_dim = 512;
   p.max_alibi_heads = 64;
   b->check_supported(p); // at the limits: accepted
   auto refusal = [&](Program q) -> std::string {
@@ -84,9 +84,9 @@ TEST(CudaBackendEmu, RefusesAttentionPastTheKernelsLimits) {
     return "";
   };
   Program wide = p;
-  wide.max_head_dim = 320;
-  EXPECT_NE(refusal(wide).find("head dims up to 256; this plan's attention "
-                               "has head dim 320"),
+  wide.max_head_dim = 576;
+  EXPECT_NE(refusal(wide).find("head dims up to 512; this plan's attention "
+                               "has head dim 576"),
             std::string::npos)
       << refusal(wide);
   Program alibi = p;

@@ -496,7 +496,12 @@ const AttentionShape kAttentionShapes[] = {
     AttentionShape{1, 2, 1, 150, 64, true, 0, 0.f, false, 100},
     AttentionShape{1, 4, 2, 130, 128, false, 9, 0.f, false, 50},
     AttentionShape{1, 4, 2, 130, 64, false, 0, 0.f, true, 40},
-    AttentionShape{1, 4, 2, 100, 256, false, 0, 2.f, false, 33}};
+    AttentionShape{1, 4, 2, 100, 256, false, 0, 2.f, false, 33},
+    // The 512 layout (Gemma 4's full-attention layers; the tensor-core
+    // family hands it to the CUDA-core kernels): D < 512, and D = 512 in
+    // several tiles of every kernel, soft-capped with sinks in a window.
+    AttentionShape{1, 2, 1, 21, 384}, AttentionShape{1, 4, 2, 40, 512},
+    AttentionShape{1, 2, 2, 37, 512, false, 9, 2.f, true}};
 
 // One suite per kernel family, so that a failure names its family.
 INSTANTIATE_TEST_SUITE_P(
