@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/cuda/Gelu.cuh"
 #include "runtime/cuda/KernelCommon.cuh"
 #include "runtime/exec/Error.h"
 #include "runtime/kernels/Strided.h"
@@ -20,11 +21,6 @@ namespace mtrt::MT_KNS {
 
 namespace {
 
-constexpr float kSqrt1_2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
-constexpr float kGeluCubic = 0.044715f;
-
 __device__ __forceinline__ float sigmoid(float x) {
   return 1.f / (1.f + expf(-x));
 }
@@ -32,20 +28,6 @@ __device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
 __device__ __forceinline__ float silu_grad(float x) {
   const float s = sigmoid(x);
   return s * (1.f + x * (1.f - s));
-}
-__device__ __forceinline__ float gelu(float x, bool tanh_form) {
-  if (tanh_form)
-    return 0.5f * x *
-           (1.f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
-  return 0.5f * x * erfcf(-x * kSqrt1_2);
-}
-__device__ __forceinline__ float gelu_grad(float x, bool tanh_form) {
-  if (tanh_form) {
-    const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-    return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi *
-                                  (1.f + 3.f * kGeluCubic * x * x);
-  }
-  return 0.5f * erfcf(-x * kSqrt1_2) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
 }
 
 // ---- pointwise ------------------------------------------------------------

@@ -14,6 +14,7 @@
 #ifndef MEGATRAIN_RUNTIME_CUDA_MOECOMMON_CUH
 #define MEGATRAIN_RUNTIME_CUDA_MOECOMMON_CUH
 
+#include "runtime/cuda/Gelu.cuh"
 #include "runtime/cuda/KernelCommon.cuh"
 
 namespace mtrt::MT_KNS::moe {
@@ -54,19 +55,12 @@ __device__ __forceinline__ float sigmoidf(float v) {
   return 1.f / (1.f + expf(-v));
 }
 
-constexpr float kSqrt2OverPi = 0.79788456080286536f; // √(2/π)
-constexpr float kGeluCubic = 0.044715f;
-
-__device__ __forceinline__ float gelu_tanh_inner(float g) {
-  return tanhf(kSqrt2OverPi * (g + kGeluCubic * g * g * g));
-}
-
 /// a = g'·σ(alpha·g')·(u' + up_shift), g' and u' clamped under a limit;
 /// or gelu_tanh(g)·u (MoeExperts::gelu).
 __device__ __forceinline__ float activation(float g, float u,
                                             const MoeExperts &f) {
   if (f.gelu)
-    return 0.5f * g * (1.f + gelu_tanh_inner(g)) * u;
+    return gelu(g, true) * u;
   if (f.limit > 0.f) {
     g = fminf(g, f.limit);
     u = fminf(fmaxf(u, -f.limit), f.limit);
@@ -79,11 +73,8 @@ __device__ __forceinline__ void activation_grad(float g, float u, float da,
                                                 const MoeExperts &f, float &dg,
                                                 float &du) {
   if (f.gelu) {
-    const float t = gelu_tanh_inner(g);
-    dg = da * u *
-         (0.5f * (1.f + t) + 0.5f * g * (1.f - t * t) * kSqrt2OverPi *
-                                 (1.f + 3.f * kGeluCubic * g * g));
-    du = da * 0.5f * g * (1.f + t);
+    dg = da * u * gelu_grad(g, true);
+    du = da * gelu(g, true);
     return;
   }
   bool g_in = true, u_in = true;

@@ -2,6 +2,8 @@
 
 #include "runtime/kernels/Kernels.h"
 
+#include "runtime/kernels/Gelu.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -12,11 +14,6 @@ namespace {
 // Below this many elements a parallel region costs more than the loop.
 constexpr int64_t kParallelMin = 1 << 15;
 
-constexpr float kSqrt1_2 = 0.70710678118654752f;     // 1/√2
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1/√(2π)
-constexpr float kSqrt2OverPi = 0.79788456080286536f; // √(2/π)
-constexpr float kGeluCubic = 0.044715f;
-
 float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 
 float silu(float x) { return x * sigmoid(x); }
@@ -24,25 +21,6 @@ float silu(float x) { return x * sigmoid(x); }
 float silu_grad(float x) {
   const float s = sigmoid(x);
   return s * (1.f + x * (1.f - s));
-}
-
-float gelu(float x, bool approximate_tanh) {
-  if (approximate_tanh)
-    return 0.5f * x *
-           (1.f + std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
-  // 1 + erf(z) = erfc(-z), without the cancellation for large negative x.
-  return 0.5f * x * std::erfc(-x * kSqrt1_2);
-}
-
-float gelu_grad(float x, bool approximate_tanh) {
-  if (approximate_tanh) {
-    const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-    return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi *
-                                  (1.f + 3.f * kGeluCubic * x * x);
-  }
-  // Φ(x) + x·φ(x)
-  return 0.5f * std::erfc(-x * kSqrt1_2) +
-         x * kInvSqrt2Pi * std::exp(-0.5f * x * x);
 }
 
 } // namespace

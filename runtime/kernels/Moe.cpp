@@ -15,6 +15,7 @@
 #include "runtime/kernels/Kernels.h"
 
 #include "runtime/kernels/Dot.h"
+#include "runtime/kernels/Gelu.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,20 +25,6 @@ namespace mtrt::cpu {
 namespace {
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
-
-constexpr float kSqrt2OverPi = 0.79788456080286536f; // √(2/π)
-constexpr float kGeluCubic = 0.044715f;
-
-/// GELU's tanh form and its derivative (GeGLU experts).
-float gelu_tanh(float g) {
-  return 0.5f * g *
-         (1.f + std::tanh(kSqrt2OverPi * (g + kGeluCubic * g * g * g)));
-}
-float gelu_tanh_grad(float g) {
-  const float t = std::tanh(kSqrt2OverPi * (g + kGeluCubic * g * g * g));
-  return 0.5f * (1.f + t) + 0.5f * g * (1.f - t * t) * kSqrt2OverPi *
-                                (1.f + 3.f * kGeluCubic * g * g);
-}
 
 /// One token's routing (MoeRouting): p, the scores [E]; the k chosen
 /// experts (the largest p_e + bias_e among the competing groups, in
@@ -161,7 +148,7 @@ struct Expert {
   }
   float activation(float g, float u) const {
     if (form.gelu)
-      return gelu_tanh(g) * u;
+      return gelu(g, true) * u;
     if (form.limit > 0.f) {
       g = std::min(g, form.limit);
       u = std::clamp(u, -form.limit, form.limit);
@@ -172,8 +159,8 @@ struct Expert {
   /// within the bounds, ends included (as torch's clamp).
   void activation_grad(float g, float u, float da, float &dg, float &du) const {
     if (form.gelu) {
-      dg = da * u * gelu_tanh_grad(g);
-      du = da * gelu_tanh(g);
+      dg = da * u * gelu_grad(g, true);
+      du = da * gelu(g, true);
       return;
     }
     bool g_in = true, u_in = true;
