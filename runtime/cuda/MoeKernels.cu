@@ -169,6 +169,16 @@ __global__ void router_grad_kernel(float *drouter, const float *DL,
   }
 }
 
+// acc + (routerᵀ · DL[t])[c], term by term: the router's part of its
+// input's gradient.
+__device__ __forceinline__ float
+router_input_grad(float acc, const bf16 *router, const float *DL, int64_t t,
+                  int64_t c, const MoeShape &s) {
+  for (int64_t e = 0; e < s.E; ++e)
+    acc += bf2f(router[e * s.H + c]) * DL[t * s.E + e];
+  return acc;
+}
+
 // dx[t, c] += Σ_j gate_up[e_j]ᵀ · DGU[slot] + routerᵀ · DL[t] (the
 // router's part only where router is given: where it reads x).
 __global__ void input_grad_kernel(bf16 *dx, const float *DGU, const float *DL,
@@ -184,8 +194,7 @@ __global__ void input_grad_kernel(bf16 *dx, const float *DGU, const float *DL,
         acc += gate_up_w(gate_up, X[slot], q, c, s) * DGU[slot * 2 * s.I + q];
     }
     if (router)
-      for (int64_t e = 0; e < s.E; ++e)
-        acc += bf2f(router[e * s.H + c]) * DL[t * s.E + e];
+      acc = router_input_grad(acc, router, DL, t, c, s);
     add_store(dx, i, acc);
   }
 }
@@ -195,11 +204,7 @@ __global__ void router_input_grad_kernel(bf16 *drx, const float *DL,
                                          const bf16 *router, MoeShape s) {
   const int64_t n = s.T * s.H;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const int64_t t = i / s.H, c = i % s.H;
-    float acc = 0.f;
-    for (int64_t e = 0; e < s.E; ++e)
-      acc += bf2f(router[e * s.H + c]) * DL[t * s.E + e];
-    add_store(drx, i, acc);
+    add_store(drx, i, router_input_grad(0.f, router, DL, i / s.H, i % s.H, s));
   }
 }
 

@@ -155,6 +155,25 @@ def _(g):
     return ref
 
 
+def _batched_experts(g, xs, idx, w, gate_up, down, K, activation):
+    """HF's batched experts on the rows xs [T, 16]: each row repeated K times,
+    GatherND of each choice's gate_up [E, 2I, 16] and down [E, 16, I], batched
+    MatMuls, (g, u) = Split, a = activation(g, u), the outputs weighed by w
+    [T, K] and summed per token."""
+    tokens = g.dim(xs, 0)
+    rows = g.op("Reshape", g.op("Expand", g.unsqueeze(xs, 1), g.shape_of(tokens, K, HIDDEN)),
+                g.ints(-1, HIDDEN))
+    pick = g.unsqueeze(g.op("Reshape", idx, g.ints(-1)), -1)
+
+    def expert(weight, vec):
+        prod = g.op("MatMul", g.op("GatherND", weight, pick), g.unsqueeze(vec, -1))
+        return g.op("Squeeze", prod, g.ints(-1))
+    gate, up = g.op("Split", expert(gate_up, rows), axis=1, outputs=2)
+    o = g.op("Mul", expert(down, activation(gate, up)),
+             g.unsqueeze(g.op("Reshape", w, g.ints(-1)), -1))
+    return g.op("ReduceSum", g.op("Reshape", o, g.ints(-1, K, HIDDEN)), g.ints(1), keepdims=0)
+
+
 def _moe(g, renormalize, topk_of_logits=False, selection_bias=False, grouped=False):
     """x [B,S,16] through 4 SwiGLU experts (I = 8), 2 per token, as HF's
     batched experts export: routing Gemm/Softmax/TopK, rows repeated per
@@ -212,18 +231,9 @@ def _moe(g, renormalize, topk_of_logits=False, selection_bias=False, grouped=Fal
         w = values
     if renormalize and not topk_of_logits and not selection_bias and not grouped:
         w = g.op("Div", values, g.op("ReduceSum", values, g.ints(-1), keepdims=1))
-    tokens = g.dim(flat, 0)
-    rows = g.op("Reshape", g.op("Expand", g.unsqueeze(flat, 1), g.shape_of(tokens, K, HIDDEN)),
-                g.ints(-1, HIDDEN))
-    pick = g.unsqueeze(g.op("Reshape", idx, g.ints(-1)), -1)
-
-    def expert(weight, vec):
-        prod = g.op("MatMul", g.op("GatherND", weight, pick), g.unsqueeze(vec, -1))
-        return g.op("Squeeze", prod, g.ints(-1))
-    gate, up = g.op("Split", expert(gate_up, rows), axis=1, outputs=2)
-    a = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
-    o = g.op("Mul", expert(down, a), g.unsqueeze(g.op("Reshape", w, g.ints(-1)), -1))
-    y = g.op("ReduceSum", g.op("Reshape", o, g.ints(-1, K, HIDDEN)), g.ints(1), keepdims=0)
+    y = _batched_experts(g, flat, idx, w, gate_up, down, K,
+                         lambda gate, up: g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)),
+                                               up))
     y_output(g, g.op("Reshape", y, g.op("Shape", x)), HIDDEN)
 
     def ref(f):
@@ -356,19 +366,9 @@ def _(g):
                        g.ints(K), axis=-1, outputs=2)
     w = g.op("Div", values, g.op("ReduceSum", values, g.ints(-1), keepdims=1))
     w = g.op("Mul", w, g.op("GatherND", per_expert, g.unsqueeze(idx, -1)))
-    xe = g.op("Mul", flat, escale)
-    tokens = g.dim(flat, 0)
-    rows = g.op("Reshape", g.op("Expand", g.unsqueeze(xe, 1), g.shape_of(tokens, K, HIDDEN)),
-                g.ints(-1, HIDDEN))
-    pick = g.unsqueeze(g.op("Reshape", idx, g.ints(-1)), -1)
-
-    def expert(weight, vec):
-        prod = g.op("MatMul", g.op("GatherND", weight, pick), g.unsqueeze(vec, -1))
-        return g.op("Squeeze", prod, g.ints(-1))
-    gate, up = g.op("Split", expert(gate_up, rows), axis=1, outputs=2)
-    a = g.op("Mul", g.op("Gelu", gate, approximate="tanh"), up)
-    o = g.op("Mul", expert(down, a), g.unsqueeze(g.op("Reshape", w, g.ints(-1)), -1))
-    y = g.op("ReduceSum", g.op("Reshape", o, g.ints(-1, K, HIDDEN)), g.ints(1), keepdims=0)
+    y = _batched_experts(g, g.op("Mul", flat, escale), idx, w, gate_up, down, K,
+                         lambda gate, up: g.op("Mul", g.op("Gelu", gate, approximate="tanh"),
+                                               up))
     y_output(g, g.op("Reshape", y, g.op("Shape", x)), HIDDEN)
 
     def ref(f):
