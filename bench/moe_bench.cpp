@@ -40,18 +40,21 @@ struct Shape {
   bool normalize;
   bool oss = false;    // gpt-oss's experts: x · W layout, biases, clamps
   bool llama4 = false; // Llama 4's: x · W, sigmoid weights on the inputs
+  bool gemma4 = false; // Gemma 4's: GeGLU, own router input, expert scales
 };
 
 // Mixtral 8x7B (few large experts), Qwen3-30B-A3B and OLMoE (many small
 // ones), gpt-oss-20b (its layout, biases and clamped activation), Llama 4
-// Scout (one expert a token, weighed on its input), each on 4096 tokens of
-// a micro-batch.
+// Scout (one expert a token, weighed on its input), Gemma 4 26B-A4B (GeGLU
+// experts, routed on a copy of the token normed apart, trained per-expert
+// scales), each on 4096 tokens of a micro-batch.
 const Shape kShapes[] = {
     {"mixtral-8x7b T4096", 4096, 4096, 8, 14336, 2, true},
     {"qwen3-30b-a3b T4096", 4096, 2048, 128, 768, 8, true},
     {"olmoe-1b-7b T4096", 4096, 2048, 64, 1024, 8, false},
     {"gpt-oss-20b T4096", 4096, 2880, 32, 2880, 4, true, true},
     {"llama4-scout T4096", 4096, 5120, 16, 8192, 1, false, false, true},
+    {"gemma4-26b-a4b T4096", 4096, 2816, 128, 704, 8, true, false, false, true},
 };
 
 /// n bf16 uniform in [-scale, scale) on the device.
@@ -132,8 +135,17 @@ int main(int argc, char **argv) {
     mtrt::MoeRouting routing;
     routing.normalize = s.normalize;
     routing.sigmoid = routing.weigh_inputs = s.llama4;
-    mtrt::MoeExperts experts; // SwiGLU, or gpt-oss's
+    mtrt::MoeExperts experts; // SwiGLU, or gpt-oss's, or GeGLU
     experts.in_out = s.llama4;
+    experts.gelu = s.gemma4;
+    // Gemma 4's router input, its gradient, the expert scales and theirs.
+    void *router_x = nullptr, *drouter_x = nullptr, *scale = nullptr;
+    float *dscale = nullptr;
+    if (s.gemma4) {
+      router_x = random_bf16(T * H, 1.f, 14),
+      drouter_x = random_bf16(T * H, 1.f, 15);
+      scale = random_bf16(E, 1.f, 16), dscale = zeros_f32(E);
+    }
     void *rb = nullptr, *gub = nullptr, *db = nullptr;
     float *drb = nullptr, *dgub = nullptr, *ddb = nullptr;
     if (s.oss) {
@@ -143,9 +155,9 @@ int main(int argc, char **argv) {
       drb = zeros_f32(E), dgub = zeros_f32(E * 2 * I), ddb = zeros_f32(E * H);
     }
     const mtrt::MoeParams weights{router, gate_up, down, nullptr,
-                                  rb,     gub,     db,   nullptr};
-    const mtrt::MoeWeightGrads grads{drouter, dgate_up, ddown,  drb,
-                                     dgub,    ddb,      nullptr};
+                                  rb,     gub,     db,   scale};
+    const mtrt::MoeWeightGrads grads{drouter, dgate_up, ddown, drb,
+                                     dgub,    ddb,      dscale};
     struct Timing {
       double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
       bool finite;
@@ -154,13 +166,13 @@ int main(int argc, char **argv) {
       k.set_moe_kernels(family);
       Timing t;
       t.fwd_ms = time_ms(stream, n, [&] {
-        k.moe_forward(y, x, nullptr, weights, T, H, E, I, s.k, routing,
+        k.moe_forward(y, x, router_x, weights, T, H, E, I, s.k, routing,
                       experts);
       });
       t.finite = all_finite(y, T * H);
       t.bwd_ms = time_ms(stream, n, [&] {
-        k.moe_backward(dx, nullptr, grads, dy, x, nullptr, weights, T, H, E, I,
-                       s.k, routing, experts);
+        k.moe_backward(dx, drouter_x, grads, dy, x, router_x, weights, T, H, E,
+                       I, s.k, routing, experts);
       });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2 * flops / (t.bwd_ms * 1e-3) / 1e12;
@@ -201,9 +213,9 @@ int main(int argc, char **argv) {
         dense_tflops, finite ? "true" : "false");
     rows += row;
     for (void *p : {x, dy, router, gate_up, down, y, dx, dense_x, dense_w,
-                    dense_y, rb, gub, db})
-      cudaFree(p); // null for the absent biases: a no-op
-    for (float *p : {drouter, dgate_up, ddown, drb, dgub, ddb})
+                    dense_y, rb, gub, db, router_x, drouter_x, scale})
+      cudaFree(p); // null for the absent inputs: a no-op
+    for (float *p : {drouter, dgate_up, ddown, drb, dgub, ddb, dscale})
       cudaFree(p);
   }
   if (!json.empty()) {
