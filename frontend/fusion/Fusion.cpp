@@ -29,9 +29,9 @@ void fuseIdioms(Graph &g) {
   // Dead nodes are dropped after each step so that use counts, which the
   // idioms consult ("used only by this Mul"), stay exact.
   for (void (*step)(Graph &) :
-       {removeNoOps, fuseEmbeddings, fuseNorms, fuseMoe, fuseCausalConv,
-        fuseActivations, fuseRope, fuseAttention, fuseSoftcaps, fuseLinear,
-        lowerRemaining}) {
+       {removeNoOps, fuseEmbeddings, fuseNorms, fuseGelu, fuseMoe,
+        fuseCausalConv, fuseActivations, fuseRope, fuseAttention, fuseSoftcaps,
+        fuseLinear, lowerRemaining}) {
     step(g);
     g.removeDeadNodes();
   }

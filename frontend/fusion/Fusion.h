@@ -19,9 +19,10 @@ void fuseIdioms(Graph &g);
 void removeNoOps(Graph &g);     // Identity, Dropout, float-to-float Cast
 void fuseEmbeddings(Graph &g);  // Gather of a table by ids or positions
 void fuseNorms(Graph &g);       // RMSNorm and LayerNorm, op or decomposed
-void fuseMoe(Graph &g);         // top-k routed SwiGLU experts
+void fuseGelu(Graph &g);        // GELU (erf, tanh), op or decomposed
+void fuseMoe(Graph &g);         // top-k routed experts
 void fuseCausalConv(Graph &g);  // depthwise Conv over past positions
-void fuseActivations(Graph &g); // GELU (erf, tanh), SiLU, then SwiGLU
+void fuseActivations(Graph &g); // SiLU, then SwiGLU; ReLU, xIELU...
 void fuseRope(Graph &g);        // rotate-half RoPE, full or partial
 void fuseAttention(Graph &g);   // causal SDPA with GQA, or Attention-23
 void fuseSoftcaps(Graph &g);    // a · tanh(b · x), after attention's

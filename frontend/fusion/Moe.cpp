@@ -23,7 +23,8 @@
 // [E, H, 2I] or [E, I, H], i'))), plus GatherND(bias, i'); g and u the
 // even and odd columns of h (Slice steps of 2), clamped (Clip(g, max = L),
 // Clip(u, −L, L)), a = g·Sigmoid(α·g)·(u + c); a bias on the router's
-// linear. Gemma 4's experts: a = Gelu(g, approximate tanh) · u; w times
+// linear. Gemma 4's experts: a = gelu_tanh(g) · u (Gelu(g, approximate
+// tanh) or its decomposition, as mt.gelu by then); w times
 // GatherND(expert_scale [E], i') (after the renormalization); and the
 // router on a copy of the token of its own (another norm of the same
 // residual), router_x. The whole block becomes mt.moe %x, %router,
@@ -137,7 +138,7 @@ std::optional<ExpertProduct> expertProduct(Value *v) {
 
 // The experts' activation: a = g'·Sigmoid(alpha·g')·(u' + shift), g' and
 // u' clamped at a limit or not (SwiGLU: alpha 1, shift 0, no clamp), or
-// a = Gelu(g, tanh)·u (GeGLU), of the gate and up halves (or even and odd
+// a = gelu_tanh(g)·u (GeGLU), of the gate and up halves (or even and odd
 // columns) of h.
 struct ExpertActivation {
   Value *h = nullptr;
@@ -196,7 +197,8 @@ std::optional<ExpertActivation> activationOf(Value *a) {
   std::vector<Value *> f = productFactors(a);
   if (f.size() == 2) { // GeGLU
     for (int s = 0; s < 2; ++s) {
-      Node *gelu = producer(f[s], "Gelu");
+      // GELU fused before the experts (Gelu.cpp), from whichever form.
+      Node *gelu = producer(f[s], "mt.gelu");
       ExpertActivation act;
       act.gelu = true;
       if (gelu && gelu->getString("approximate", "none") == "tanh" &&

@@ -3,8 +3,11 @@ PyTorch export them: torch.onnx.export's default (dynamo) exporter of torch
 2.15, opset 20, dynamic batch and sequence, with transformers 5. Run with the
 export venv that tools/install-export-venv.sh makes (.venv-export):
 
-    .venv-export/bin/python tests/e2e/dynamo_exports.py NAME OUT.onnx
+    .venv-export/bin/python tests/e2e/dynamo_exports.py NAME OUT.onnx [--opset N]
     .venv-export/bin/python tests/e2e/dynamo_exports.py --list
+
+--opset asks the exporter for another opset (below 20 it writes GELU out in
+Pow, Tanh and products rather than as one Gelu).
 """
 import sys
 
@@ -362,7 +365,7 @@ def real_llama4_rotary():
     L.apply_rotary_emb = rotate
 
 
-def export(name, path, seed=0):
+def export(name, path, seed=0, opset=None):
     if name == "llama4":
         real_llama4_rotary()
     model = build(ARCHITECTURES, name, seed)
@@ -370,11 +373,15 @@ def export(name, path, seed=0):
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=128)
     torch.onnx.export(model, (ids,), path, input_names=["input_ids"], output_names=["logits"],
                       dynamic_shapes={"ids": {0: batch, 1: seq}}, dynamo=True,
-                      external_data=False)
+                      external_data=False, opset_version=opset)
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--list"]:
         print("\n".join(ARCHITECTURES))
-    else:
+    elif len(sys.argv) == 5 and sys.argv[3] == "--opset":
+        export(sys.argv[1], sys.argv[2], opset=int(sys.argv[4]))
+    elif len(sys.argv) == 3:
         export(sys.argv[1], sys.argv[2])
+    else:
+        sys.exit(__doc__)

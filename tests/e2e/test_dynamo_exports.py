@@ -46,13 +46,20 @@ class DynamoExports(unittest.TestCase):
         with the tokens, its two layer templates (sliding, full) each."""
         self.check(["mixtral", "olmoe", "gemma4_moe"], "--mlp-chunk-tokens", "8")
 
-    def check(self, names, *flags):
+    def test_opset_18_exports(self):
+        """Exports asked for opset 18, where the exporter writes GELU out in
+        Pow, Tanh and products: Gemma 4's GeGLU experts (GELU inside the
+        experts) and Gemma 3's GELU MLP."""
+        self.check(["gemma4_moe", "gemma3"], opset=18)
+
+    def check(self, names, *flags, opset=None):
         w = self.w
+        export_flags = ["--opset", str(opset)] if opset else []
         for family in names:
-            with self.subTest(family=family, flags=flags):
-                name = family + "".join(flags).replace("-", "_")
+            with self.subTest(family=family, flags=flags, opset=opset):
+                name = family + "".join(flags + tuple(export_flags)).replace("-", "_")
                 onnx = w(name + ".onnx")
-                run([EXPORT_PYTHON, EXPORTER, family, onnx], cwd=ROOT)
+                run([EXPORT_PYTHON, EXPORTER, family, onnx, *export_flags], cwd=ROOT)
                 plan_dir, plan = w.compile(onnx, name, "--batch", "2", "--seq-len", "16",
                                            "--micro-batches", "2", *flags)
                 if "--vocab-pieces" in flags:  # both tables cut, none left whole

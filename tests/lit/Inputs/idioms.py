@@ -348,10 +348,8 @@ def _(g):
     return ref
 
 
-@idiom("moe-gemma4", "Gemma 4's experts: the router on its own input (x times a scale vector "
-       "and 1/4), top 2 of its softmax renormalized, times GatherND of per-expert scales [4]; "
-       "the experts on x times another vector, Gelu(g, tanh) · u", opset=20)
-def _(g):
+def _moe_gemma4(g, gelu_tanh):
+    """Gemma 4's experts with their GELU written by gelu_tanh(g, gate)."""
     E, I, K = 4, 8, 2
     x = x_input(g)
     flat = g.op("Reshape", x, g.ints(-1, HIDDEN))
@@ -367,8 +365,7 @@ def _(g):
     w = g.op("Div", values, g.op("ReduceSum", values, g.ints(-1), keepdims=1))
     w = g.op("Mul", w, g.op("GatherND", per_expert, g.unsqueeze(idx, -1)))
     y = _batched_experts(g, g.op("Mul", flat, escale), idx, w, gate_up, down, K,
-                         lambda gate, up: g.op("Mul", g.op("Gelu", gate, approximate="tanh"),
-                                               up))
+                         lambda gate, up: g.op("Mul", gelu_tanh(g, gate), up))
     y_output(g, g.op("Reshape", y, g.op("Shape", x)), HIDDEN)
 
     def ref(f):
@@ -387,6 +384,29 @@ def _(g):
                 out[t] += we * (DN[e] @ (gelu * h[I:]))
         return out.reshape(f["x"].shape)
     return ref
+
+
+@idiom("moe-gemma4", "Gemma 4's experts: the router on its own input (x times a scale vector "
+       "and 1/4), top 2 of its softmax renormalized, times GatherND of per-expert scales [4]; "
+       "the experts on x times another vector, Gelu(g, tanh) · u", opset=20)
+def _(g):
+    return _moe_gemma4(g, lambda g, gate: g.op("Gelu", gate, approximate="tanh"))
+
+
+def _gelu_tanh_opset18(g, x):
+    """The tanh GELU as torch's exporter writes it below opset 20:
+    Mul(0.5, Mul(x, Add(Tanh(Mul(√(2/π), Add(x, Mul(0.044715, Pow(x, 3))))), 1)))."""
+    cube = g.op("Pow", x, g.const(3.0))
+    inner = g.op("Mul", g.const(math.sqrt(2 / math.pi)),
+                 g.op("Add", x, g.op("Mul", g.const(0.044715), cube)))
+    return g.op("Mul", g.const(0.5), g.op("Mul", x, g.op("Add", g.op("Tanh", inner), g.const(1.0))))
+
+
+@idiom("moe-gemma4-decomposed-gelu", "as moe-gemma4 at opset 18, the experts' GELU decomposed: "
+       "Mul(0.5, Mul(g, Add(Tanh(Mul(0.7978846, Add(g, Mul(0.044715, Pow(g, 3))))), 1))) · u",
+       opset=18)
+def _(g):
+    return _moe_gemma4(g, _gelu_tanh_opset18)
 
 
 @idiom("moe-llama4", "Llama 4's experts: Gemm router, top 2 of the logits scattered into a "
