@@ -384,4 +384,4 @@ if __name__ == "__main__":
     elif len(sys.argv) == 3:
         export(sys.argv[1], sys.argv[2])
     else:
-        sys.exit(__doc__)
+        sys.exit("error: expected NAME OUT.onnx [--opset N], or --list\n" + __doc__)
