@@ -42,8 +42,8 @@ struct Shape {
 };
 
 // Llama 2 7B, Llama 3 8B (GQA), a 1B-class head dim of 64, a long
-// sequence, Mistral's window, Llama 4 Scout's chunks and Gemma's head dim
-// of 256.
+// sequence, Mistral's window, Llama 4 Scout's chunks, Gemma's head dim of
+// 256 and Gemma 4's full-attention layers (head dim 512, few KV heads).
 const Shape kShapes[] = {
     {"llama2-7b S4096", 1, 32, 32, 4096, 128, 0, 0},
     {"llama3-8b S4096", 1, 32, 8, 4096, 128, 0, 0},
@@ -52,6 +52,7 @@ const Shape kShapes[] = {
     {"mistral-7b S16384 W4096", 1, 32, 8, 16384, 128, 4096, 0},
     {"llama4-scout S16384 C8192", 1, 40, 8, 16384, 128, 0, 8192},
     {"gemma-7b S4096", 1, 16, 16, 4096, 256, 0, 0},
+    {"gemma4 full-attention S4096", 1, 32, 4, 4096, 512, 0, 0},
 };
 
 /// Uniform bf16 in [-1, 1): one host pool, drawn once; each array is a

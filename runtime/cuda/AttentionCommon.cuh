@@ -9,8 +9,7 @@
 //  - AttentionKernels.cu: on CUDA cores, all math f32, under
 //    AttentionKernels::CudaCores; it also holds the entry points that
 //    choose between the two.
-// The tensor-core kernels take head dims up to 256, the CUDA-core ones up
-// to 512 (the entry points hand wider heads to them).
+// Both take head dims up to 512.
 // Both keep O(S) state: no S×S matrix is ever stored.
 //
 //===----------------------------------------------------------------------===//
@@ -87,7 +86,7 @@ void sink_backward(float *dsinks, const bf16 *sinks, const float *lse,
                    cudaStream_t stream);
 
 /// The attention kernels on tensor cores (AttentionTensorCore.cu), for head
-/// dims up to 256. The backward reads attention_delta's δ and uses lse,
+/// dims up to 512. The backward reads attention_delta's δ and uses lse,
 /// f32 scratch of B·H·S floats.
 
 void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,

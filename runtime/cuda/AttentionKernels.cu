@@ -2,11 +2,10 @@
 //
 // The attention entry points (at the bottom: they run the tensor-core
 // kernels of AttentionTensorCore.cu unless CudaKernels was set to
-// AttentionKernels::CudaCores, or the head dim is over their 256) and the
-// kernels on CUDA cores, in the scheme below, for head dims up to 512. The
-// tensor-core family differs in its
-// backward: two passes, dQ first, taking δ from attention_delta and the
-// log-sum-exp online, where this one reruns the forward for both.
+// AttentionKernels::CudaCores) and the kernels on CUDA cores, in the scheme
+// below; both families take head dims up to 512. The tensor-core family
+// differs in its backward: two passes, dQ first, taking δ from attention_delta
+// and the log-sum-exp online, where this one reruns the forward for both.
 //
 // Layout: a query (or key) row is owned by TPR consecutive lanes, lane t
 // holding dims t, t + TPR, t + 2·TPR, ... (DPT of them, in registers), so a
@@ -399,8 +398,8 @@ using Attention128 = Attention<4, 32, 64>;
 using Attention256 = Attention<8, 32, 32>;
 using Attention512 = Attention<16, 32, 16>;
 
-/// The widest head the CUDA-core kernels take, and the tensor-core ones.
-constexpr int64_t kMaxHeadDim = 512, kMaxTensorCoreHeadDim = 256;
+/// The widest head either family of kernels takes.
+constexpr int64_t kMaxHeadDim = 512;
 
 void check_shape(const char *op, int64_t H, int64_t Hkv, int64_t D) {
   if (Hkv <= 0 || H % Hkv != 0)
@@ -471,7 +470,7 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ == AttentionKernels::TensorCores && D <= kMaxTensorCoreHeadDim)
+  if (attention_ == AttentionKernels::TensorCores)
     attn::tensor_core_forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                               range, a, s);
   else if (D <= 64)
@@ -513,8 +512,7 @@ void CudaKernels::attention_backward(
     fail("cuda attention_backward: dsinks without sinks");
   const int64_t rows = Bn * H * S;
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ == AttentionKernels::TensorCores &&
-      D <= kMaxTensorCoreHeadDim) {
+  if (attention_ == AttentionKernels::TensorCores) {
     float *lse = static_cast<float *>(scratch(rows * int64_t(sizeof(float))));
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
                                delta, lse, Bn, H, Hkv, S, D, scale, range, a,

@@ -1,32 +1,33 @@
 //===- AttentionTensorCore.cu - flash attention on tensor cores ----------===//
 //
-// Head dims up to 256 (zero-padded to DM = 64, 128 or 256), every product
-// on tensor cores (Mma.cuh: bf16 operands, f32 accumulation); the backward
-// is two passes, dQ then dK/dV, both deterministic. A block is four warps;
-// each warp owns 16 rows of the block's 64 and keeps them in registers in
-// the MMA layout:
+// Head dims up to 512 (zero-padded to DM = 64, 128, 256 or 512), every
+// product on tensor cores (Mma.cuh: bf16 operands, f32 accumulation); the
+// backward is two passes, dQ then dK/dV, both deterministic. A block is four
+// warps; each warp owns 16 rows of the block's 64 (wide heads: fewer, below)
+// and keeps its results in registers in the MMA layout:
 //
-//  - Forward: rows are queries. S = Q·Kᵀ for a key tile of 64 (32 at
-//    DM = 256), the online
-//    softmax on S's fragments (each row's max and sum over the four lanes
-//    that hold it), then O += P·V with P rounded to bf16 straight from S's
-//    fragments (D's layout is A's).
+//  - Forward: rows are queries. S = Q·Kᵀ for a key tile of 64 (32 when
+//    DM > 128), the online softmax on S's fragments (each row's max and sum
+//    over the four lanes that hold it), then O += P·V with P rounded to
+//    bf16 straight from S's fragments (D's layout is A's).
 //  - dQ: rows are queries, key tiles of 32 (16): S = Q·Kᵀ and dP = dY·Vᵀ, then
 //    dS = P ∘ (dP − δ) and dQ += dS·K, with δ from attention_delta and P's
 //    max and sum running online as in the forward (the unnormalized sum
 //    rescales when the max grows); it leaves each row's log-sum-exp for
 //    dK/dV. FlashAttention 2 gets dQ from the dK/dV pass with atomic
 //    adds instead: one pass fewer, but not deterministic.
-//  - dK/dV: rows are keys (64 a block, 32 at DM = 256, whose output dims
-//    two warps split), query tiles of 16: Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then
-//    dV += Pᵀ·dY and dK += dSᵀ·Q, over every query head of the group.
+//  - dK/dV: rows are keys (64 a block; 32 at DM = 256, whose output dims
+//    two warps split; 16 at DM = 512, split over all four), query tiles of
+//    16: Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then dV += Pᵀ·dY and dK += dSᵀ·Q, over
+//    every query head of the group.
 //
-// At DM = 256 the tiles shrink and a warp's rows stay in shared memory
-// (Config below). Tiles live in dynamic shared memory as rows of DM + 8 bf16:
-// the 16-byte pad puts the eight rows an ldmatrix phase reads on different
-// banks. Fragments come from the tiles by ldmatrix (Mma.cuh); a B operand
-// that runs along the tile's rows (V in P·V, K in dS·K, Q and dY in the
-// dK/dV products) is loaded transposed.
+// Past DM = 128 the tiles shrink and a warp's rows stay in shared memory; at
+// DM = 512 two warps share 16 query rows in the forward and dQ too, each
+// accumulating half the output dims (Config below). Tiles live in dynamic
+// shared memory as rows of DM + 8 bf16: the 16-byte pad puts the eight rows
+// an ldmatrix phase reads on different banks. Fragments come from the tiles by
+// ldmatrix (Mma.cuh); a B operand that runs along the tile's rows (V in P·V, K
+// in dS·K, Q and dY in the dK/dV products) is loaded transposed.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,7 +39,6 @@ namespace mtrt::MT_KNS::attn {
 namespace {
 
 constexpr int kWarps = 4, kBlockThreads = 32 * kWarps;
-constexpr int kRows = 16 * kWarps; // a block's query (or key) rows
 
 /// Eight bf16 from 16-byte aligned global memory to shared memory.
 __device__ __forceinline__ void copy8(bf16 *dst, const bf16 *src) {
@@ -238,7 +238,7 @@ __device__ __forceinline__ float unnormalized(float score, float max) {
 }
 
 /// A-operand fragments of a warp's 16 rows at k-step kk, from registers
-/// (DM <= 128: held for the whole kernel) or from a shared tile (DM = 256).
+/// (DM <= 128: held for the whole kernel) or from a shared tile (wider).
 template <int DM, int KS>
 __device__ __forceinline__ void
 rows_a(uint32_t (&a)[4], const uint32_t (&held)[KS][4],
@@ -253,35 +253,53 @@ rows_a(uint32_t (&a)[4], const uint32_t (&held)[KS][4],
 }
 
 /// Tile sizes per padded head dim DM. Up to 128 a warp holds its 16 query
-/// rows (and dY's) in registers; at 256 they stay in shared memory, the key
-/// tiles shrink, and dK/dV split their output dims over two warps (each
-/// computes the same scores) so that the accumulators fit in registers.
-/// Shared memory stays under 99 KiB, what sm_86 and sm_89 allow a block.
+/// rows (and dY's) in registers; past that they stay in shared memory and
+/// the key tiles shrink. So that the accumulators fit in registers, warps
+/// split the output dims of 16 rows, each computing the same scores: dK/dV
+/// over two warps at 256 and four at 512, the forward and dQ over two at
+/// 512 (their blocks then own 32 query rows).
 template <int DM> struct Config {
   static constexpr bool kWide = DM > 128;
-  static constexpr int kRow = DM + 8;              // a tile row, padded
+  static constexpr int kRow = DM + 8;                  // a tile row, padded
+  static constexpr int kQuerySplit = DM > 256 ? 2 : 1; // warps per 16 queries
+  static constexpr int kQueryRows = 16 * kWarps / kQuerySplit; // a block's
   static constexpr int kFwdKeys = kWide ? 32 : 64; // forward key tile
   static constexpr int kDqKeys = kWide ? 16 : 32;  // dQ key tile
-  static constexpr int kSplit = kWide ? 2 : 1;     // warps per 16 keys
-  static constexpr int kDkdvKeys = 16 * kWarps / kSplit;
+  static constexpr int kKeySplit = DM > 256 ? 4 : kWide ? 2 : 1; // per 16 keys
+  static constexpr int kDkdvKeys = 16 * kWarps / kKeySplit;
   static constexpr int kQueryTile = 16; // dK/dV's query tile
 
   static constexpr size_t tiles(int rows) {
     return size_t(rows) * kRow * sizeof(bf16);
   }
   static constexpr size_t forward_shared() {
-    return tiles(2 * kFwdKeys + (kWide ? kRows : 0));
+    return tiles(2 * kFwdKeys + (kWide ? kQueryRows : 0));
   }
   static constexpr size_t dq_shared() {
-    return tiles(2 * kDqKeys + (kWide ? 2 * kRows : 0));
+    return tiles(2 * kDqKeys + (kWide ? 2 * kQueryRows : 0));
   }
   static constexpr size_t dkdv_shared() {
     return tiles(2 * kDkdvKeys + 2 * kQueryTile) +
            2 * kQueryTile * sizeof(float);
   }
+  // 99 KiB: what sm_86 and sm_89 allow a block.
+  static_assert(forward_shared() <= 99 * 1024 && dq_shared() <= 99 * 1024 &&
+                dkdv_shared() <= 99 * 1024);
 };
 
-/// The forward. Grid (ceil(S/64), H, B), 128 threads,
+/// A warp's place when Split warps share each 16 rows of a block: its first
+/// row in the block and the first of the DM / Split output dims it owns.
+template <int DM, int Split> struct WarpPlace {
+  static constexpr int kCols = DM / Split;
+  int row, col0;
+  __device__ __forceinline__ WarpPlace() {
+    const int warp = threadIdx.x / 32;
+    row = 16 * (warp % (kWarps / Split));
+    col0 = kCols * (warp / (kWarps / Split));
+  }
+};
+
+/// The forward. Grid (ceil(S/kQueryRows), H, B), 128 threads,
 /// Config::forward_shared() bytes.
 template <int DM>
 __global__ void __launch_bounds__(kBlockThreads)
@@ -289,15 +307,17 @@ __global__ void __launch_bounds__(kBlockThreads)
                    int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
                    KeyRange range, ScoreForm form) {
   using C = Config<DM>;
-  constexpr int BC = C::kFwdKeys, KS = DM / 16, NT = DM / 8, ST = BC / 8;
+  using Place = WarpPlace<DM, C::kQuerySplit>;
+  constexpr int BC = C::kFwdKeys, KS = DM / 16, NT = Place::kCols / 8,
+                ST = BC / 8;
   MT_DYNAMIC_SHARED(smem);
   auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
   auto *vs = ks + BC;
   auto *qs = vs + BC; // the block's queries when wide
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
+  const Place place;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
-  const int64_t q0 = int64_t(blockIdx.x) * kRows, w0 = q0 + 16 * warp;
+  const int64_t q0 = int64_t(blockIdx.x) * C::kQueryRows, w0 = q0 + place.row;
   const int64_t rows[2] = {w0 + g, w0 + g + 8};
   const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
   const bf16 *kh = k + (b * Hkv + grp) * S * D,
@@ -306,15 +326,15 @@ __global__ void __launch_bounds__(kBlockThreads)
 
   uint32_t qf[C::kWide ? 1 : KS][4];
   if constexpr (C::kWide)
-    stage<kRows, DM>(qs, q + base * D, q0, S, D); // read after a barrier
+    stage<C::kQueryRows, DM>(qs, q + base * D, q0, S, D); // after a barrier
   else
     load_a<KS>(qf, q + base * D, w0, S, D);
-  float o[NT][4] = {};
+  float o[NT][4] = {}; // the warp's output dims [col0, col0 + 8·NT)
   // A row's four lanes sum l: one of them counts the sink.
   float m[2] = {form.first_max(h), form.first_max(h)},
         l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
-  const int64_t keys = min64(q0 + kRows, S);
+  const int64_t keys = min64(q0 + C::kQueryRows, S);
   for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
     __syncthreads();
     stage<BC, DM>(ks, kh, j0, S, D);
@@ -326,7 +346,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
       uint32_t aq[4];
-      rows_a<DM>(aq, qf, qs, 16 * warp, kk);
+      rows_a<DM>(aq, qf, qs, place.row, kk);
       mma_tile_t<DM>(s, aq, ks, kk);
     }
     score_tile<ST>(s, rows, j0, range, scale, slope, form);
@@ -338,7 +358,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         s[nt][e] = unnormalized(s[nt][e], m[e / 2]);
         l[e / 2] += s[nt][e];
       }
-    mma_result_tile<DM>(o, s, vs, 0);
+    mma_result_tile<DM>(o, s, vs, place.col0);
   }
 
 #pragma unroll
@@ -348,15 +368,15 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int64_t i = rows[e / 2], col = nt * 8 + 2 * t + e % 2;
+      const int64_t i = rows[e / 2], col = place.col0 + nt * 8 + 2 * t + e % 2;
       if (i < S && col < D)
         y[(base + i) * D + col] = f2bf(o[nt][e] / l[e / 2]);
     }
 }
 
-/// dQ of 64 query rows (none when dq is null), and their log-sum-exp for
-/// dkdv_kernel. Grid (ceil(S/64), H, B), 128 threads, Config::dq_shared()
-/// bytes.
+/// dQ of a block's query rows (none when dq is null), and their log-sum-exp
+/// for dkdv_kernel. Grid (ceil(S/kQueryRows), H, B), 128 threads,
+/// Config::dq_shared() bytes.
 template <int DM>
 __global__ void __launch_bounds__(kBlockThreads)
     dq_kernel(bf16 *dq, float *lse, const bf16 *dy, const bf16 *q,
@@ -364,16 +384,18 @@ __global__ void __launch_bounds__(kBlockThreads)
               int64_t Hkv, int64_t S, int64_t D, float scale, KeyRange range,
               ScoreForm form) {
   using C = Config<DM>;
-  constexpr int BC = C::kDqKeys, KS = DM / 16, NT = DM / 8, ST = BC / 8;
+  using Place = WarpPlace<DM, C::kQuerySplit>;
+  constexpr int BC = C::kDqKeys, KS = DM / 16, NT = Place::kCols / 8,
+                ST = BC / 8;
   MT_DYNAMIC_SHARED(smem);
   auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
   auto *vs = ks + BC;
   auto *qs = vs + BC; // the block's queries and their dY, when wide
-  auto *dys = qs + kRows;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
+  auto *dys = qs + C::kQueryRows;
+  const Place place;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
-  const int64_t q0 = int64_t(blockIdx.x) * kRows, w0 = q0 + 16 * warp;
+  const int64_t q0 = int64_t(blockIdx.x) * C::kQueryRows, w0 = q0 + place.row;
   const int64_t rows[2] = {w0 + g, w0 + g + 8};
   const int64_t base = (b * H + h) * S;
   const bf16 *kh = k + (b * Hkv + grp) * S * D,
@@ -382,8 +404,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 
   uint32_t qf[C::kWide ? 1 : KS][4], dyf[C::kWide ? 1 : KS][4];
   if constexpr (C::kWide) {
-    stage<kRows, DM>(qs, q + base * D, q0, S, D); // read after a barrier
-    stage<kRows, DM>(dys, dy + base * D, q0, S, D);
+    stage<C::kQueryRows, DM>(qs, q + base * D, q0, S, D); // after a barrier
+    stage<C::kQueryRows, DM>(dys, dy + base * D, q0, S, D);
   } else {
     load_a<KS>(qf, q + base * D, w0, S, D);
     load_a<KS>(dyf, dy + base * D, w0, S, D);
@@ -392,11 +414,12 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r)
     dl[r] = rows[r] < S ? delta[base + rows[r]] : 0.f;
-  float acc[NT][4] = {}; // Σ_j p̃_ij (dP_ij − δ_i) k_j, p̃ under the max m
+  // Σ_j p̃_ij (dP_ij − δ_i) k_j, p̃ under the max m, the warp's output dims
+  float acc[NT][4] = {};
   float m[2] = {form.first_max(h), form.first_max(h)},
         l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
-  const int64_t keys = min64(q0 + kRows, S);
+  const int64_t keys = min64(q0 + C::kQueryRows, S);
   for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
     __syncthreads();
     stage<BC, DM>(ks, kh, j0, S, D);
@@ -408,8 +431,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
       uint32_t aq[4], ady[4];
-      rows_a<DM>(aq, qf, qs, 16 * warp, kk);
-      rows_a<DM>(ady, dyf, dys, 16 * warp, kk);
+      rows_a<DM>(aq, qf, qs, place.row, kk);
+      rows_a<DM>(ady, dyf, dys, place.row, kk);
       mma_tile_t<DM>(s, aq, ks, kk);
       mma_tile_t<DM>(dp, ady, vs, kk);
     }
@@ -427,12 +450,13 @@ __global__ void __launch_bounds__(kBlockThreads)
         s[nt][e] =
             p > 0.f ? p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c) : 0.f;
       }
-    mma_result_tile<DM>(acc, s, ks, 0);
+    mma_result_tile<DM>(acc, s, ks, place.col0);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] = quad_sum(l[r]);
-    if (t == 0 && rows[r] < S)
+    // The warps that share the row found the same; the first writes it.
+    if (t == 0 && place.col0 == 0 && rows[r] < S)
       lse[base + rows[r]] = m[r] + logf(l[r]);
   }
   if (!dq)
@@ -441,7 +465,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int64_t i = rows[e / 2], col = nt * 8 + 2 * t + e % 2;
+      const int64_t i = rows[e / 2], col = place.col0 + nt * 8 + 2 * t + e % 2;
       if (i < S && col < D)
         add_store(dq, (base + i) * D + col, scale * acc[nt][e] / l[e / 2]);
     }
@@ -456,20 +480,18 @@ __global__ void __launch_bounds__(kBlockThreads)
                 const float *delta, int64_t H, int64_t Hkv, int64_t S,
                 int64_t D, float scale, KeyRange range, ScoreForm form) {
   using C = Config<DM>;
+  using Place = WarpPlace<DM, C::kKeySplit>;
   constexpr int KEYS = C::kDkdvKeys, BQ = C::kQueryTile, KS = DM / 16,
-                ST = BQ / 8;
-  // Each warp owns 16 key rows and DO of the output dims.
-  constexpr int DO = DM / C::kSplit, NTO = DO / 8;
+                ST = BQ / 8, NTO = Place::kCols / 8;
   MT_DYNAMIC_SHARED(smem);
   auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
   auto *vs = ks + KEYS;
   auto *qs = vs + KEYS;
   auto *dys = qs + BQ;
   auto *ls = reinterpret_cast<float *>(dys + BQ), *dls = ls + BQ;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int kr = 16 * (warp % (kWarps / C::kSplit)); // the warp's key rows
-  const int col0 = DO * (warp / (kWarps / C::kSplit));
+  const Place place; // the warp's 16 key rows and output dims
+  const int kr = place.row, col0 = place.col0;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, grp = blockIdx.y, group = H / Hkv;
   const int64_t j0 = int64_t(blockIdx.x) * KEYS, w0 = j0 + kr;
   const int64_t keys[2] = {w0 + g, w0 + g + 8};
@@ -542,10 +564,11 @@ void forward_dm(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                 int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                 float scale, KeyRange range, const ScoreForm &form,
                 cudaStream_t stream) {
-  launch_kernel_shared("attention_tc_forward_kernel", forward_kernel<DM>,
-                       dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)),
-                       dim3(kBlockThreads), Config<DM>::forward_shared(),
-                       stream, y, q, k, v, H, Hkv, S, D, scale, range, form);
+  launch_kernel_shared(
+      "attention_tc_forward_kernel", forward_kernel<DM>,
+      dim3(tiles_of(S, Config<DM>::kQueryRows), unsigned(H), unsigned(Bn)),
+      dim3(kBlockThreads), Config<DM>::forward_shared(), stream, y, q, k, v, H,
+      Hkv, S, D, scale, range, form);
 }
 
 template <int DM>
@@ -556,10 +579,11 @@ void backward_dm(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                  cudaStream_t stream) {
   using C = Config<DM>;
   // dQ first: it leaves the log-sum-exp that dK/dV read.
-  launch_kernel_shared("attention_tc_dq_kernel", dq_kernel<DM>,
-                       dim3(tiles_of(S, kRows), unsigned(H), unsigned(Bn)),
-                       dim3(kBlockThreads), C::dq_shared(), stream, dq, lse, dy,
-                       q, k, v, delta, H, Hkv, S, D, scale, range, form);
+  launch_kernel_shared(
+      "attention_tc_dq_kernel", dq_kernel<DM>,
+      dim3(tiles_of(S, C::kQueryRows), unsigned(H), unsigned(Bn)),
+      dim3(kBlockThreads), C::dq_shared(), stream, dq, lse, dy, q, k, v, delta,
+      H, Hkv, S, D, scale, range, form);
   if (dk || dv)
     launch_kernel_shared(
         "attention_tc_dkdv_kernel", dkdv_kernel<DM>,
@@ -579,8 +603,10 @@ void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
     forward_dm<64>(y, q, k, v, Bn, H, Hkv, S, D, scale, range, form, stream);
   else if (D <= 128)
     forward_dm<128>(y, q, k, v, Bn, H, Hkv, S, D, scale, range, form, stream);
-  else
+  else if (D <= 256)
     forward_dm<256>(y, q, k, v, Bn, H, Hkv, S, D, scale, range, form, stream);
+  else
+    forward_dm<512>(y, q, k, v, Bn, H, Hkv, S, D, scale, range, form, stream);
 }
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
@@ -595,8 +621,11 @@ void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
   else if (D <= 128)
     backward_dm<128>(dq, dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
                      scale, range, form, stream);
-  else
+  else if (D <= 256)
     backward_dm<256>(dq, dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
+                     scale, range, form, stream);
+  else
+    backward_dm<512>(dq, dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
                      scale, range, form, stream);
 }
 

@@ -497,11 +497,14 @@ const AttentionShape kAttentionShapes[] = {
     AttentionShape{1, 4, 2, 130, 128, false, 9, 0.f, false, 50},
     AttentionShape{1, 4, 2, 130, 64, false, 0, 0.f, true, 40},
     AttentionShape{1, 4, 2, 100, 256, false, 0, 2.f, false, 33},
-    // The 512 layout (Gemma 4's full-attention layers; the tensor-core
-    // family hands it to the CUDA-core kernels): D < 512, and D = 512 in
-    // several tiles of every kernel, soft-capped with sinks in a window.
+    // The 512 layout (Gemma 4's full-attention layers; on tensor cores two
+    // warps share a query row, four a key row): D < 512, and D = 512 in
+    // several tiles of every kernel, soft-capped with sinks in a window,
+    // with ALiBi in chunks, over two sequences of an MQA head.
     AttentionShape{1, 2, 1, 21, 384}, AttentionShape{1, 4, 2, 40, 512},
-    AttentionShape{1, 2, 2, 37, 512, false, 9, 2.f, true}};
+    AttentionShape{1, 2, 2, 37, 512, false, 9, 2.f, true},
+    AttentionShape{1, 4, 2, 70, 512, true, 0, 0.f, false, 33},
+    AttentionShape{2, 2, 1, 50, 448}};
 
 // One suite per kernel family, so that a failure names its family.
 INSTANTIATE_TEST_SUITE_P(
