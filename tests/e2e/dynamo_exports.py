@@ -21,6 +21,11 @@ COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_
 
 NEOX = {k: v for k, v in COMMON.items() if k != "num_key_value_heads"}
 
+# Multi-head latent attention (DeepSeek's): latent keys and values of rank 16,
+# keys of a 16-dim part without position and an 8-dim rotary part.
+MLA = dict(COMMON, head_dim=8, num_key_value_heads=4, kv_lora_rank=16, qk_rope_head_dim=8,
+           qk_nope_head_dim=16, v_head_dim=16)
+
 ARCHITECTURES = {
     "llama": (T.LlamaConfig, COMMON, T.LlamaForCausalLM),
     "qwen2": (T.Qwen2Config, COMMON, T.Qwen2ForCausalLM),
@@ -71,6 +76,13 @@ ARCHITECTURES = {
     "codegen": (T.CodeGenConfig, dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
                                       rotary_dim=8, n_positions=128, n_ctx=128, use_cache=False),
                 T.CodeGenForCausalLM),
+    # GPT-Neo: unscaled attention scores, learned positions, layers alternating
+    # full causal attention with a local window.
+    "gpt_neo": (T.GPTNeoConfig, dict(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                     num_layers=2, num_heads=4, window_size=5,
+                                     attention_types=[[["global", "local"], 1]],
+                                     max_position_embeddings=128, use_cache=False),
+                T.GPTNeoForCausalLM),
     # Helium: RMSNorm eps 1e-8, which leaves no Add in the export.
     "helium": (T.HeliumConfig, dict(COMMON, head_dim=16), T.HeliumForCausalLM),
     # Nemotron and Arcee: squared ReLU as Pow(x, 2).
@@ -267,6 +279,23 @@ ARCHITECTURES = {
                          first_k_dense_replace=1, n_shared_experts=1,
                          routed_scaling_factor=2.5, pad_token_id=0),
                     T.DeepseekV3ForCausalLM),
+    # Multi-head latent attention elsewhere: GLM-4.7-Flash (glm4_moe_lite;
+    # queries projected whole, GLM-4.5's experts), A.X K1 (axk1; the key and
+    # value expanded from the latent by concatenation, not ScatterND),
+    # Youtu (dense MLPs), MiniCPM3 (DeepSeek V2's attention, muP scales on
+    # embeddings, residual branches and logits).
+    "glm4_moe_lite": (T.Glm4MoeLiteConfig,
+                      dict(MLA, n_routed_experts=8, num_experts_per_tok=2,
+                           moe_intermediate_size=32, n_shared_experts=1,
+                           routed_scaling_factor=1.8, pad_token_id=0),
+                      T.Glm4MoeLiteForCausalLM),
+    "axk1": (T.AXK1Config, dict(MLA, q_lora_rank=32, n_routed_experts=8, n_group=4, topk_group=2,
+                                num_experts_per_tok=2, moe_intermediate_size=32,
+                                n_shared_experts=1, pad_token_id=0), T.AXK1ForCausalLM),
+    "youtu": (T.YoutuConfig, dict(MLA, pad_token_id=0), T.YoutuForCausalLM),
+    "minicpm3": (T.MiniCPM3Config, dict(MLA, q_lora_rank=32, scale_emb=12.0, scale_depth=1.4,
+                                        dim_model_base=32, pad_token_id=0),
+                 T.MiniCPM3ForCausalLM),
     # HyperCLOVA X: muP multipliers on the embeddings, residual branches,
     # attention scores and logits; norms after each sublayer too.
     "hyperclovax": (T.HyperCLOVAXConfig, dict(COMMON, head_dim=16, embedding_multiplier=2.0,
