@@ -19,7 +19,9 @@
 //  - dK/dV: rows are keys (64 a block; 32 at DM = 256, whose output dims
 //    two warps split; 16 at DM = 512, split over all four), query tiles of
 //    16: Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then dV += Pᵀ·dY and dK += dSᵀ·Q, over
-//    every query head of the group.
+//    every query head of the group. Warps that split a key's output dims
+//    split the k-steps of Sᵀ and dPᵀ too, and add their parts up in shared
+//    memory.
 //
 // Past DM = 128 the tiles shrink and a warp's rows stay in shared memory; at
 // DM = 512 two warps share 16 query rows in the forward and dQ too, each
@@ -255,9 +257,10 @@ rows_a(uint32_t (&a)[4], const uint32_t (&held)[KS][4],
 /// Tile sizes per padded head dim DM. Up to 128 a warp holds its 16 query
 /// rows (and dY's) in registers; past that they stay in shared memory and
 /// the key tiles shrink. So that the accumulators fit in registers, warps
-/// split the output dims of 16 rows, each computing the same scores: dK/dV
-/// over two warps at 256 and four at 512, the forward and dQ over two at
-/// 512 (their blocks then own 32 query rows).
+/// split the output dims of 16 rows: dK/dV over two warps at 256 and four at
+/// 512 (adding up the scores each found for its part of the head dims), the
+/// forward and dQ over two at 512 (their blocks then own 32 query rows; each
+/// warp of a pair computes the scores whole).
 template <int DM> struct Config {
   static constexpr bool kWide = DM > 128;
   static constexpr int kRow = DM + 8;                  // a tile row, padded
@@ -278,9 +281,13 @@ template <int DM> struct Config {
   static constexpr size_t dq_shared() {
     return tiles(2 * kDqKeys + (kWide ? 2 * kQueryRows : 0));
   }
+  /// Floats a lane adds up with the other warps of its keys in dK/dV: the
+  /// fragments of Sᵀ and dPᵀ (kQueryTile / 8 n-tiles each).
+  static constexpr int kPartialWords = 2 * (kQueryTile / 8) * 4;
   static constexpr size_t dkdv_shared() {
     return tiles(2 * kDkdvKeys + 2 * kQueryTile) +
-           2 * kQueryTile * sizeof(float);
+           2 * kQueryTile * sizeof(float) +
+           (kKeySplit > 1 ? kBlockThreads * kPartialWords * sizeof(float) : 0);
   }
   // 99 KiB: what sm_86 and sm_89 allow a block.
   static_assert(forward_shared() <= 99 * 1024 && dq_shared() <= 99 * 1024 &&
@@ -288,16 +295,54 @@ template <int DM> struct Config {
 };
 
 /// A warp's place when Split warps share each 16 rows of a block: its first
-/// row in the block and the first of the DM / Split output dims it owns.
+/// row in the block, which of the Split it is, and so the first of the
+/// DM / Split output dims it owns.
 template <int DM, int Split> struct WarpPlace {
   static constexpr int kCols = DM / Split;
-  int row, col0;
+  int row, part, col0;
   __device__ __forceinline__ WarpPlace() {
     const int warp = threadIdx.x / 32;
     row = 16 * (warp % (kWarps / Split));
-    col0 = kCols * (warp / (kWarps / Split));
+    part = warp / (kWarps / Split);
+    col0 = kCols * part;
   }
 };
+
+/// Adds up the products a and b of the Split warps that share 16 rows, each
+/// of which multiplied 1/Split of the k-steps: through shared memory
+/// (`partials`: Words floats a lane), every warp in the same order, so that
+/// all of them hold the same whole products. A barrier: every warp of the
+/// block calls it.
+template <int Split, int N>
+__device__ __forceinline__ void sum_partials(float (&a)[N][4], float (&b)[N][4],
+                                             float *partials) {
+  constexpr int Words = 2 * N * 4, Groups = kWarps / Split;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Word w of a lane at [warp][w][lane]: a warp's accesses are 32 words in a
+  // row, no bank conflicts.
+  float *mine = partials + warp * Words * 32 + lane;
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      mine[(n * 4 + e) * 32] = a[n][e];
+      mine[((N + n) * 4 + e) * 32] = b[n][e];
+      a[n][e] = b[n][e] = 0.f;
+    }
+  __syncthreads();
+#pragma unroll
+  for (int p = 0; p < Split; ++p) {
+    const float *theirs =
+        partials + (warp % Groups + p * Groups) * Words * 32 + lane;
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        a[n][e] += theirs[(n * 4 + e) * 32];
+        b[n][e] += theirs[((N + n) * 4 + e) * 32];
+      }
+  }
+}
 
 /// The forward. Grid (ceil(S/kQueryRows), H, B), 128 threads,
 /// Config::forward_shared() bytes.
@@ -481,14 +526,17 @@ __global__ void __launch_bounds__(kBlockThreads)
                 int64_t D, float scale, KeyRange range, ScoreForm form) {
   using C = Config<DM>;
   using Place = WarpPlace<DM, C::kKeySplit>;
-  constexpr int KEYS = C::kDkdvKeys, BQ = C::kQueryTile, KS = DM / 16,
-                ST = BQ / 8, NTO = Place::kCols / 8;
+  // KP: the k-steps of Sᵀ and dPᵀ a warp takes (sum_partials adds them up).
+  constexpr int KEYS = C::kDkdvKeys, BQ = C::kQueryTile,
+                KP = DM / 16 / C::kKeySplit, ST = BQ / 8,
+                NTO = Place::kCols / 8;
   MT_DYNAMIC_SHARED(smem);
   auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
   auto *vs = ks + KEYS;
   auto *qs = vs + KEYS;
   auto *dys = qs + BQ;
   auto *ls = reinterpret_cast<float *>(dys + BQ), *dls = ls + BQ;
+  float *partials = dls + BQ; // when the warps split the keys' output dims
   const Place place; // the warp's 16 key rows and output dims
   const int kr = place.row, col0 = place.col0;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -512,18 +560,25 @@ __global__ void __launch_bounds__(kBlockThreads)
       stage_row_stats(ls, dls, lse, delta, base, i0, S, BQ);
       __syncthreads();
       // Skip when every query of the tile comes before the warp's keys or
-      // after the last that sees them (a window's or chunk's end).
-      if (i0 + BQ - 1 < w0 || i0 > range.last_query(w0 + 15, S))
-        continue;
+      // after the last that sees them (a window's or chunk's end); the
+      // warps that share the keys skip together.
+      const bool skip = i0 + BQ - 1 < w0 || i0 > range.last_query(w0 + 15, S);
       float st[ST][4] = {}, dpt[ST][4] = {};
+      if (!skip) {
 #pragma unroll
-      for (int kk = 0; kk < KS; ++kk) {
-        uint32_t ak[4], av[4];
-        tile_a<DM>(ak, ks, kr, kk);
-        tile_a<DM>(av, vs, kr, kk);
-        mma_tile_t<DM>(st, ak, qs, kk);
-        mma_tile_t<DM>(dpt, av, dys, kk);
+        for (int step = 0; step < KP; ++step) {
+          const int kk = KP * place.part + step;
+          uint32_t ak[4], av[4];
+          tile_a<DM>(ak, ks, kr, kk);
+          tile_a<DM>(av, vs, kr, kk);
+          mma_tile_t<DM>(st, ak, qs, kk);
+          mma_tile_t<DM>(dpt, av, dys, kk);
+        }
       }
+      if constexpr (C::kKeySplit > 1)
+        sum_partials<C::kKeySplit>(st, dpt, partials);
+      if (skip)
+        continue;
 #pragma unroll
       for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
