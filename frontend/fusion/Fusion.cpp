@@ -4,7 +4,36 @@
 #include "frontend/Error.h"
 #include "frontend/fusion/Match.h"
 
+#include <set>
+#include <vector>
+
 namespace mt::onnx_import {
+
+namespace {
+
+// A TopK that n is or feeds within a few ops: a choice by score that none
+// of the fused routers made (further off, it would more likely be another
+// layer's, beside the point).
+Node *topKNear(Node *n) {
+  std::vector<Node *> ring{n};
+  std::set<Node *> seen{n};
+  for (int hops = 0; hops <= 8 && !ring.empty(); ++hops) {
+    std::vector<Node *> next;
+    for (Node *m : ring) {
+      if (m->op == "TopK" && !m->isPrimitive())
+        return m;
+      for (Value *v : m->outputs)
+        if (v)
+          for (Node *u : v->users)
+            if (seen.insert(u).second)
+              next.push_back(u);
+    }
+    ring = std::move(next);
+  }
+  return nullptr;
+}
+
+} // namespace
 
 void removeNoOps(Graph &g) {
   for (auto &node : g.nodes()) {
@@ -37,12 +66,27 @@ void fuseIdioms(Graph &g) {
   }
   // The first unexplained node computing an activation, in graph order:
   // usually where an idiom broke. (Constants it reads are not the culprit.)
-  for (auto &node : g.nodes())
-    if (!node->isPrimitive() && !node->outputs.empty() &&
-        isActivation(node->out()))
+  for (auto &node : g.nodes()) {
+    if (node->isPrimitive() || node->outputs.empty() ||
+        !isActivation(node->out()))
+      continue;
+    // A choice by score, made or fed here, outside the fused routers.
+    if (Node *topk = topKNear(node.get())) {
+      const char *instance = "DeepSeek's sparse attention chooses each "
+                             "query's keys so; see docs/importer.md";
+      if (topk == node.get())
+        fail("{} computes '{}' at run time: a choice by score that no "
+             "supported router makes ({})",
+             node->describe(), node->out()->name, instance);
       fail("{} computes '{}' at run time, and no supported idiom explains "
-           "it (see docs/importer.md for the supported forms)",
-           node->describe(), node->out()->name);
+           "it: it leads to {}, a choice by score that no supported router "
+           "makes ({})",
+           node->describe(), node->out()->name, topk->describe(), instance);
+    }
+    fail("{} computes '{}' at run time, and no supported idiom explains "
+         "it (see docs/importer.md for the supported forms)",
+         node->describe(), node->out()->name);
+  }
 }
 
 } // namespace mt::onnx_import

@@ -1549,6 +1549,17 @@ def _(g):
     dg.decoder(g, cfg, ids_name="ids", logits_name="y", between_layers=add_side)
 
 
+@idiom("bad-score-choice", "x + ReduceSum(TopK(x · xᵀ, 2)): keys chosen by score outside any "
+       "router, as DeepSeek's sparse attention chooses them")
+def _(g):
+    x = x_input(g)
+    scores = g.op("MatMul", x, g.op("Transpose", x, perm=[0, 2, 1]))
+    best, _ = g.op("TopK", scores, g.ints(2), axis=-1, outputs=2)
+    chosen = g.op("ReduceSum", best, g.ints(-1), keepdims=1)
+    y_output(g, g.op("Add", x, chosen), HIDDEN)
+    return None
+
+
 @idiom("bad-sequence-op", "Add(x, ConcatFromSequence(SequenceInsert(SequenceEmpty(), x), axis=0)): "
        "an ONNX sequence of an activation")
 def _(g):
