@@ -72,8 +72,10 @@ void fuseIdioms(Graph &g) {
       continue;
     // A choice by score, made or fed here, outside the fused routers.
     if (Node *topk = topKNear(node.get())) {
-      const char *instance = "DeepSeek's sparse attention chooses each "
-                             "query's keys so; see docs/importer.md";
+      const char *instance =
+          "DeepSeek's sparse attention chooses each query's keys so, and "
+          "compiles while its index_topk covers --seq-len; see "
+          "docs/importer.md";
       if (topk == node.get())
         fail("{} computes '{}' at run time: a choice by score that no "
              "supported router makes ({})",

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace mt::onnx_import {
 namespace {
@@ -601,8 +602,36 @@ std::vector<ConstPtr> foldCumSum(OpContext &ctx) {
 
 // TopK: the k largest (or smallest) along an axis and their int64 indices;
 // a mixture of experts' routing, fused by the MoE idiom, so never folded.
-// Shape only: a mixture of experts' group mask scatters ones into zeros
-// (frontend/fusion/Moe.cpp); anywhere else it is left unfused and refused.
+// The one value every element of c holds, if it holds one.
+std::optional<double> splatValue(const Const &c) {
+  if (c.numel == 0)
+    return std::nullopt;
+  const double v = c.at(0);
+  for (int64_t i = 1; i < c.numel; ++i)
+    if (c.at(i) != v)
+      return std::nullopt;
+  return v;
+}
+
+// Whether indices, along `axis` of a tensor shaped like them, are a TopK's
+// over the whole axis (k its length): each row then names every position
+// once, whatever the scores. Casts between integer types pass through.
+bool wholeAxisTopK(Value *indices, int64_t axis) {
+  Node *n = indices->producer;
+  while (n && n->op == "Cast" && isInteger(n->in(0)->dtype))
+    n = n->in(0)->producer;
+  if (!n || n->op != "TopK" || n->outputs.size() < 2 ||
+      n->outputs[1]->shape != indices->shape || n->getInt("axis", -1) != axis)
+    return false;
+  return n->in(0)->shape == indices->shape;
+}
+
+// Shape only, but for one case: a mixture of experts' group mask scatters
+// ones into zeros (frontend/fusion/Moe.cpp), and anywhere else it is left
+// unfused and refused. The case: one value scattered at the indices of a
+// TopK over the whole axis writes every element, so the result is that
+// value, a constant. DeepSeek's sparse attention so unmasks all keys when
+// its index_topk is at least the sequence length (then it is dense).
 void inferScatterElements(OpContext &ctx) {
   const Shape &data = ctx.shape(0), &idx = ctx.shape(1);
   if (!isInteger(ctx.in(1).dtype))
@@ -611,8 +640,17 @@ void inferScatterElements(OpContext &ctx) {
     ctx.error("data {}, indices {} and updates {} must share a rank, and "
               "indices and updates a shape",
               shapeStr(data), shapeStr(idx), shapeStr(ctx.shape(2)));
-  ctx.node.setInt("axis", ctx.axis(ctx.node.getInt("axis", 0), data.size()));
+  const int64_t axis =
+      ctx.axis(ctx.node.getInt("axis", 0), int64_t(data.size()));
+  ctx.node.setInt("axis", axis);
   ctx.setOutput(0, ctx.in(0).dtype, data);
+  if (ConstPtr updates = ctx.in(2).constant;
+      updates && idx == data &&
+      ctx.node.getString("reduction", "none") == "none" &&
+      wholeAxisTopK(&ctx.in(1), axis))
+    if (std::optional<double> v = splatValue(*updates))
+      ctx.node.out()->constant =
+          lazyConst(ctx.in(0).dtype, data, [v = *v](int64_t) { return v; });
 }
 
 // Shape only: rows of data replaced by updates (DeepSeek's key assembled in

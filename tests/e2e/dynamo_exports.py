@@ -293,6 +293,21 @@ ARCHITECTURES = {
                                 num_experts_per_tok=2, moe_intermediate_size=32,
                                 n_shared_experts=1, pad_token_id=0), T.AXK1ForCausalLM),
     "youtu": (T.YoutuConfig, dict(MLA, pad_token_id=0), T.YoutuForCausalLM),
+    # DeepSeek's sparse attention (DeepSeek V3.2; GLM-5 with GLM's experts in
+    # one group): an indexer's scores choose index_topk keys a query, so
+    # while that covers the sequence (32 here, of 16) every key is chosen
+    # and the attention is dense.
+    "deepseek_v32": (T.DeepseekV32Config,
+                     dict(MLA, q_lora_rank=32, n_routed_experts=8, n_group=4, topk_group=2,
+                          num_experts_per_tok=2, moe_intermediate_size=32,
+                          first_k_dense_replace=1, n_shared_experts=1, index_topk=32,
+                          index_head_dim=16, index_n_heads=2, pad_token_id=0),
+                     T.DeepseekV32ForCausalLM),
+    "glm_moe_dsa": (T.GlmMoeDsaConfig,
+                    dict(MLA, q_lora_rank=32, n_routed_experts=8, num_experts_per_tok=2,
+                         moe_intermediate_size=32, first_k_dense_replace=1, n_shared_experts=1,
+                         index_topk=32, index_head_dim=16, index_n_heads=2, pad_token_id=0),
+                    T.GlmMoeDsaForCausalLM),
     "minicpm3": (T.MiniCPM3Config, dict(MLA, q_lora_rank=32, scale_emb=12.0, scale_depth=1.4,
                                         dim_model_base=32, pad_token_id=0),
                  T.MiniCPM3ForCausalLM),

@@ -8,7 +8,7 @@ each, as the exports take most of the suite's time."""
 import os
 import unittest
 
-from tests.e2e.harness import ROOT, Workdir, gradient_errors, read_jsonl, run
+from tests.e2e.harness import MEGATRAIN, ROOT, Workdir, gradient_errors, read_jsonl, run
 
 EXPORT_PYTHON = os.path.join(ROOT, ".venv-export", "bin", "python")
 EXPORTER = os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py")
@@ -59,6 +59,22 @@ class DynamoExports(unittest.TestCase):
         Pow, Tanh and products: Gemma 4's GeGLU experts (GELU inside the
         experts) and Gemma 3's GELU MLP."""
         self.check(["gemma4_moe", "gemma3"], opset=18)
+
+    def test_sparse_attention_past_its_choice(self):
+        """DeepSeek V3.2's sparse attention trains while its index_topk (32)
+        covers the sequence (the families train it at 16). At 64 tokens a
+        query would see only 32 of its keys, which no kernel of ours does:
+        refused, naming the indexer's choice, with nothing written."""
+        onnx = self.w("deepseek_v32_64.onnx")
+        run([EXPORT_PYTHON, EXPORTER, "deepseek_v32", onnx], cwd=ROOT)
+        out = self.w("deepseek_v32_64")
+        r = run([MEGATRAIN, "compile", onnx, "--batch", "1", "--seq-len", "64", "-o", out],
+                check=False)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("(TopK, opset 20), a choice by score that no supported router makes",
+                      r.stderr)
+        self.assertIn("index_topk covers --seq-len", r.stderr)
+        self.assertFalse(os.path.exists(out))
 
     def check(self, names, *flags, opset=None):
         w = self.w
