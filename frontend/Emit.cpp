@@ -92,10 +92,11 @@ private:
     for (Value *p : blk.params)
       inputs.push_back(typeOf(p));
     auto type = b_.getFunctionType(inputs, {typeOf(blk.output)});
-    auto tmpl = b_.create<TemplateOp>(loc(blk.nodes.front()->name), sym,
-                                      blk.kind, type, /*numInputs=*/1,
-                                      FlatSymbolRefAttr(), DenseI64ArrayAttr(),
-                                      IntegerAttr(), DenseI64ArrayAttr(), FlatSymbolRefAttr());
+    // A graph that computes nothing (x + 0 folded away) has no first node.
+    auto tmpl = b_.create<TemplateOp>(
+        loc(blk.nodes.empty() ? sym : blk.nodes.front()->name), sym, blk.kind,
+        type, /*numInputs=*/1, FlatSymbolRefAttr(), DenseI64ArrayAttr(),
+        IntegerAttr(), DenseI64ArrayAttr(), FlatSymbolRefAttr());
     SmallVector<Location> locs(inputs.size(), b_.getUnknownLoc());
     mlir::Block *body = b_.createBlock(&tmpl.getBody(), {}, inputs, locs);
     std::map<Value *, mlir::Value> env;

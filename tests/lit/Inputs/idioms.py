@@ -1560,6 +1560,23 @@ def _(g):
     return None
 
 
+@idiom("whole-axis-choice", "x + ReduceSum(Cast(ScatterElements(true [B,S,S], TopK(x · xᵀ, S).indices, "
+       "false))): a choice of every key (DeepSeek's sparse attention within its index_topk) "
+       "unmasks them all, whatever the scores")
+def _(g):
+    x = x_input(g)
+    scores = g.op("MatMul", x, g.op("Transpose", x, perm=[0, 2, 1]))
+    _, chosen = g.op("TopK", scores, g.op("Reshape", g.dim(x, 1), g.ints(1)), axis=-1, outputs=2)
+    blocked = g.op("ConstantOfShape", g.op("Shape", scores),
+                   value=numpy_helper.from_array(np.array([True])))
+    unblock = g.op("ConstantOfShape", g.op("Shape", chosen),
+                   value=numpy_helper.from_array(np.array([False])))
+    mask = g.op("ScatterElements", blocked, chosen, unblock, axis=-1)
+    still = g.op("ReduceSum", g.op("Cast", mask, to=TensorProto.FLOAT), g.ints(-1), keepdims=1)
+    y_output(g, g.op("Add", x, still), HIDDEN)
+    return lambda f: f["x"] + 0.0
+
+
 @idiom("bad-sequence-op", "Add(x, ConcatFromSequence(SequenceInsert(SequenceEmpty(), x), axis=0)): "
        "an ONNX sequence of an activation")
 def _(g):
