@@ -617,13 +617,14 @@ std::optional<double> splatValue(const Const &c) {
 // over the whole axis (k its length): each row then names every position
 // once, whatever the scores. Casts between integer types pass through.
 bool wholeAxisTopK(Value *indices, int64_t axis) {
-  Node *n = indices->producer;
-  while (n && n->op == "Cast" && isInteger(n->in(0)->dtype))
-    n = n->in(0)->producer;
-  if (!n || n->op != "TopK" || n->outputs.size() < 2 ||
-      n->outputs[1]->shape != indices->shape || n->getInt("axis", -1) != axis)
-    return false;
-  return n->in(0)->shape == indices->shape;
+  Value *v = indices;
+  while (v->producer && v->producer->op == "Cast" &&
+         isInteger(v->producer->in(0)->dtype))
+    v = v->producer->in(0);
+  Node *n = v->producer;
+  // The indices output, not the values (which may be integers too).
+  return n && n->op == "TopK" && n->outputs.size() == 2 && n->outputs[1] == v &&
+         n->getInt("axis", -1) == axis && n->in(0)->shape == indices->shape;
 }
 
 // Shape only, but for one case: a mixture of experts' group mask scatters
