@@ -2,12 +2,39 @@
 #include "frontend/Importer.h"
 
 #include "frontend/BlockDiscovery.h"
+#include "frontend/DType.h"
 #include "frontend/Emit.h"
+#include "frontend/Error.h"
 #include "frontend/OnnxFile.h"
 #include "frontend/Ties.h"
 #include "frontend/fusion/Fusion.h"
 
 namespace mt::onnx_import {
+
+namespace {
+
+// torch's exporter fixes the sequence length of token ids whose batch stays
+// dynamic when the model's code loops over the sequence: the chunked scans of
+// linear attention and state-space layers. Said beside a refusal, that names
+// the likely cause, which the refused node alone (a Pad, say) does not.
+std::string fixedSequenceNote(const onnx::GraphProto &graph) {
+  for (const auto &vi : graph.input()) {
+    const auto &t = vi.type().tensor_type();
+    const auto &dims = t.shape().dim();
+    if (!isInteger(dtypeFromOnnx(t.elem_type())) || dims.size() != 2 ||
+        dims[0].has_dim_value() || !dims[1].has_dim_value())
+      continue;
+    return fmt::format(
+        "; note: input '{}' has a dynamic batch but a sequence length fixed "
+        "at {}, which torch's exporter does when a layer loops over the "
+        "sequence, as the scans of linear attention and state-space layers "
+        "(gated DeltaNet, Mamba) do: no such layer is supported",
+        vi.name(), dims[1].dim_value());
+  }
+  return "";
+}
+
+} // namespace
 
 ImportedModel::ImportedModel() = default;
 ImportedModel::~ImportedModel() = default;
@@ -17,8 +44,13 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
                          const ImportOptions &options) {
   ImportedModel result;
   result.file = OnnxFile::load(path);
-  std::unique_ptr<Graph> g = buildGraph(*result.file, options.bindings);
-  fuseIdioms(*g);
+  std::unique_ptr<Graph> g;
+  try {
+    g = buildGraph(*result.file, options.bindings);
+    fuseIdioms(*g);
+  } catch (const ImportError &e) {
+    throw ImportError(e.what() + fixedSequenceNote(result.file->graph()));
+  }
 
   std::vector<Block> blocks;
   if (options.discoverBlocks)

@@ -256,14 +256,15 @@ def decoder_layer(g, cfg, i, x, cos, sin, mask):
         return g.op("Add", h, m)
 
 
-def decoder(g, cfg, ids_name="input_ids", logits_name="logits", between_layers=None):
+def decoder(g, cfg, ids_name="input_ids", logits_name="logits", between_layers=None, seq="seq"):
     """ids [batch, seq] -> logits [batch, seq, vocab].
 
     `between_layers(g, i, h)`, when given, rewrites the residual stream after layer i
-    (i = -1: the embedded tokens, before the first layer).
+    (i = -1: the embedded tokens, before the first layer). `seq` is the sequence
+    dim: a symbol, or a number for an export that fixed it.
     """
     cfg.check()
-    ids = g.input(ids_name, INT64, ["batch", "seq"])
+    ids = g.input(ids_name, INT64, ["batch", seq])
     with g.scope("model"):
         wte = g.weight("model.embed_tokens.weight", [cfg.vocab, cfg.hidden], std=1.0)
         h = g.op("Gather", wte, ids, axis=0)
@@ -285,7 +286,7 @@ def decoder(g, cfg, ids_name="input_ids", logits_name="logits", between_layers=N
         else:
             head = g.weight("lm_head.weight", [cfg.hidden, cfg.vocab], std=cfg.hidden ** -0.5)
         logits = g.op("MatMul", h, head)
-    return g.output(logits, logits_name, FLOAT, ["batch", "seq", cfg.vocab])
+    return g.output(logits, logits_name, FLOAT, ["batch", seq, cfg.vocab])
 
 
 def _scalar(value):

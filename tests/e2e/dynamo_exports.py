@@ -377,6 +377,37 @@ ARCHITECTURES = {
                                             num_experts=4, top_k_experts=2,
                                             moe_intermediate_size=32),
                    T.Gemma4ForCausalLM),
+    # IQuest-Coder, EXAONE 3 and InternLM3: configurations of their own for
+    # transformers' Llama (InternLM3's with biases on every projection).
+    "iquestcoder": (T.IQuestCoderConfig, dict(COMMON, head_dim=16), T.LlamaForCausalLM),
+    "exaone": (T.ExaoneConfig, dict(COMMON, head_dim=16), T.LlamaForCausalLM),
+    "internlm3": (T.InternLM3Config, dict(COMMON, head_dim=16, qkv_bias=True, bias=True),
+                  T.LlamaForCausalLM),
+    # Persimmon: LayerNorm on queries and keys, rotary on half the head,
+    # squared ReLU.
+    "persimmon": (T.PersimmonConfig, NEOX, T.PersimmonForCausalLM),
+    # Aria's text model: softmax over the top 2 of 4 experts stored for
+    # x · W, beside shared experts twice an expert's width.
+    "aria_text": (T.AriaTextConfig, dict(COMMON, head_dim=16, moe_num_experts=4, moe_topk=2,
+                                         moe_num_shared_experts=2), T.AriaTextForCausalLM),
+    # Sarvam MoE: configured for transformers' GLM-4.5, its experts in one
+    # group, q/k norms, a dense first layer.
+    "sarvam_moe": (T.SarvamMoEConfig, dict(COMMON, head_dim=16, n_routed_experts=8,
+                                           num_experts_per_tok=2, moe_intermediate_size=32,
+                                           n_shared_experts=1, first_k_dense_replace=1,
+                                           pad_token_id=0), T.Glm4MoeForCausalLM),
+    # Sarvam MLA: configured for transformers' DeepSeek V3, queries without
+    # a low rank, its experts in one group, a dense first layer.
+    "sarvam_mla": (T.SarvamMLAConfig, dict(MLA, n_routed_experts=8, num_experts_per_tok=2,
+                                           moe_intermediate_size=32, n_shared_experts=1,
+                                           pad_token_id=0), T.DeepseekV3ForCausalLM),
+    # ModernBERT's decoder: LayerNorms without bias, GeGLU, a window on two
+    # layers of three, a dense, GELU and LayerNorm before the biased head.
+    "modernbert-decoder": (T.ModernBertDecoderConfig,
+                           dict(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                num_hidden_layers=3, num_attention_heads=4, local_attention=8,
+                                max_position_embeddings=128, pad_token_id=0, use_cache=False),
+                           T.ModernBertDecoderForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

@@ -1533,6 +1533,16 @@ def _(g):
     dg.decoder(g, dg.DecoderShape(layers=2, **BLOCK), ids_name="ids", logits_name="y", between_layers=hardmax)
 
 
+@idiom("bad-unsupported-op-fixed-seq", "bad-unsupported-op exported with the sequence "
+       "fixed at 8 and the batch dynamic, as torch's exporter leaves models that loop over "
+       "the sequence")
+def _(g):
+    def hardmax(g, i, h):
+        return g.op("Add", h, g.op("Hardmax", h)) if i == 0 else h
+    dg.decoder(g, dg.DecoderShape(layers=2, **BLOCK), ids_name="ids", logits_name="y",
+               between_layers=hardmax, seq=8)
+
+
 @idiom("bad-side-input", "3-layer decoder whose layers each add, after their own, the "
        "rows of a second table at the token ids (node /model/Gather_1): a side input beside "
        "the residual stream, as per-layer embeddings are")
