@@ -39,7 +39,16 @@ Value *tableOf(Graph &g, Tables &tables, Value *c) {
   for (Value *t : tables)
     if (t->shape == c->shape && sameValues(*t->constant, *c->constant))
       return t;
-  Value *t = g.newValue("mt.const." + c->name, DType::F32, c->shape);
+  // Tables become symbols: two of one name (the zeros of two expands of
+  // other shapes, say) are told apart by a count.
+  std::string name = "mt.const." + c->name;
+  auto taken = [&](const std::string &n) {
+    return std::any_of(tables.begin(), tables.end(),
+                       [&](Value *t) { return t->name == n; });
+  };
+  for (int k = 1; taken(name); ++k)
+    name = fmt::format("mt.const.{}.{}", c->name, k);
+  Value *t = g.newValue(name, DType::F32, c->shape);
   t->constant = c->constant;
   tables.push_back(t);
   return t;

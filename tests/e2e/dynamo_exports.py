@@ -408,6 +408,19 @@ ARCHITECTURES = {
                                 num_hidden_layers=3, num_attention_heads=4, local_attention=8,
                                 max_position_embeddings=128, pad_token_id=0, use_cache=False),
                            T.ModernBertDecoderForCausalLM),
+    # dots.llm3's text model: DeepSeek V3.2's attention (the indexer's choice
+    # covering the sequence) with the latents scaled, the rotary key normed
+    # and each head's output gated by a sigmoid; the third layer windowed,
+    # with heads and latents of its own.
+    "dots3_note_text": (T.Dots3NoteTextConfig,
+                        dict(MLA, num_hidden_layers=3, q_lora_rank=32, n_routed_experts=8,
+                             num_experts_per_tok=2, moe_intermediate_size=32,
+                             shared_experts_intermediate_size=32, index_topk=32,
+                             index_head_dim=16, index_n_heads=2, sliding_window=5,
+                             swa_num_attention_heads=2, swa_num_key_value_heads=2,
+                             swa_q_lora_rank=24, swa_kv_lora_rank=24, swa_head_dim=24,
+                             swa_qk_nope_head_dim=16, swa_v_head_dim=16, pad_token_id=0),
+                        T.Dots3NoteForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

@@ -1089,6 +1089,26 @@ def _(g):
     return ref
 
 
+@idiom("expand-two-widths",
+       "two [B,S,1,4] parts Expand-ed, one over 3 heads and one over 2 (as layers of other "
+       "head counts do), Reshape-d [B,S,12] and [B,S,8], Concat [B,S,20]")
+def _(g):
+    x = x_input(g)
+    b, s = g.dim(x, 0), g.dim(x, 1)
+    parts, weights = [], []
+    for heads, name in ((3, "a"), (2, "b")):
+        p, W = matmul(g, x, HIDDEN, 4, f"{name}.weight")
+        p = g.op("Expand", g.op("Reshape", p, g.shape_of(b, s, 1, 4)), g.shape_of(b, s, heads, 4))
+        parts.append(g.op("Reshape", p, g.shape_of(b, s, heads * 4)))
+        weights.append((heads, W))
+    y_output(g, g.op("Concat", *parts, axis=-1), 20)
+
+    def ref(f):
+        xs = f["x"]
+        return np.concatenate([np.tile(xs @ W, (1, 1, heads)) for heads, W in weights], axis=-1)
+    return ref
+
+
 # -- Attention: x -> q/k/v -> heads -> scores -> mask -> Softmax -> .v -> merge -> o_proj --
 
 AH, AD = 4, 4  # query heads, head dim
