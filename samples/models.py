@@ -171,6 +171,27 @@ class LayerScaleBlock(LlamaBlock):
         return x + self.mlp_gamma * self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
+class TokenShiftBlock(LlamaBlock):
+    """A Llama block whose attention reads a causal depthwise convolution of
+    its normed input (two zero positions padded before, then an unpadded
+    Conv1d) and whose MLP reads each position plus a learned share of the one
+    before it (RWKV's token shift: a zero row padded before, the last row
+    cropped)."""
+
+    def __init__(self, kv_heads):
+        super().__init__(kv_heads)
+        self.conv = nn.Conv1d(HIDDEN, HIDDEN, 3, groups=HIDDEN, bias=False)
+        self.mix = nn.Parameter(torch.full((HIDDEN,), 0.5))
+
+    def forward(self, x, cos, sin, mask):
+        h = self.input_norm(x).transpose(1, 2)
+        h = self.conv(F.pad(h, (2, 0))).transpose(1, 2)  # Pad, Conv
+        x = x + self.self_attn(h, cos, sin, mask)
+        h = self.post_attention_norm(x)
+        h = h + self.mix * F.pad(h, (0, 0, 1, -1))  # Pad with a crop
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
 class TinyLlama(nn.Module):
     """RMSNorm, RoPE from inv_freq, SwiGLU, GQA 4 query / 2 KV heads."""
 
@@ -297,6 +318,9 @@ MODELS = {
                         lambda: TinyLlama(layers=2, tied=True)),
     "tiny-layerscale": ("tiny-llama whose attention and MLP outputs are scaled per channel by learned vectors; 2 layers",
                         lambda: TinyLlama(layers=2, block=LayerScaleBlock)),
+    "tiny-tokenshift": ("tiny-llama with a causal depthwise convolution (Pad, then Conv1d) before attention and "
+                        "each position mixed with the one before it (a token shift) before the MLP; 2 layers",
+                        lambda: TinyLlama(layers=2, block=TokenShiftBlock)),
     "tiny-neox": ("NeoX style: parallel residual, LayerNorm, partial rotary (8 of 16), GELU erf, biases; 2 layers",
                   lambda: TinyNeoX()),
     "hf-llama": ("transformers LlamaForCausalLM, eager attention, GQA 4/2, 2 layers",

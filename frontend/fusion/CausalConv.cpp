@@ -3,9 +3,10 @@
 // Recognized form (LFM2's short convolution as torch exports Conv1d with
 // padding K − 1), x [B, C, S] an activation, w [C, 1, K] a weight:
 //   Slice(Conv(x, w, group = C, pads = [K − 1, K − 1]), axis 2, [0, S))
-// or Conv(x, w, group = C, pads = [K − 1, 0]) itself: each channel's
-// positions convolved with its own taps over the current and K − 1 earlier
-// positions. Strides and dilations 1, no bias. → mt.causal_conv %x, %w.
+// or Conv(x, w, group = C, pads = [K − 1, 0]) itself, or an unpadded Conv of
+// Pad(x, K − 1 zeros before the positions): each channel's positions
+// convolved with its own taps over the current and K − 1 earlier positions.
+// Strides and dilations 1, no bias. → mt.causal_conv %x, %w.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -16,8 +17,9 @@ namespace mt::onnx_import {
 namespace {
 
 // A depthwise, unit-stride, undilated Conv of activation x by weight w
-// [C, 1, K] padded K − 1 before; returns w, or null.
-Value *causalTaps(Node *conv, int64_t padAfter) {
+// [C, 1, K] padded `padBefore` before and `padAfter` after; returns w, or
+// null.
+Value *causalTaps(Node *conv, int64_t padBefore, int64_t padAfter) {
   Value *x = conv->in(0);
   auto w = weightView(conv->in(1));
   if (!isActivation(x) || !w || w->transposed ||
@@ -29,21 +31,42 @@ Value *causalTaps(Node *conv, int64_t padAfter) {
     return v.empty() || v == std::vector<int64_t>{1};
   };
   bool depthwise = ws == Shape{C, 1, K} && conv->getInt("group", 1) == C;
+  std::vector<int64_t> pads = conv->getInts("pads");
+  if (pads.empty())
+    pads = {0, 0};
   return depthwise && K >= 1 && ones(conv->getInts("strides")) &&
                  ones(conv->getInts("dilations")) &&
-                 conv->getInts("pads") == std::vector<int64_t>{K - 1, padAfter}
+                 pads == std::vector<int64_t>{padBefore, padAfter}
              ? w->param
+             : nullptr;
+}
+
+// The zeros of Pad(x) before the positions of x [B, C, S], K − 1 of them
+// and none elsewhere; returns x, or null.
+Value *paddedBefore(Value *padded, int64_t K) {
+  Node *pad = padded->producer;
+  if (!pad || pad->op != "Pad" || pad->getFloat("value", 0) != 0)
+    return nullptr;
+  return pad->getInts("pads") == std::vector<int64_t>{0, 0, K - 1, 0, 0, 0}
+             ? pad->in(0)
              : nullptr;
 }
 
 void fuse(Graph &g, Node *conv) {
   Value *x = conv->in(0), *out = conv->out();
   const int64_t K = conv->in(1)->rank() == 3 ? conv->in(1)->dim(2) : 0;
-  if (Value *w = causalTaps(conv, 0); w && out->shape == x->shape) {
+  if (Value *w = causalTaps(conv, K - 1, 0); w && out->shape == x->shape) {
     replaceWithPrimitive(g, conv, "mt.causal_conv", {x, w}, x->shape);
     return;
   }
-  Value *w = causalTaps(conv, K - 1);
+  if (Value *unpadded = paddedBefore(x, K)) {
+    Value *w = causalTaps(conv, 0, 0);
+    if (w && isActivation(unpadded) && out->shape == unpadded->shape)
+      replaceWithPrimitive(g, conv, "mt.causal_conv", {unpadded, w},
+                           unpadded->shape);
+    return;
+  }
+  Value *w = causalTaps(conv, K - 1, K - 1);
   Node *slice = w ? soleUser(out) : nullptr;
   if (!slice || slice->op != "Slice" || slice->out()->shape != x->shape)
     return;

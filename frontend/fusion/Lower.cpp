@@ -115,6 +115,36 @@ void lowerSlices(Graph &g, Node *n, Value *x, const std::vector<int64_t> &start,
   g.replaceAllUses(result, sliceOf(g, n, x, start, size));
 }
 
+// Pad of an activation with zeros: the crop of negative pads (mt.slice),
+// then each padded dim's zeros (mt.pad).
+void lowerPad(Graph &g, Node *n, Value *x) {
+  const std::vector<int64_t> pads = n->getInts("pads");
+  const int64_t rank = x->rank();
+  std::vector<int64_t> start(rank, 0);
+  Shape size = x->shape;
+  for (int64_t k = 0; k < rank; ++k) {
+    start[k] = std::max<int64_t>(0, -pads[k]);
+    size[k] -= start[k] + std::max<int64_t>(0, -pads[rank + k]);
+  }
+  Value *cur = sliceOf(g, n, x, start, size);
+  Node *after = cur == x ? n : cur->producer;
+  for (int64_t k = 0; k < rank; ++k) {
+    const int64_t before = std::max<int64_t>(0, pads[k]),
+                  behind = std::max<int64_t>(0, pads[rank + k]);
+    if (before == 0 && behind == 0)
+      continue;
+    Shape s = cur->shape;
+    s[k] += before + behind;
+    Node *p = g.newNode("mt.pad", n->name, {cur}, after);
+    p->setInt("axis", k);
+    p->setInt("start", before);
+    cur = g.addOutput(p, DType::F32, s);
+    cur->fromInput = true;
+    after = p;
+  }
+  g.replaceAllUses(n->out(), cur);
+}
+
 // Picking one index, or a run of consecutive ones, along an axis of an
 // activation is a slice (Falcon's fused QKV views, say). Leaves n alone
 // otherwise.
@@ -277,6 +307,8 @@ void lower(Graph &g, Tables &tables, Node *n) {
     const Const &idx = *n->in(1)->constant;
     if (idx.shape.back() == 1 && idx.shape.size() <= 2)
       lowerGather(g, n, x, 0, idx);
+  } else if (op == "Pad" && isActivation(x) && n->getFloat("value", 0) == 0) {
+    lowerPad(g, n, x);
   } else if (op == "ScatterND") {
     lowerScatterRows(g, n);
   } else if (op == "Expand" && isActivation(x)) {

@@ -304,6 +304,67 @@ std::vector<ConstPtr> foldSlice(OpContext &ctx) {
   })};
 }
 
+// Pad normal form: attr "pads" with every dim's begins then ends (negative
+// ones crop), attr "value" the fill. Only the constant mode: edge, reflect
+// and wrap pads copy values, which no primitive here does.
+void inferPad(OpContext &ctx) {
+  const Shape &in = ctx.shape(0);
+  const int64_t rank = in.size();
+  std::string mode = ctx.node.getString("mode", "constant");
+  if (mode != "constant")
+    ctx.error("mode '{}' is not supported (only constant)", mode);
+  std::vector<int64_t> given = ctx.intsIn(1, "pads"), axes;
+  if (ctx.numInputs() > 3 && ctx.hasInput(3))
+    axes = ctx.intsIn(3, "axes");
+  else
+    for (int64_t k = 0; k < rank; ++k)
+      axes.push_back(k);
+  const size_t n = axes.size();
+  if (given.size() != 2 * n)
+    ctx.error("pads has {} values for {} axes (needs {})", given.size(), n,
+              2 * n);
+  std::vector<int64_t> pads(2 * rank, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t a = ctx.axis(axes[i], rank);
+    pads[a] = given[i];
+    pads[rank + a] = given[n + i];
+  }
+  Shape out = in;
+  for (int64_t k = 0; k < rank; ++k) {
+    out[k] = in[k] + pads[k] + pads[rank + k];
+    if (out[k] < 0)
+      ctx.error("pads {} and {} crop dim {} of size {} below nothing", pads[k],
+                pads[rank + k], k, in[k]);
+  }
+  double value = 0;
+  if (ctx.numInputs() > 2 && ctx.hasInput(2)) {
+    const Const &c = ctx.constIn(2, "constant_value");
+    if (c.numel != 1)
+      ctx.error("constant_value has {} elements, not 1", c.numel);
+    value = c.at(0);
+  }
+  ctx.node.setInts("pads", pads);
+  ctx.node.setFloat("value", value);
+  ctx.setOutput(0, ctx.in(0).dtype, out);
+}
+
+std::vector<ConstPtr> foldPad(OpContext &ctx) {
+  ConstPtr a = ctx.in(0).constant;
+  std::vector<int64_t> pads = ctx.node.getInts("pads");
+  const double value = ctx.node.getFloat("value", 0);
+  Shape out = ctx.node.out()->shape;
+  return {lazyConst(a->dtype, out, [a, pads, value, out](int64_t i) {
+    std::vector<int64_t> c;
+    unravel(i, out, c);
+    for (size_t k = 0; k < c.size(); ++k) {
+      c[k] -= pads[k];
+      if (c[k] < 0 || c[k] >= a->shape[k])
+        return value;
+    }
+    return a->at(ravel(c, a->shape));
+  })};
+}
+
 // Split normal form: attr "split" with every output's size.
 void inferSplit(OpContext &ctx) {
   const Shape &in = ctx.shape(0);
@@ -699,6 +760,7 @@ void addTensorHandlers(std::vector<OpHandler> &t) {
   t.push_back({"", "Transpose", 13, inferTranspose, foldTranspose});
   t.push_back({"", "Concat", 13, inferConcat, foldConcat});
   t.push_back({"", "Slice", 13, inferSlice, foldSlice});
+  t.push_back({"", "Pad", 13, inferPad, foldPad});
   t.push_back({"", "Split", 13, inferSplit, foldSplit});
   t.push_back({"", "Gather", 13, inferGather, foldGather});
   t.push_back({"", "GatherElements", 13, inferGatherElements,

@@ -9,7 +9,7 @@ import unittest
 from tests.e2e.harness import MEGATRAIN, Workdir, gradient_errors, read_jsonl, run
 
 MODELS = ["tiny-llama", "tiny-llama-tied", "tiny-gpt2", "tiny-neox",
-          "tiny-layerscale", "hf-llama", "hf-gpt2", "hf-qwen2"]
+          "tiny-layerscale", "tiny-tokenshift", "hf-llama", "hf-gpt2", "hf-qwen2"]
 FOLDED = ["tiny-llama-tied", "hf-llama"]  # exports whose weights torch folded
 
 

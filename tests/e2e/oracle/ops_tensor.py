@@ -102,6 +102,34 @@ def _slice(node, x, starts=None, ends=None, axes=None, steps=None):
     return x
 
 
+@op("Pad")
+def _pad(node, x, pads=None, value=None, axes=None):
+    """Constant mode only: negative pads crop."""
+    mode = node.attr("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        raise OracleError(f"Pad mode {mode}")
+    pads = ints(pads)
+    axes = list(range(x.dim())) if axes is None else [norm_axis(a, x.dim()) for a in ints(axes)]
+    n = len(axes)
+    if len(pads) != 2 * n:
+        raise OracleError(f"Pad: {len(pads)} pads for {n} axes")
+    fill = 0.0 if value is None or value.numel() == 0 else value.reshape(-1)[0].item()
+    for i, axis in enumerate(axes):
+        before, after = pads[i], pads[n + i]
+        x = x.narrow(axis, max(0, -before), x.shape[axis] - max(0, -before) - max(0, -after))
+        shape = list(x.shape)
+        parts = []
+        for width in (max(0, before), None, max(0, after)):
+            if width is None:
+                parts.append(x)
+            elif width:
+                shape[axis] = width
+                parts.append(torch.full(shape, fill, dtype=x.dtype))
+        x = torch.cat(parts, axis)
+    return x
+
+
 @op("Split")
 def _split(node, x, split=None):
     axis = norm_axis(node.attr("axis", 0), x.dim())

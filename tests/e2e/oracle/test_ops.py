@@ -396,6 +396,17 @@ class Conv(unittest.TestCase):
         np.testing.assert_array_equal(y, [[[8.5, 20.5]]])
 
 
+class Pad(unittest.TestCase):
+    def test_constant_pads_and_crops_by_hand(self):
+        x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        # One zero row before, the last row cropped: a shift down by one.
+        y = run_node("Pad", [x, np.array([1, 0, -1, 0])])[0]
+        np.testing.assert_array_equal(y, [[0, 0, 0], [1, 2, 3]])
+        # Opset 18's axes: two columns of 7 after on the last axis only.
+        y = run_node("Pad", [x, np.array([0, 2]), np.array(7.0), np.array([-1])], opset=18)[0]
+        np.testing.assert_array_equal(y, [[1, 2, 3, 7, 7], [4, 5, 6, 7, 7]])
+
+
 class ScatterElements(unittest.TestCase):
     def test_writes_updates_at_indices_along_axis(self):
         x = np.zeros((2, 4))

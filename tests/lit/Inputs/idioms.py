@@ -445,21 +445,25 @@ def _(g):
     return ref
 
 
-def _causal_conv(g, pads):
+def _causal_conv(g, pads, pad_op=False):
     """x [B,S,16] transposed to [B,16,S], a depthwise Conv with 3 taps per
-    channel and `pads`, sliced back to S positions, transposed back (LFM2's
-    short convolution)."""
+    channel and `pads` (with `pad_op`, of a Pad op's K − 1 zeros before the
+    positions), sliced back to S positions, transposed back (LFM2's short
+    convolution)."""
     K = 3
     x = x_input(g)
     w, W = param(g, "conv.weight", [HIDDEN, 1, K], std=0.5)
     xt = g.op("Transpose", x, perm=[0, 2, 1])
+    if pad_op:
+        xt = g.op("Pad", xt, g.ints(0, 0, K - 1, 0, 0, 0))
     conv = g.op("Conv", xt, w, group=HIDDEN, pads=pads, kernel_shape=[K])
     y = g.op("Slice", conv, g.ints(0), g.op("Reshape", g.dim(x, 1), g.ints(1)), g.ints(2))
     y_output(g, g.op("Transpose", y, perm=[0, 2, 1]), HIDDEN)
 
     def ref(f):
         xs = np.transpose(f["x"], (0, 2, 1))
-        padded = np.concatenate([np.zeros(xs.shape[:2] + (pads[0],)), xs], axis=-1)
+        before = K - 1 if pad_op else pads[0]
+        padded = np.concatenate([np.zeros(xs.shape[:2] + (before,)), xs], axis=-1)
         out = sum(W[None, :, 0, j, None] * padded[:, :, j:j + xs.shape[2]] for j in range(K))
         return np.transpose(out, (0, 2, 1))
     return ref
@@ -474,6 +478,42 @@ def _(g):
 @idiom("causal-conv-pads-before", "causal-conv with pads [2, 0]: causal without the Slice")
 def _(g):
     return _causal_conv(g, [2, 0])
+
+
+@idiom("causal-conv-pad-op", "causal-conv as an unpadded Conv of Pad(x, 2 zeros before the "
+       "positions)")
+def _(g):
+    return _causal_conv(g, [0, 0], pad_op=True)
+
+
+@idiom("pad-token-shift", "Add(x, Pad(x, pads [0,1,0, 0,-1,0])): each position also gets the "
+       "one before it, zeros at the first (a token shift: padded before, cropped after)")
+def _(g):
+    x = x_input(g)
+    y_output(g, g.op("Add", x, g.op("Pad", x, g.ints(0, 1, 0, 0, -1, 0))), HIDDEN)
+
+    def ref(f):
+        xs = f["x"]
+        return xs + np.concatenate([np.zeros_like(xs[:, :1]), xs[:, :-1]], axis=1)
+    return ref
+
+
+@idiom("pad-computed-table", "Mul(x, Pad(t [1,1,12], pads [0,0,2, 0,0,2], 0.5)): a table padded "
+       "at compile time, a frozen table")
+def _(g):
+    x = x_input(g)
+    t = np.linspace(0.5, 1.5, 12, dtype=np.float32).reshape(1, 1, 12)
+    padded = g.op("Pad", g.tensor("t", t), g.ints(0, 0, 2, 0, 0, 2), g.const(0.5))
+    y_output(g, g.op("Mul", x, padded), HIDDEN)
+    return lambda f: f["x"] * np.pad(t, ((0, 0), (0, 0), (2, 2)), constant_values=0.5)
+
+
+@idiom("bad-pad-edge", "Add(x, Pad(x, pads [0,1,0, 0,-1,0], mode edge)): a shift that repeats "
+       "the first position")
+def _(g):
+    x = x_input(g)
+    y_output(g, g.op("Add", x, g.op("Pad", x, g.ints(0, 1, 0, 0, -1, 0), mode="edge")), HIDDEN)
+    return None
 
 
 @idiom("bad-conv-centered", "causal-conv with pads [1, 1]: each position sees the next one too")

@@ -83,6 +83,21 @@ def _norm_axes(axis, rank):
     return tuple(range(axis % rank, rank))
 
 
+def _pad(a, x, pads, value=None, axes=None):
+    if a.get("mode", b"constant") not in (b"constant", "constant"):
+        raise NotImplementedError("Pad mode " + str(a["mode"]))
+    axes = range(x.ndim) if axes is None else [int(k) % x.ndim for k in axes]
+    n = len(axes)
+    crop = [slice(None)] * x.ndim
+    widths = [(0, 0)] * x.ndim
+    for i, k in enumerate(axes):
+        lo, hi = int(pads[i]), int(pads[n + i])
+        crop[k] = slice(max(0, -lo), x.shape[k] - max(0, -hi))
+        widths[k] = (max(0, lo), max(0, hi))
+    fill = 0 if value is None or np.size(value) == 0 else np.asarray(value).reshape(-1)[0]
+    return np.pad(x[tuple(crop)], widths, constant_values=fill)
+
+
 def _slice(x, starts, ends, axes=None, steps=None):
     axes = range(len(starts)) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
@@ -246,6 +261,7 @@ OPS = {
     "Reshape": lambda a, x, s: _reshape(x, s, a.get("allowzero", 0)),
     "Transpose": lambda a, x: np.transpose(x, a.get("perm")),
     "Slice": lambda a, x, s, e, ax=None, st=None: _slice(x, s, e, ax, st),
+    "Pad": _pad,
     "Split": _split,
     "Expand": lambda a, x, s: x * np.ones([int(v) for v in s], x.dtype),
     "Tile": lambda a, x, r: np.tile(x, [int(v) for v in r]),
