@@ -49,7 +49,11 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
     g = buildGraph(*result.file, options.bindings);
     fuseIdioms(*g);
   } catch (const ImportError &e) {
-    throw ImportError(e.what() + fixedSequenceNote(result.file->graph()));
+    // Only a node's refusal: a flag's error has its cause in the message.
+    std::string what = e.what();
+    if (what.rfind("node '", 0) != 0)
+      throw;
+    throw ImportError(what + fixedSequenceNote(result.file->graph()));
   }
 
   std::vector<Block> blocks;
