@@ -6,7 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "frontend/Error.h"
-#include "frontend/OpHandler.h"
+#include "tests/unit/frontend/FoldHarness.h"
 
 #include <gtest/gtest.h>
 
@@ -16,13 +16,8 @@ using namespace mt::onnx_import;
 
 namespace {
 
-class GatherNDTest : public ::testing::Test {
+class GatherNDTest : public FoldHarness {
 protected:
-  Value *constant(Shape shape, std::vector<double> v, DType t) {
-    Value *x = g.newValue("", t, shape);
-    x->constant = denseConst(t, std::move(shape), std::move(v));
-    return x;
-  }
   Value *data() {
     std::vector<double> v(24);
     std::iota(v.begin(), v.end(), 0.0);
@@ -31,24 +26,9 @@ protected:
   /// GatherND folded; its output.
   Value *gather(Value *indices, int64_t batchDims = 0) {
     Node *n = g.newNode("GatherND", "/GatherND", {data(), indices}, nullptr);
-    n->opset = 17;
     n->setInt("batch_dims", batchDims);
-    g.addOutput(n, DType::Undefined, {});
-    const OpHandler *h = findHandler(*n);
-    EXPECT_NE(h, nullptr);
-    OpContext ctx(*n);
-    h->infer(ctx);
-    n->out()->constant = h->fold(ctx)[0];
-    return n->out();
+    return fold(n, 17);
   }
-  static std::vector<double> values(const Value *v) {
-    std::vector<double> out;
-    for (int64_t i = 0; i < v->constant->numel; ++i)
-      out.push_back(v->constant->at(i));
-    return out;
-  }
-
-  Graph g;
 };
 
 TEST_F(GatherNDTest, TuplesPickRowsOrElements) {

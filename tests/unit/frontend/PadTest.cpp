@@ -1,5 +1,4 @@
-//===- PadTest.cpp - Pad's shape inference and folding
-//----------------------===//
+//===- PadTest.cpp - Pad's shape inference and folding --------------------===//
 //
 // Expected values picked by hand from data = [[1, 2, 3], [4, 5, 6]], per the
 // ONNX spec: pads are every padded axis's begins, then its ends; negative
@@ -8,21 +7,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "frontend/Error.h"
-#include "frontend/OpHandler.h"
-
-#include <gtest/gtest.h>
+#include "tests/unit/frontend/FoldHarness.h"
 
 using namespace mt::onnx_import;
 
 namespace {
 
-class PadTest : public ::testing::Test {
+class PadTest : public FoldHarness {
 protected:
-  Value *constant(Shape shape, std::vector<double> v, DType t) {
-    Value *x = g.newValue("", t, shape);
-    x->constant = denseConst(t, std::move(shape), std::move(v));
-    return x;
-  }
   /// Pad of the 2 x 3 data, folded at `opset`; its output.
   Value *pad(std::vector<double> pads, Value *value = nullptr,
              Value *axes = nullptr, int64_t opset = 17,
@@ -30,22 +22,9 @@ protected:
     Value *data = constant({2, 3}, {1, 2, 3, 4, 5, 6}, DType::F32);
     Value *p = constant({int64_t(pads.size())}, pads, DType::I64);
     Node *n = g.newNode("Pad", "/Pad", {data, p, value, axes}, nullptr);
-    n->opset = opset;
     if (mode)
       n->setString("mode", mode);
-    g.addOutput(n, DType::Undefined, {});
-    const OpHandler *h = findHandler(*n);
-    EXPECT_NE(h, nullptr);
-    OpContext ctx(*n);
-    h->infer(ctx);
-    n->out()->constant = h->fold(ctx)[0];
-    return n->out();
-  }
-  static std::vector<double> values(const Value *v) {
-    std::vector<double> out;
-    for (int64_t i = 0; i < v->constant->numel; ++i)
-      out.push_back(v->constant->at(i));
-    return out;
+    return fold(n, opset);
   }
   std::string error(std::vector<double> pads, const char *mode = nullptr) {
     try {
@@ -55,8 +34,6 @@ protected:
     }
     return "";
   }
-
-  Graph g;
 };
 
 TEST_F(PadTest, ZerosBeforeAndAfter) {
