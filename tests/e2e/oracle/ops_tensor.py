@@ -115,19 +115,11 @@ def _pad(node, x, pads=None, value=None, axes=None):
     if len(pads) != 2 * n:
         raise OracleError(f"Pad: {len(pads)} pads for {n} axes")
     fill = 0.0 if value is None or value.numel() == 0 else value.reshape(-1)[0].item()
+    widths = [0] * (2 * x.dim())  # torch's order: the last dim's (before, after) first
     for i, axis in enumerate(axes):
-        before, after = pads[i], pads[n + i]
-        x = x.narrow(axis, max(0, -before), x.shape[axis] - max(0, -before) - max(0, -after))
-        shape = list(x.shape)
-        parts = []
-        for width in (max(0, before), None, max(0, after)):
-            if width is None:
-                parts.append(x)
-            elif width:
-                shape[axis] = width
-                parts.append(torch.full(shape, fill, dtype=x.dtype))
-        x = torch.cat(parts, axis)
-    return x
+        widths[2 * (x.dim() - 1 - axis)] = pads[i]
+        widths[2 * (x.dim() - 1 - axis) + 1] = pads[n + i]
+    return torch.nn.functional.pad(x, widths, value=fill)
 
 
 @op("Split")
