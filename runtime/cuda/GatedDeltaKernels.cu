@@ -1,0 +1,393 @@
+//===- GatedDeltaKernels.cu - the gated delta rule (linear attention) -----===//
+//
+// cpu::gated_delta_forward/backward on CUDA cores: bf16 in and out, the
+// state in f32. Column j of the state reads only v[..., j] (and k, q, g,
+// beta), so a block of 8 warps owns a (batch, value head, tile of 32
+// columns): lane = column, warp w = rows w, w + 8, ..., each thread's part
+// of the state in registers (kR rows, Dk ≤ 8·kR ≤ 256). Sums over rows
+// (u, o, ddelta) and over columns (dq, dk) go through shared memory and are
+// added in a fixed order; nothing is atomic.
+//
+// Forward: T steps of two barriers each, B·Hv·⌈Dv/32⌉ blocks.
+// Backward: a forward pass stores each block's state every kChunk positions;
+// then, chunk by chunk in reverse, the block recomputes the chunk's states
+// into scratch and walks them back with dS in registers (two barriers a
+// step). dv has one writer; dq and dk (sums over columns) and dg, dbeta
+// (per column) go to scratch as per-tile partials, which a second kernel
+// adds in (head, tile, column) order. Time runs in segments of 256
+// positions so that the partials stay small; dS carries over in scratch.
+// Scratch, in floats: B·Hv·(⌈T/64⌉ + 65)·Dk'·Dv' (Dk' = 8·kR, Dv' = Dv
+// rounded up to 32) for checkpoints, chunk states and the carry, plus
+// 256·B·Hv·⌈Dv/32⌉·(2·Dk + 64) partials: about 0.3 GB for Qwen3.5's
+// 32 heads of 128 × 128 over 4096 positions. The backward costs about four
+// forward passes of arithmetic, plus a write and a read of every state.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/KernelCommon.cuh"
+#include "runtime/exec/Error.h"
+
+#include <type_traits>
+
+namespace mtrt::MT_KNS {
+namespace {
+
+constexpr int kTile = 32, kWarps = 8, kBlock = kTile * kWarps;
+constexpr int64_t kChunk = 64, kSegmentChunks = 4;
+constexpr int64_t kMaxDk = 32 * kWarps; // rows per thread ≤ 32
+
+struct Dims {
+  int64_t Bn, T, Hk, Hv, Dk, Dv;
+  __host__ __device__ int64_t tiles() const { return (Dv + kTile - 1) / kTile; }
+  __host__ __device__ int64_t chunks() const {
+    return (T + kChunk - 1) / kChunk;
+  }
+  /// Partial sums per (position, batch, head, tile): dq, dk, dg, dbeta.
+  __host__ __device__ int64_t width() const { return 2 * Dk + 2 * kTile; }
+  __device__ int64_t qk(int64_t b, int64_t t, int64_t h) const {
+    return ((b * T + t) * Hk + h / (Hv / Hk)) * Dk;
+  }
+  __device__ int64_t vo(int64_t b, int64_t t, int64_t h) const {
+    return ((b * T + t) * Hv + h) * Dv;
+  }
+  __device__ int64_t gb(int64_t b, int64_t t, int64_t h) const {
+    return (b * T + t) * Hv + h;
+  }
+};
+
+/// The block's index among all (batch, head, tile) blocks.
+__device__ __forceinline__ int64_t block_slot(const Dims &d) {
+  return (int64_t(blockIdx.z) * d.Hv + blockIdx.y) * d.tiles() + blockIdx.x;
+}
+
+/// The thread's rows of a Dk vector (0 past Dk).
+template <int kR>
+__device__ __forceinline__ void load_rows(float (&x)[kR], const bf16 *row,
+                                          int64_t Dk) {
+  const int w = threadIdx.x / kTile;
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+    x[r] = w + kWarps * r < Dk ? bf2f(row[w + kWarps * r]) : 0.f;
+}
+
+/// A block's state in scratch, kR·kBlock floats, each thread's own part.
+template <int kR>
+__device__ __forceinline__ void put(float *at, const float (&x)[kR]) {
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+    at[r * kBlock + threadIdx.x] = x[r];
+}
+template <int kR>
+__device__ __forceinline__ void get(float (&x)[kR], const float *at) {
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+    x[r] = at[r * kBlock + threadIdx.x];
+}
+
+/// Σ over warps of part[w][lane], in warp order.
+__device__ __forceinline__ float column_sum(const float (*part)[kTile]) {
+  float s = 0.f;
+  for (int w = 0; w < kWarps; ++w)
+    s += part[w][threadIdx.x % kTile];
+  return s;
+}
+
+/// One step on the thread's part of S: S ← e^g·S; u = Sᵀk; S += k·deltaᵀ
+/// with delta = beta·(v − u). Returns u. One barrier: callers alternate
+/// `part` between steps.
+template <int kR>
+__device__ __forceinline__ float advance(float (&S)[kR], const float (&kr)[kR],
+                                         float decay, float beta, float vj,
+                                         float (*part)[kTile]) {
+  float pu = 0.f;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    S[r] *= decay;
+    pu += S[r] * kr[r];
+  }
+  part[threadIdx.x / kTile][threadIdx.x % kTile] = pu;
+  __syncthreads();
+  const float u = column_sum(part), delta = beta * (vj - u);
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+    S[r] += kr[r] * delta;
+  return u;
+}
+
+// o = Sᵀq per position; with ckpt, the state before every kChunk-th
+// position instead (o null).
+template <int kR>
+__global__ void __launch_bounds__(kBlock)
+    gated_delta_forward_kernel(bf16 *o, float *ckpt, const bf16 *q,
+                               const bf16 *k, const bf16 *v, const bf16 *g,
+                               const bf16 *beta, Dims d) {
+  __shared__ float part[2][kWarps][kTile], opart[kWarps][kTile];
+  const int lane = threadIdx.x % kTile, w = threadIdx.x / kTile;
+  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const int64_t j = int64_t(blockIdx.x) * kTile + lane;
+  const int64_t per = kR * kBlock, slot = block_slot(d);
+  float S[kR] = {}, kr[kR];
+  for (int64_t t = 0; t < d.T; ++t) {
+    if (ckpt && t % kChunk == 0)
+      put(ckpt + (slot * d.chunks() + t / kChunk) * per, S);
+    load_rows(kr, k + d.qk(b, t, h), d.Dk);
+    const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
+    advance(S, kr, expf(bf2f(g[d.gb(b, t, h)])), bf2f(beta[d.gb(b, t, h)]), vj,
+            part[t & 1]);
+    if (!o)
+      continue;
+    float qr[kR], po = 0.f;
+    load_rows(qr, q + d.qk(b, t, h), d.Dk);
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+      po += S[r] * qr[r];
+    opart[w][lane] = po;
+    __syncthreads();
+    if (w == 0 && j < d.Dv)
+      o[d.vo(b, t, h) + j] = f2bf(column_sum(opart));
+  }
+}
+
+// Chunks [c_begin, c_end) of the backward, in reverse. Shared memory: pq,
+// pk [8·kR][kTile + 1], the terms of dq and dk before their sums over
+// columns.
+template <int kR>
+__global__ void __launch_bounds__(kBlock)
+    gated_delta_backward_kernel(bf16 *dv, float *partials, float *states,
+                                float *carry, const float *ckpt,
+                                const bf16 *dout, const bf16 *q, const bf16 *k,
+                                const bf16 *v, const bf16 *g, const bf16 *beta,
+                                Dims d, int64_t c_begin, int64_t c_end) {
+  constexpr int kRows = kWarps * kR, kPad = kTile + 1;
+  MT_DYNAMIC_SHARED(smem);
+  float *pq = reinterpret_cast<float *>(smem), *pk = pq + kRows * kPad;
+  __shared__ float part[2][kWarps][kTile], ddp[kWarps][kTile],
+      dgp[kWarps][kTile], us[kChunk][kTile];
+  const int lane = threadIdx.x % kTile, w = threadIdx.x / kTile;
+  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const int64_t j = int64_t(blockIdx.x) * kTile + lane;
+  const int64_t per = kR * kBlock, slot = block_slot(d);
+  float *chunk_states = states + slot * kChunk * per;
+  float dS[kR] = {}, kr[kR];
+  if (c_end < d.chunks())
+    get(dS, carry + slot * per);
+  for (int64_t c = c_end - 1; c >= c_begin; --c) {
+    const int64_t t0 = c * kChunk, len = min64(kChunk, d.T - t0);
+    float S[kR];
+    get(S, ckpt + (slot * d.chunks() + c) * per);
+    for (int64_t tau = 0; tau < len; ++tau) {
+      const int64_t t = t0 + tau;
+      put(chunk_states + tau * per, S);
+      load_rows(kr, k + d.qk(b, t, h), d.Dk);
+      const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
+      const float u = advance(S, kr, expf(bf2f(g[d.gb(b, t, h)])),
+                              bf2f(beta[d.gb(b, t, h)]), vj, part[tau & 1]);
+      if (w == 0)
+        us[tau][lane] = u; // read after the next barrier
+    }
+    for (int64_t tau = len - 1; tau >= 0; --tau) {
+      const int64_t t = t0 + tau;
+      const float decay = expf(bf2f(g[d.gb(b, t, h)]));
+      const float bt = bf2f(beta[d.gb(b, t, h)]);
+      const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
+      const float doj = j < d.Dv ? bf2f(dout[d.vo(b, t, h) + j]) : 0.f;
+      float qr[kR];
+      load_rows(qr, q + d.qk(b, t, h), d.Dk);
+      load_rows(kr, k + d.qk(b, t, h), d.Dk);
+      // dS += q·doᵀ; ddelta = dSᵀk.
+      float pd = 0.f;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        dS[r] += qr[r] * doj;
+        pd += dS[r] * kr[r];
+      }
+      ddp[w][lane] = pd;
+      __syncthreads();
+      const float ddelta = column_sum(ddp), u = us[tau][lane];
+      const float delta = bt * (vj - u);
+      // With Sp = e^g·S_{t−1} and S_t = Sp + k·deltaᵀ: dq = S_t·do, dk =
+      // dS·delta − beta·Sp·ddelta, dSp = dS − k·(beta·ddelta)ᵀ, dg = ⟨Sp,
+      // dSp⟩, and dS_{t−1} = e^g·dSp.
+      float pg = 0.f;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const int i = w + kWarps * r;
+        const float sp =
+            decay * chunk_states[tau * per + r * kBlock + threadIdx.x];
+        pq[i * kPad + lane] = (sp + kr[r] * delta) * doj;
+        pk[i * kPad + lane] = dS[r] * delta - bt * sp * ddelta;
+        dS[r] -= kr[r] * bt * ddelta;
+        pg += sp * dS[r];
+        dS[r] *= decay;
+      }
+      dgp[w][lane] = pg;
+      float *out = partials +
+                   (((t - c_begin * kChunk) * d.Bn + b) * d.Hv + h) *
+                       d.tiles() * d.width() +
+                   blockIdx.x * d.width();
+      if (w == 0) {
+        out[2 * d.Dk + kTile + lane] = ddelta * (vj - u);
+        if (dv && j < d.Dv)
+          add_store(dv, d.vo(b, t, h) + j, bt * ddelta);
+      }
+      __syncthreads();
+      for (int64_t i = threadIdx.x; i < d.Dk; i += kBlock) {
+        float sq = 0.f, sk = 0.f;
+        for (int l = 0; l < kTile; ++l) {
+          sq += pq[i * kPad + l];
+          sk += pk[i * kPad + l];
+        }
+        out[i] = sq;
+        out[d.Dk + i] = sk;
+      }
+      if (threadIdx.x < kTile)
+        out[2 * d.Dk + threadIdx.x] = column_sum(dgp);
+    }
+  }
+  if (c_begin > 0)
+    put(carry + slot * per, dS);
+}
+
+// dq, dk [b, t0 + tl, hk, i] += the partials of the key head's value heads.
+__global__ void gated_delta_reduce_qk(bf16 *dq, bf16 *dk, const float *partials,
+                                      Dims d, int64_t t0, int64_t len) {
+  const int64_t n = d.Bn * len * d.Hk * d.Dk, G = d.Hv / d.Hk;
+  const int64_t tiles = d.tiles(), W = d.width();
+  for (int64_t e = global_index(); e < n; e += global_stride()) {
+    const int64_t i = e % d.Dk, hk = e / d.Dk % d.Hk;
+    const int64_t tl = e / (d.Dk * d.Hk) % len, b = e / (d.Dk * d.Hk * len);
+    float sq = 0.f, sk = 0.f;
+    for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+      const float *p = partials + ((tl * d.Bn + b) * d.Hv + h) * tiles * W;
+      for (int64_t tile = 0; tile < tiles; ++tile) {
+        sq += p[tile * W + i];
+        sk += p[tile * W + d.Dk + i];
+      }
+    }
+    const int64_t at = ((b * d.T + t0 + tl) * d.Hk + hk) * d.Dk + i;
+    if (dq)
+      add_store(dq, at, sq);
+    if (dk)
+      add_store(dk, at, sk);
+  }
+}
+
+// dg, dbeta [b, t0 + tl, h] += the partials of every column.
+__global__ void gated_delta_reduce_gb(bf16 *dg, bf16 *dbeta,
+                                      const float *partials, Dims d, int64_t t0,
+                                      int64_t len) {
+  const int64_t n = d.Bn * len * d.Hv, tiles = d.tiles(), W = d.width();
+  for (int64_t e = global_index(); e < n; e += global_stride()) {
+    const int64_t h = e % d.Hv, tl = e / d.Hv % len, b = e / (d.Hv * len);
+    const float *p = partials + ((tl * d.Bn + b) * d.Hv + h) * tiles * W;
+    float sg = 0.f, sb = 0.f;
+    for (int64_t tile = 0; tile < tiles; ++tile)
+      for (int l = 0; l < kTile; ++l) {
+        sg += p[tile * W + 2 * d.Dk + l];
+        sb += p[tile * W + 2 * d.Dk + kTile + l];
+      }
+    const int64_t at = (b * d.T + t0 + tl) * d.Hv + h;
+    if (dg)
+      add_store(dg, at, sg);
+    if (dbeta)
+      add_store(dbeta, at, sb);
+  }
+}
+
+Dims checked_dims(const char *op, int64_t Bn, int64_t T, int64_t Hk, int64_t Hv,
+                  int64_t Dk, int64_t Dv) {
+  if (Hk <= 0 || Hv % Hk != 0)
+    fail("cuda ", op, ": ", Hv, " value heads do not group over ", Hk,
+         " key heads");
+  if (Dk > kMaxDk)
+    fail("cuda ", op, ": key head dim ", Dk, " is over the ", kMaxDk,
+         " the gated delta kernels support");
+  return {Bn, T, Hk, Hv, Dk, Dv};
+}
+
+/// Calls f(std::integral_constant<int, kR>) with the rows per thread for Dk.
+template <class F> void with_rows(int64_t Dk, F &&f) {
+  if (Dk <= kWarps)
+    f(std::integral_constant<int, 1>());
+  else if (Dk <= 2 * kWarps)
+    f(std::integral_constant<int, 2>());
+  else if (Dk <= 4 * kWarps)
+    f(std::integral_constant<int, 4>());
+  else if (Dk <= 8 * kWarps)
+    f(std::integral_constant<int, 8>());
+  else if (Dk <= 16 * kWarps)
+    f(std::integral_constant<int, 16>());
+  else
+    f(std::integral_constant<int, 32>());
+}
+
+dim3 grid_of(const Dims &d) {
+  return dim3(unsigned(d.tiles()), unsigned(d.Hv), unsigned(d.Bn));
+}
+
+} // namespace
+
+void CudaKernels::gated_delta_forward(void *o, const void *q, const void *k,
+                                      const void *v, const void *g,
+                                      const void *beta, int64_t Bn, int64_t T,
+                                      int64_t Hk, int64_t Hv, int64_t Dk,
+                                      int64_t Dv) {
+  if (Bn * T * Hv * Dv <= 0)
+    return;
+  const Dims d = checked_dims("gated_delta_forward", Bn, T, Hk, Hv, Dk, Dv);
+  with_rows(Dk, [&](auto rows) {
+    constexpr int kR = decltype(rows)::value;
+    MT_LAUNCH(gated_delta_forward_kernel<kR>, grid_of(d), dim3(kBlock),
+              cudaStream_t(stream_), B(o), static_cast<float *>(nullptr), B(q),
+              B(k), B(v), B(g), B(beta), d);
+  });
+}
+
+void CudaKernels::gated_delta_backward(void *dq, void *dk, void *dv, void *dg,
+                                       void *dbeta, const void *dout,
+                                       const void *q, const void *k,
+                                       const void *v, const void *g,
+                                       const void *beta, int64_t Bn, int64_t T,
+                                       int64_t Hk, int64_t Hv, int64_t Dk,
+                                       int64_t Dv) {
+  if (Bn * T * Hv * Dv <= 0 || (!dq && !dk && !dv && !dg && !dbeta))
+    return;
+  const Dims d = checked_dims("gated_delta_backward", Bn, T, Hk, Hv, Dk, Dv);
+  const cudaStream_t s = cudaStream_t(stream_);
+  with_rows(Dk, [&](auto rows) {
+    constexpr int kR = decltype(rows)::value;
+    const int64_t per = kR * kBlock, blocks = Bn * Hv * d.tiles();
+    const int64_t segment = min64(T, kSegmentChunks * kChunk);
+    const int64_t ckpt_n = blocks * d.chunks() * per,
+                  states_n = blocks * kChunk * per, carry_n = blocks * per;
+    const int64_t partials_n = segment * Bn * Hv * d.tiles() * d.width();
+    float *ckpt = static_cast<float *>(scratch(
+        (ckpt_n + states_n + carry_n + partials_n) * int64_t(sizeof(float))));
+    float *states = ckpt + ckpt_n, *carry = states + states_n,
+          *partials = carry + carry_n;
+    MT_LAUNCH(gated_delta_forward_kernel<kR>, grid_of(d), dim3(kBlock), s,
+              static_cast<bf16 *>(nullptr), ckpt, B(q), B(k), B(v), B(g),
+              B(beta), d);
+    const size_t shared = size_t(2 * kWarps * kR * (kTile + 1)) * sizeof(float);
+    for (int64_t c_end = d.chunks(); c_end > 0;) {
+      const int64_t c_begin = max64(0, c_end - kSegmentChunks);
+      const int64_t t0 = c_begin * kChunk, len = min64(T, c_end * kChunk) - t0;
+      launch_kernel_shared("gated_delta_backward_kernel",
+                           gated_delta_backward_kernel<kR>, grid_of(d),
+                           dim3(kBlock), shared, s, B(dv), partials, states,
+                           carry, static_cast<const float *>(ckpt), B(dout),
+                           B(q), B(k), B(v), B(g), B(beta), d, c_begin, c_end);
+      if (dq || dk)
+        MT_LAUNCH(gated_delta_reduce_qk, blocks_for(Bn * len * Hk * Dk),
+                  kThreads, s, B(dq), B(dk),
+                  static_cast<const float *>(partials), d, t0, len);
+      if (dg || dbeta)
+        MT_LAUNCH(gated_delta_reduce_gb, blocks_for(Bn * len * Hv), kThreads, s,
+                  B(dg), B(dbeta), static_cast<const float *>(partials), d, t0,
+                  len);
+      c_end = c_begin;
+    }
+  });
+}
+
+} // namespace mtrt::MT_KNS
