@@ -216,6 +216,12 @@ private:
       os_ << "  k.zero(" << ref(v) << ", " << count(v) << ");\n";
     return ref(v);
   }
+  // B, T, Hk, Hv, Dk, Dv of mt.gated_delta's q [B, T, Hk, Dk] and v.
+  static std::string gatedDeltaDims(Value q, Value v) {
+    auto qs = shapeOf(q), vs = shapeOf(v);
+    return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}", qs[0], qs[1], qs[2],
+                         vs[2], qs[3], vs[3]);
+  }
   // An f32 param gradient argument (dw, db, dtable).
   FailureOr<std::string> paramGrad(Operation *op, Value v) {
     if (!v)
@@ -446,6 +452,20 @@ private:
       os_ << llvm::formatv("  k.swiglu_forward({0}, {1}, {2}, {3});\n",
                            ref(s.getY()), ref(s.getGate()), ref(s.getUp()),
                            count(s.getGate()));
+    } else if (auto d = dyn_cast<GatedDeltaOp>(op)) {
+      os_ << llvm::formatv("  k.gated_delta_forward({0}, {1}, {2}, {3}, {4}, "
+                           "{5}, {6});\n",
+                           ref(d.getO()), ref(d.getQ()), ref(d.getK()),
+                           ref(d.getV()), ref(d.getG()), ref(d.getBeta()),
+                           gatedDeltaDims(d.getQ(), d.getV()));
+    } else if (auto d = dyn_cast<GatedDeltaGradOp>(op)) {
+      os_ << llvm::formatv(
+          "  k.gated_delta_backward({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
+          "{8}, {9}, {10}, {11});\n",
+          grad(d.getDq()), grad(d.getDk()), grad(d.getDv()), grad(d.getDg()),
+          grad(d.getDbeta()), ref(d.getDout()), ref(d.getQ()), ref(d.getK()),
+          ref(d.getV()), ref(d.getG()), ref(d.getBeta()),
+          gatedDeltaDims(d.getQ(), d.getV()));
     } else if (auto s = dyn_cast<SwigluGradOp>(op)) {
       os_ << llvm::formatv(
           "  k.swiglu_backward({0}, {1}, {2}, {3}, {4}, {5});\n",

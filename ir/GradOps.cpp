@@ -184,6 +184,13 @@ LogicalResult CausalConvGradOp::verify() {
   return checkResults(*this, getResults(), {getX(), getW()});
 }
 
+LogicalResult GatedDeltaGradOp::verify() {
+  if (failed(sameType(*this, getDout(), getV(), "dout")))
+    return failure();
+  return checkResults(*this, getResults(),
+                      {getQ(), getK(), getV(), getG(), getBeta()});
+}
+
 LogicalResult XieluGradOp::verify() {
   if (failed(sameType(*this, getDy(), getX(), "dy")))
     return failure();

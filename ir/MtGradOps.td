@@ -235,6 +235,24 @@ def Mt_CausalConvGradOp : Mt_GradOp<"causal_conv_grad"> {
   let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$dw);
 }
 
+def Mt_GatedDeltaGradOp : Mt_GradOp<"gated_delta_grad"> {
+  let summary = "dq, dk, dv, dg, dbeta of mt.gated_delta";
+  let description = [{
+    The kernel recomputes the forward's states from checkpoints it keeps
+    in kernel scratch.
+
+    ```mlir
+    %dq, %dk, %dv, %dg, %dbeta = mt.gated_delta_grad %do, %q, %k, %v, %g, %beta : (tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4xf32>, tensor<2x16x4xf32>) -> (tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4xf32>, tensor<2x16x4xf32>)
+    ```
+  }];
+  let arguments = (ins Mt_GradTensor:$dout, Mt_GradTensor:$q,
+                       Mt_GradTensor:$k, Mt_GradTensor:$v, Mt_GradTensor:$g,
+                       Mt_GradTensor:$beta);
+  let results = (outs Mt_GradTensor:$dq, Mt_GradTensor:$dk,
+                      Mt_GradTensor:$dv, Mt_GradTensor:$dg,
+                      Mt_GradTensor:$dbeta);
+}
+
 def Mt_XieluGradOp : Mt_GradOp<"xielu_grad"> {
   let summary = "dx, dαp, dαn of mt.xielu";
   let description = [{

@@ -292,6 +292,23 @@ LogicalResult CausalConvOp::verify() {
   return success();
 }
 
+LogicalResult GatedDeltaOp::verify() {
+  if (failed(expectStatic(*this)))
+    return failure();
+  auto q = shapeOf(getQ()), k = shapeOf(getK()), v = shapeOf(getV());
+  if (q.size() != 4 || k != q || v.size() != 4 || v[0] != q[0] ||
+      v[1] != q[1] || v[2] % q[2] != 0)
+    return emitOpError("expects q and k [B, S, Hk, Dk] and v [B, S, Hv, Dv] "
+                       "with Hv a multiple of Hk, not ")
+           << str(q) << ", " << str(k) << " and " << str(v);
+  SmallVector<int64_t> heads{v[0], v[1], v[2]};
+  if (failed(expectShape(*this, getG(), heads, "g")) ||
+      failed(expectShape(*this, getBeta(), heads, "beta")) ||
+      failed(expectShape(*this, getO(), v, "o")))
+    return failure();
+  return success();
+}
+
 LogicalResult SwigluOp::verify() {
   if (failed(verifyElementwise(*this)))
     return failure();

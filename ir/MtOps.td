@@ -467,6 +467,27 @@ def Mt_CausalConvOp : Mt_PrimOp<"causal_conv"> {
   let assemblyFormat = "$x `,` $w attr-dict `:` functional-type(operands, results)";
 }
 
+def Mt_GatedDeltaOp : Mt_PrimOp<"gated_delta"> {
+  let summary = "the gated delta rule: linear attention with a decaying state";
+  let description = [{
+    q, k [B, S, Hk, Dk], v [B, S, Hv, Dv], g and beta [B, S, Hv], Hv a
+    multiple of Hk (value head h reads key head h / (Hv / Hk)). Per batch
+    and value head a state M [Dk, Dv] starts at 0 and, position by
+    position: M ← exp(g) · M; δ = beta · (v − Mᵀk); M ← M + k δᵀ; the
+    output is Mᵀq. Gated DeltaNet's core (Qwen3.5, Qwen3-Next); queries and
+    keys come normalized and scaled.
+
+    ```mlir
+    %o = mt.gated_delta %q, %k, %v, %g, %beta : (tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4xf32>, tensor<2x16x4xf32>) -> tensor<2x16x4x8xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$q, Mt_FloatTensor:$k,
+                       Mt_FloatTensor:$v, Mt_FloatTensor:$g,
+                       Mt_FloatTensor:$beta);
+  let results = (outs Mt_FloatTensor:$o);
+  let assemblyFormat = "$q `,` $k `,` $v `,` $g `,` $beta attr-dict `:` functional-type(operands, results)";
+}
+
 def Mt_SwigluOp : Mt_PrimOp<"swiglu"> {
   let summary = "y = silu(gate) · up";
   let description = [{

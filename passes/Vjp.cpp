@@ -205,6 +205,17 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
       addGradient(p, d);
     return success();
   }
+  if (auto d = dyn_cast<GatedDeltaOp>(op)) {
+    SmallVector<Value> primals{d.getQ(), d.getK(), d.getV(), d.getG(),
+                               d.getBeta()};
+    SmallVector<Value> operands{dy};
+    operands.append(primals);
+    Operation *g =
+        create(loc, "mt.gated_delta_grad", operands, typesOf(primals));
+    for (auto [p, dp] : llvm::zip(primals, g->getResults()))
+      addGradient(p, dp);
+    return success();
+  }
   if (auto s = dyn_cast<XieluOp>(op)) {
     SmallVector<Value> primals{s.getX(), s.getAlphaP(), s.getAlphaN()};
     Operation *g = create(loc, "mt.xielu_grad",

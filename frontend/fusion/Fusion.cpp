@@ -59,8 +59,8 @@ void fuseIdioms(Graph &g) {
   // idioms consult ("used only by this Mul"), stay exact.
   for (void (*step)(Graph &) :
        {removeNoOps, fuseEmbeddings, fuseNorms, fuseGelu, fuseMoe,
-        fuseCausalConv, fuseActivations, fuseRope, fuseAttention, fuseSoftcaps,
-        fuseLinear, lowerRemaining}) {
+        fuseCausalConv, fuseGatedDelta, fuseActivations, fuseRope,
+        fuseAttention, fuseSoftcaps, fuseLinear, lowerRemaining}) {
     step(g);
     g.removeDeadNodes();
   }

@@ -281,6 +281,8 @@ void lower(Graph &g, Tables &tables, Node *n) {
     replaceWithPrimitive(g, n, "mt.mul", {x, x}, n->out()->shape);
   } else if (op == "Div" && isActivation(x) && constScalar(n->in(1))) {
     lowerScale(g, n, x, 1.0 / *constScalar(n->in(1)));
+  } else if (op == "Neg" && isActivation(x)) {
+    lowerScale(g, n, x, -1.0);
   } else if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
              op == "Flatten") {
     if (x->shape == n->out()->shape)

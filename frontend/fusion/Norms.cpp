@@ -2,12 +2,16 @@
 //
 // Recognized forms, normalizing over the last dim:
 //   RMSNorm   x / Sqrt(ReduceMean(x²) + eps), or x · Reciprocal(Sqrt(..)),
-//             x · Div(1, Sqrt(..)), or x · Pow(.., -0.5); x² as Pow(x, 2) or x·x; then an optional
-//             Mul by a [D] weight, or by c + weight (Gemma's 1 + w). Also RMSNormalization (opset 23) and
+//             x · Div(1, Sqrt(..)), or x · Pow(.., -0.5); x² as Pow(x, 2) or
+//             x·x; then an optional Mul by a [D] weight, or by c + weight
+//             (Gemma's 1 + w). Also RMSNormalization (opset 23) and
 //             com.microsoft SimplifiedLayerNormalization.
 //   LayerNorm d = x - ReduceMean(x); d / Sqrt(ReduceMean(d²) + eps) with the
 //             same variants, optional Mul by weight and Add of bias; and
 //             LayerNormalization (opset 17).
+//   L2 norm   x / Sqrt(ReduceSum(x²) + eps) in the same forms, weightless
+//             (gated DeltaNet's queries and keys): as sum = D · mean, it is
+//             a weightless RMSNorm with eps / D, scaled by 1 / √D.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -15,6 +19,7 @@
 #include "frontend/Error.h"
 #include "frontend/fusion/Match.h"
 
+#include <cmath>
 #include <tuple>
 
 namespace mt::onnx_import {
@@ -29,6 +34,16 @@ Value *meanOverLastDim(Value *v) {
   if (r->getInts("axes") != std::vector<int64_t>{x->rank() - 1})
     return nullptr;
   return x;
+}
+
+// A ReduceSum over exactly the last dim, keeping it.
+Value *sumOverLastDim(Value *v) {
+  Node *r = producer(v, "ReduceSum");
+  if (!r || !r->getInt("keepdims", 1))
+    return nullptr;
+  Value *x = r->in(0);
+  return r->getInts("axes") == std::vector<int64_t>{x->rank() - 1} ? x
+                                                                   : nullptr;
 }
 
 // x² as Pow(x, 2) or Mul(x, x); returns x.
@@ -177,6 +192,17 @@ void emitRmsNorm(Graph &g, Node *root, Value *x, Value *weight, double eps,
   g.replaceAllUses(root->out(), y);
 }
 
+// x / √(Σx² + eps) = rms_norm(x; eps / D) / √D.
+void emitL2Norm(Graph &g, Node *root, Value *x, double eps) {
+  const double d = double(x->dim(-1));
+  Node *norm = g.newNode("mt.rms_norm", root->name, {x}, root);
+  norm->setFloat("eps", eps / d);
+  Value *n = g.addOutput(norm, DType::F32, x->shape);
+  n->fromInput = true;
+  replaceWithPrimitive(g, root, "mt.scale", {n}, x->shape)
+      ->setFloat("factor", 1.0 / std::sqrt(d));
+}
+
 void emitLayerNorm(Graph &g, Node *root, Value *x, Value *weight, Value *bias,
                    double eps) {
   Node *n = replaceWithPrimitive(g, root, "mt.layer_norm", {x, weight, bias},
@@ -215,7 +241,10 @@ void fuseDecomposed(Graph &g, Node *n) {
   if (Value *sq = meanOverLastDim(m->meanSquare); sq && squared(sq) == m->x) {
     Affine a = matchAffine(n, d, false);
     emitRmsNorm(g, a.root, m->x, a.weight, m->eps, a.weightOffset);
+    return;
   }
+  if (Value *sq = sumOverLastDim(m->meanSquare); sq && squared(sq) == m->x)
+    emitL2Norm(g, n, m->x, m->eps);
 }
 
 } // namespace

@@ -150,6 +150,25 @@ void inferAttention(OpContext &ctx) {
               "training");
 }
 
+// MegaTrain's own node for the gated delta rule (docs/importer.md): q, k
+// [B, S, Hk, Dk], v [B, S, Hv, Dv], g and beta [B, S, Hv], Hv a multiple of
+// Hk; the output is v's shape.
+void inferGatedDeltaRule(OpContext &ctx) {
+  const Shape &q = ctx.shape(0), &k = ctx.shape(1), &v = ctx.shape(2),
+              &g = ctx.shape(3), &beta = ctx.shape(4);
+  if (q.size() != 4 || k != q || v.size() != 4 || v[0] != q[0] ||
+      v[1] != q[1] || v[2] % q[2] != 0)
+    ctx.error("expects q and k [B, S, Hk, Dk] and v [B, S, Hv, Dv] with Hv a "
+              "multiple of Hk, got q {}, k {}, v {}",
+              shapeStr(q), shapeStr(k), shapeStr(v));
+  const Shape heads{v[0], v[1], v[2]};
+  if (g != heads || beta != heads)
+    ctx.error("g and beta must be {} (one per value head and position), got "
+              "{} and {}",
+              shapeStr(heads), shapeStr(g), shapeStr(beta));
+  ctx.setOutput(0, ctx.in(2).dtype, v);
+}
+
 } // namespace
 
 void addNeuralHandlers(std::vector<OpHandler> &t) {
@@ -168,6 +187,8 @@ void addNeuralHandlers(std::vector<OpHandler> &t) {
   t.push_back({"com.microsoft", "Gelu", 1, inferSameAsInput, nullptr});
   t.push_back({"com.microsoft", "FastGelu", 1, inferSameAsInput, nullptr});
   t.push_back({"", "Attention", 23, inferAttention, nullptr});
+  t.push_back(
+      {"ai.megatrain", "GatedDeltaRule", 1, inferGatedDeltaRule, nullptr});
 }
 
 } // namespace mt::onnx_import

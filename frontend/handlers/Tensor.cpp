@@ -733,6 +733,59 @@ void inferScatterND(OpContext &ctx) {
   ctx.setOutput(0, ctx.in(0).dtype, data);
 }
 
+// Scatters on compile-time values (Qwen3.5's interleaved multimodal rotary
+// table, assembled from its three position streams), without reduction;
+// duplicate indices resolve in index order. Tables past kScatterFoldElems
+// are left for the lowering to refuse.
+constexpr int64_t kScatterFoldElems = int64_t(1) << 24;
+
+std::vector<ConstPtr> foldScatterElements(OpContext &ctx) {
+  ConstPtr data = ctx.in(0).constant, idx = ctx.in(1).constant,
+           upd = ctx.in(2).constant;
+  if (ctx.node.getString("reduction", "none") != "none" ||
+      data->numel > kScatterFoldElems)
+    return {nullptr};
+  const int64_t axis = ctx.node.getInt("axis", 0), d = data->shape[axis];
+  std::vector<double> out(size_t(data->numel));
+  for (int64_t i = 0; i < data->numel; ++i)
+    out[size_t(i)] = data->at(i);
+  std::vector<int64_t> c;
+  for (int64_t i = 0; i < idx->numel; ++i) {
+    int64_t j = toInt(idx->at(i));
+    if (j < -d || j >= d)
+      ctx.error("index {} is out of range for axis {} of size {}", j, axis, d);
+    unravel(i, idx->shape, c);
+    c[size_t(axis)] = j < 0 ? j + d : j;
+    out[size_t(ravel(c, data->shape))] = upd->at(i);
+  }
+  return {denseConst(data->dtype, data->shape, std::move(out))};
+}
+
+std::vector<ConstPtr> foldScatterND(OpContext &ctx) {
+  ConstPtr data = ctx.in(0).constant, idx = ctx.in(1).constant,
+           upd = ctx.in(2).constant;
+  if (ctx.node.getString("reduction", "none") != "none" ||
+      data->numel > kScatterFoldElems)
+    return {nullptr};
+  const int64_t k = idx->shape.back(), tuples = idx->numel / k;
+  const int64_t slice = tuples ? upd->numel / tuples : 0;
+  std::vector<double> out(size_t(data->numel));
+  for (int64_t i = 0; i < data->numel; ++i)
+    out[size_t(i)] = data->at(i);
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t at = 0;
+    for (int64_t e = 0; e < k; ++e) {
+      int64_t j = toInt(idx->at(t * k + e)), d = data->shape[size_t(e)];
+      if (j < -d || j >= d)
+        ctx.error("index {} is out of range for dim {} of size {}", j, e, d);
+      at = at * d + (j < 0 ? j + d : j);
+    }
+    for (int64_t r = 0; r < slice; ++r)
+      out[size_t(at * slice + r)] = upd->at(t * slice + r);
+  }
+  return {denseConst(data->dtype, data->shape, std::move(out))};
+}
+
 void inferTopK(OpContext &ctx) {
   const Shape &x = ctx.shape(0);
   const int64_t axis = ctx.axis(ctx.node.getInt("axis", -1), x.size());
@@ -767,8 +820,9 @@ void addTensorHandlers(std::vector<OpHandler> &t) {
                foldGatherElements});
   t.push_back({"", "GatherND", 13, inferGatherND, foldGatherND});
   t.push_back({"", "TopK", 11, inferTopK, nullptr});
-  t.push_back({"", "ScatterElements", 13, inferScatterElements, nullptr});
-  t.push_back({"", "ScatterND", 13, inferScatterND, nullptr});
+  t.push_back(
+      {"", "ScatterElements", 13, inferScatterElements, foldScatterElements});
+  t.push_back({"", "ScatterND", 13, inferScatterND, foldScatterND});
   t.push_back({"", "Expand", 13, inferExpand, foldExpand});
   t.push_back({"", "ConstantOfShape", 9, inferConstantOfShape, nullptr});
   t.push_back({"", "Range", 11, inferRange, nullptr});

@@ -9,11 +9,15 @@ export venv that tools/install-export-venv.sh makes (.venv-export):
 --opset asks the exporter for another opset (below 20 it writes GELU out in
 Pow, Tanh and products rather than as one Gelu).
 """
+import os
 import sys
 
 import torch
 import transformers as T
 from export_common import build  # run by path, from the export venv
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+import gated_delta_node  # noqa: E402  (tools/, beside the compiler)
 
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
@@ -25,6 +29,11 @@ NEOX = {k: v for k, v in COMMON.items() if k != "num_key_value_heads"}
 # keys of a 16-dim part without position and an 8-dim rotary part.
 MLA = dict(COMMON, head_dim=8, num_key_value_heads=4, kv_lora_rank=16, qk_rope_head_dim=8,
            qk_nope_head_dim=16, v_head_dim=16)
+
+# Gated DeltaNet hybrids: three linear-attention layers to one full one.
+GATED_DELTA = dict(COMMON, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2,
+                   linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+                   linear_conv_kernel_dim=4)
 
 ARCHITECTURES = {
     "llama": (T.LlamaConfig, COMMON, T.LlamaForCausalLM),
@@ -421,6 +430,27 @@ ARCHITECTURES = {
                              swa_q_lora_rank=24, swa_kv_lora_rank=24, swa_head_dim=24,
                              swa_qk_nope_head_dim=16, swa_v_head_dim=16, pad_token_id=0),
                         T.Dots3NoteForCausalLM),
+    # Qwen3.5 (text): three gated DeltaNet layers (a causal conv over q, k
+    # and v, the scan with 4 value heads on 2 key heads, an RMSNorm gated by
+    # SiLU) to a full-attention layer with a sigmoid-gated output, q/k norms
+    # and the interleaved multimodal rotary on a quarter of the head.
+    # Qwen3.5 MoE and Qwen3-Next: the same layers with routed experts and a
+    # sigmoid-gated shared expert. Exported through tools/gated_delta_node.py.
+    "qwen3_5": (T.Qwen3_5TextConfig, GATED_DELTA, T.Qwen3_5ForCausalLM),
+    "qwen3_5_moe": (T.Qwen3_5MoeTextConfig, dict(GATED_DELTA, num_experts=4, num_experts_per_tok=2,
+                                                 moe_intermediate_size=32,
+                                                 shared_expert_intermediate_size=32),
+                    T.Qwen3_5MoeForCausalLM),
+    "qwen3_next": (T.Qwen3NextConfig, dict(GATED_DELTA, num_experts=4, num_experts_per_tok=2,
+                                           moe_intermediate_size=32,
+                                           shared_expert_intermediate_size=32),
+                   T.Qwen3NextForCausalLM),
+    # OLMo hybrid: gated DeltaNet layers whose beta may reach 2 (negative
+    # eigenvalues), to a full-attention layer; Lara 4 Mini: the same
+    # linear layers among attention ones, with routed experts.
+    "olmo_hybrid": (T.OlmoHybridConfig, dict(GATED_DELTA, pad_token_id=0),
+                    T.OlmoHybridForCausalLM),
+    "lara_mini": (T.LaraMiniConfig, GATED_DELTA, T.LaraMiniForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),
@@ -458,10 +488,20 @@ def export(name, path, seed=0, opset=None):
         real_llama4_rotary()
     model = build(ARCHITECTURES, name, seed)
     ids = torch.randint(0, 256, (2, 16))
+    table = None
+    if "linear_num_value_heads" in ARCHITECTURES[name][1]:
+        # The node must compute what transformers' chunked scan does.
+        with torch.no_grad():
+            chunked = model(ids)
+            table = gated_delta_node.install()
+            recurrent = model(ids)
+        if not torch.allclose(chunked, recurrent, rtol=1e-4, atol=1e-5):
+            sys.exit(f"error: {name}: the GatedDeltaRule op's logits differ from transformers' "
+                     f"by {(chunked - recurrent).abs().max().item():.3g}")
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=128)
     torch.onnx.export(model, (ids,), path, input_names=["input_ids"], output_names=["logits"],
                       dynamic_shapes={"ids": {0: batch, 1: seq}}, dynamo=True,
-                      external_data=False, opset_version=opset)
+                      external_data=False, opset_version=opset, custom_translation_table=table)
 
 
 if __name__ == "__main__":

@@ -119,6 +119,12 @@ class CudaEmulatedTrainer(unittest.TestCase):
         # on the grouped tensor-core path, in 2 chunks of 16 of 32 tokens.
         self.check(self.dynamo_export("gemma4_moe"), "gemma4_moe", "--mlp-chunk-tokens", "16")
 
+    def test_qwen3_5_gated_delta(self):
+        # Qwen3.5's gated DeltaNet layers: the scan's CUDA kernels (state
+        # checkpoints and per-tile partial sums in kernel scratch) and the
+        # causal convolution, through the generated calls.
+        self.check(self.dynamo_export("qwen3_5"), "qwen3_5", "--micro-batches", "2")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -152,3 +152,25 @@ def _attention(node, q, k, v, mask=None, past_key=None, past_value=None, nonpad_
     mode = node.attr("qk_matmul_output_mode", 0)
     qk_out = {0: qk, 1: qk, 2: scores, 3: probs}[mode]
     return [y, present_key, present_value, qk_out]
+
+
+@op("GatedDeltaRule", 1, domain="ai.megatrain")
+def _gated_delta_rule(node, q, k, v, g, beta):
+    """MegaTrain's gated delta rule node (docs/importer.md), position by
+    position: per batch and value head a state M [Dk, Dv] from 0 decays by
+    exp(g), takes the rank-1 correction k·δᵀ with δ = beta·(v − Mᵀk), and
+    reads out Mᵀq. Value head h reads key head h // (Hv / Hk)."""
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[2] % q.shape[2]:
+        raise OracleError(f"GatedDeltaRule: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+                          f"v {tuple(v.shape)} are not [B, S, Hk, Dk] and [B, S, Hv, Dv]")
+    group = v.shape[2] // q.shape[2]
+    q, k = q.repeat_interleave(group, 2), k.repeat_interleave(group, 2)
+    state = torch.zeros(v.shape[0], v.shape[2], q.shape[3], v.shape[3], dtype=v.dtype)
+    out = []
+    for t in range(v.shape[1]):
+        state = state * torch.exp(g[:, t])[..., None, None]
+        kt = k[:, t]
+        delta = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", state, kt))
+        state = state + kt[..., :, None] * delta[..., None, :]
+        out.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
+    return torch.stack(out, 1)

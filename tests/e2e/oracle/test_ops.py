@@ -407,6 +407,31 @@ class Pad(unittest.TestCase):
         np.testing.assert_array_equal(y, [[1, 2, 3, 7, 7], [4, 5, 6, 7, 7]])
 
 
+class GatedDeltaRule(unittest.TestCase):
+    def test_two_positions_by_hand(self):
+        # Dk = Dv = 1: M = 0; t0: δ = 0.5·(4 − 0) = 2, M = 1·2 = 2, o = 2·2 = 4;
+        # t1: M = 0.5·2 = 1, δ = 1·(2 − 1·0.5) = 1.5, M = 1 + 0.5·1.5 = 1.75,
+        # o = 1.75·3 = 5.25.
+        q, k, v = (np.array(a).reshape(1, 2, 1, 1) for a in ([2.0, 3.0], [1.0, 0.5], [4.0, 2.0]))
+        g = np.log(np.array([1.0, 0.5])).reshape(1, 2, 1)
+        beta = np.array([0.5, 1.0]).reshape(1, 2, 1)
+        o = run_node("GatedDeltaRule", [q, k, v, g, beta], opset=1, domain="ai.megatrain")[0]
+        np.testing.assert_allclose(o.ravel(), [4.0, 5.25], rtol=1e-12)
+
+    def test_value_heads_share_a_key_head(self):
+        # Two value heads on one key head: each runs as the single-head
+        # rule with its own v, g and beta.
+        rng = np.random.default_rng(3)
+        q, k = rng.normal(size=(2, 5, 1, 3)), rng.normal(size=(2, 5, 1, 3))
+        v = rng.normal(size=(2, 5, 2, 4))
+        g, beta = -rng.uniform(0, 1, (2, 5, 2)), rng.uniform(0, 1, (2, 5, 2))
+        o = run_node("GatedDeltaRule", [q, k, v, g, beta], opset=1, domain="ai.megatrain")[0]
+        for h in range(2):
+            one = run_node("GatedDeltaRule", [q, k, v[:, :, h:h + 1], g[:, :, h:h + 1],
+                                              beta[:, :, h:h + 1]], opset=1, domain="ai.megatrain")[0]
+            np.testing.assert_allclose(o[:, :, h:h + 1], one, rtol=1e-12)
+
+
 class ScatterElements(unittest.TestCase):
     def test_writes_updates_at_indices_along_axis(self):
         x = np.zeros((2, 4))

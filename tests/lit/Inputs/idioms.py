@@ -486,6 +486,69 @@ def _(g):
     return _causal_conv(g, [0, 0], pad_op=True)
 
 
+def _l2norm(g, t):
+    """t · Reciprocal(Sqrt(ReduceSum(t·t, last axis) + eps)), transformers' l2norm."""
+    ss = g.op("ReduceSum", g.op("Mul", t, t), g.ints(-1), keepdims=1)
+    return g.op("Mul", t, g.op("Reciprocal", g.op("Sqrt", g.op("Add", ss, g.const(EPS)))))
+
+
+def _gated_delta_ref(q, k, v, g, beta):
+    """The rule literally: per batch and value head, M [Dk, Dv] from 0."""
+    group = v.shape[2] // q.shape[2]
+    o = np.zeros_like(v)
+    for b in range(v.shape[0]):
+        for h in range(v.shape[2]):
+            m = np.zeros((q.shape[3], v.shape[3]))
+            for t in range(v.shape[1]):
+                kt, qt = k[b, t, h // group], q[b, t, h // group]
+                m = np.exp(g[b, t, h]) * m
+                m = m + np.outer(kt, beta[b, t, h] * (v[b, t, h] - m.T @ kt))
+                o[b, t, h] = m.T @ qt
+    return o
+
+
+@idiom("gated-delta", "ai.megatrain.GatedDeltaRule(q, k, v, g, beta): q and k [B,S,2,4] "
+       "L2-normed by ReduceSum (q also scaled by 1/2), v [B,S,4,4], g = Neg(Softplus(.)), "
+       "beta = Sigmoid(.), from projections of x (gated DeltaNet)",
+       domains={"ai.megatrain": 1})
+def _(g):
+    x = x_input(g)
+    heads = lambda t, h, d: g.op("Reshape", t, g.ints(0, 0, h, d))  # noqa: E731
+    (q, Wq), (k, Wk) = matmul(g, x, HIDDEN, 8, "q.weight"), matmul(g, x, HIDDEN, 8, "k.weight")
+    (v, Wv), (a, Wa) = matmul(g, x, HIDDEN, 16, "v.weight"), matmul(g, x, HIDDEN, 4, "a.weight")
+    b, Wb = matmul(g, x, HIDDEN, 4, "b.weight")
+    q = g.op("Mul", _l2norm(g, heads(q, 2, 4)), g.const(0.5))
+    k = _l2norm(g, heads(k, 2, 4))
+    o = g.op("GatedDeltaRule", q, k, heads(v, 4, 4), g.op("Neg", g.op("Softplus", a)),
+             g.op("Sigmoid", b), domain="ai.megatrain")
+    y_output(g, g.op("Reshape", o, g.ints(0, 0, 16)), HIDDEN)
+
+    def ref(f):
+        xs = f["x"]
+        bs, sl = xs.shape[:2]
+
+        def l2(t):
+            return t / np.sqrt((t * t).sum(-1, keepdims=True) + EPS)
+        qs = 0.5 * l2((xs @ Wq).reshape(bs, sl, 2, 4))
+        ks = l2((xs @ Wk).reshape(bs, sl, 2, 4))
+        gs = -np.log1p(np.exp(xs @ Wa))
+        betas = 1 / (1 + np.exp(-(xs @ Wb)))
+        return _gated_delta_ref(qs, ks, (xs @ Wv).reshape(bs, sl, 4, 4), gs, betas).reshape(bs, sl, 16)
+    return ref
+
+
+@idiom("bad-gated-delta-heads", "GatedDeltaRule with 3 value heads on 2 key heads (no grouping)",
+       domains={"ai.megatrain": 1})
+def _(g):
+    x = x_input(g)
+    heads = lambda t, h, d: g.op("Reshape", t, g.ints(0, 0, h, d))  # noqa: E731
+    q, k = heads(matmul(g, x, HIDDEN, 8, "q.weight")[0], 2, 4), heads(matmul(g, x, HIDDEN, 8, "k.weight")[0], 2, 4)
+    v = heads(matmul(g, x, HIDDEN, 12, "v.weight")[0], 3, 4)
+    a, b = matmul(g, x, HIDDEN, 3, "a.weight")[0], matmul(g, x, HIDDEN, 3, "b.weight")[0]
+    o = g.op("GatedDeltaRule", q, k, v, a, b, domain="ai.megatrain")
+    y_output(g, g.op("Reshape", o, g.ints(0, 0, 12)), 12)
+
+
 @idiom("pad-token-shift", "Add(x, Pad(x, pads [0,1,0, 0,-1,0])): each position also gets the "
        "one before it, zeros at the first (a token shift: padded before, cropped after)")
 def _(g):

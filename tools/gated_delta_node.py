@@ -1,0 +1,103 @@
+"""Export gated DeltaNet layers (Qwen3.5, Qwen3.5 MoE, Qwen3-Next, OLMo
+hybrid, Lara 4 Mini) for MegaTrain: each layer's scan becomes one
+ai.megatrain.GatedDeltaRule node.
+
+torch's exporter traces transformers' chunked scan as a Python loop over a
+sequence length it then fixes, unrolled, which no layer template can
+stream. install() swaps that scan for a custom op that exports as one node
+(docs/importer.md, "Linear attention"), with queries and keys
+L2-normalized and the query scaled by 1/√Dk beforehand, in ordinary ops:
+
+    import gated_delta_node                      # tools/ on sys.path
+    table = gated_delta_node.install()
+    torch.onnx.export(model, (ids,), "model.onnx", dynamo=True,
+                      custom_translation_table=table, ...)
+
+Run in the export venv (tools/install-export-venv.sh): needs torch,
+transformers and onnxscript.
+"""
+import importlib
+
+import onnx
+import onnxscript
+import torch
+
+DOMAIN = "ai.megatrain"
+MODULES = ("qwen3_5", "qwen3_5_moe", "qwen3_next", "olmo_hybrid", "lara_mini")
+
+
+def _recurrent(q, k, v, g, beta):
+    """The rule position by position, in float32 (eager runs only)."""
+    group = v.shape[2] // q.shape[2]
+    q, k = q.repeat_interleave(group, 2).float(), k.repeat_interleave(group, 2).float()
+    state = v.new_zeros(v.shape[0], v.shape[2], q.shape[3], v.shape[3], dtype=torch.float32)
+    out = []
+    for t in range(v.shape[1]):
+        state = state * g[:, t].float().exp()[..., None, None]
+        kt = k[:, t]
+        delta = beta[:, t, :, None].float() * (v[:, t].float() - torch.einsum("bhkv,bhk->bhv", state, kt))
+        state = state + kt[..., :, None] * delta[..., None, :]
+        out.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
+    return torch.stack(out, 1).to(v.dtype)
+
+
+def _define_op():
+    if hasattr(torch.ops.megatrain, "gated_delta_rule"):
+        return torch.ops.megatrain.gated_delta_rule
+
+    @torch.library.custom_op("megatrain::gated_delta_rule", mutates_args=())
+    def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                         beta: torch.Tensor) -> torch.Tensor:
+        return _recurrent(q, k, v, g, beta)
+
+    @gated_delta_rule.register_fake
+    def _(q, k, v, g, beta):
+        return torch.empty_like(v)
+
+    return torch.ops.megatrain.gated_delta_rule
+
+
+def _register_schema():
+    try:
+        onnx.defs.get_schema("GatedDeltaRule", 1, DOMAIN)
+        return
+    except onnx.defs.SchemaError:
+        pass
+    types = [("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")]
+    onnx.defs.register_schema(onnx.defs.OpSchema(
+        "GatedDeltaRule", DOMAIN, 1,
+        inputs=[onnx.defs.OpSchema.FormalParameter(n, "T") for n in ("q", "k", "v", "g", "beta")],
+        outputs=[onnx.defs.OpSchema.FormalParameter("o", "T")],
+        type_constraints=types))
+
+
+def _l2norm(x, eps=1e-6):
+    # transformers' (and FLA's) l2norm: x / √(Σx² + eps) over the head.
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def install():
+    """Routes the chunked scan of every module in MODULES through the custom
+    op; returns the custom_translation_table for torch.onnx.export."""
+    op = _define_op()
+    _register_schema()
+
+    def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_state=None,
+                               output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs):
+        if initial_state is not None or output_final_state:
+            raise NotImplementedError("a recurrent state (a cache) does not export for training")
+        if use_qk_l2norm_in_kernel:
+            query, key = _l2norm(query), _l2norm(key)
+        query = query * query.shape[-1] ** -0.5
+        return op(query, key, value, g, beta), None
+
+    for name in MODULES:
+        module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        module.torch_chunk_gated_delta_rule = chunk_gated_delta_rule
+
+    opset = onnxscript.values.Opset(DOMAIN, 1)
+
+    def to_onnx(q, k, v, g, beta):
+        return opset.GatedDeltaRule(q, k, v, g, beta)
+
+    return {op.default: to_onnx}
