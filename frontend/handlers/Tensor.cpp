@@ -739,6 +739,14 @@ void inferScatterND(OpContext &ctx) {
 // are left for the lowering to refuse.
 constexpr int64_t kScatterFoldElems = int64_t(1) << 24;
 
+// A scatter's output before its updates: a copy of data.
+std::vector<double> scatterBase(const Const &data) {
+  std::vector<double> out(size_t(data.numel));
+  for (int64_t i = 0; i < data.numel; ++i)
+    out[size_t(i)] = data.at(i);
+  return out;
+}
+
 std::vector<ConstPtr> foldScatterElements(OpContext &ctx) {
   ConstPtr data = ctx.in(0).constant, idx = ctx.in(1).constant,
            upd = ctx.in(2).constant;
@@ -746,9 +754,7 @@ std::vector<ConstPtr> foldScatterElements(OpContext &ctx) {
       data->numel > kScatterFoldElems)
     return {nullptr};
   const int64_t axis = ctx.node.getInt("axis", 0), d = data->shape[axis];
-  std::vector<double> out(size_t(data->numel));
-  for (int64_t i = 0; i < data->numel; ++i)
-    out[size_t(i)] = data->at(i);
+  std::vector<double> out = scatterBase(*data);
   std::vector<int64_t> c;
   for (int64_t i = 0; i < idx->numel; ++i) {
     int64_t j = toInt(idx->at(i));
@@ -769,9 +775,7 @@ std::vector<ConstPtr> foldScatterND(OpContext &ctx) {
     return {nullptr};
   const int64_t k = idx->shape.back(), tuples = idx->numel / k;
   const int64_t slice = tuples ? upd->numel / tuples : 0;
-  std::vector<double> out(size_t(data->numel));
-  for (int64_t i = 0; i < data->numel; ++i)
-    out[size_t(i)] = data->at(i);
+  std::vector<double> out = scatterBase(*data);
   for (int64_t t = 0; t < tuples; ++t) {
     int64_t at = 0;
     for (int64_t e = 0; e < k; ++e) {
