@@ -184,11 +184,18 @@ LogicalResult CausalConvGradOp::verify() {
   return checkResults(*this, getResults(), {getX(), getW()});
 }
 
-LogicalResult GatedDeltaGradOp::verify() {
-  if (failed(sameType(*this, getDout(), getV(), "dout")))
+template <class ScanGradOp>
+static LogicalResult verifyGatedScanGrad(ScanGradOp op) {
+  if (failed(sameType(op, op.getDout(), op.getV(), "dout")))
     return failure();
-  return checkResults(*this, getResults(),
-                      {getQ(), getK(), getV(), getG(), getBeta()});
+  return checkResults(op, op.getResults(),
+                      {op.getQ(), op.getK(), op.getV(), op.getG(),
+                       op.getBeta()});
+}
+
+LogicalResult GatedDeltaGradOp::verify() { return verifyGatedScanGrad(*this); }
+LogicalResult GatedLinearGradOp::verify() {
+  return verifyGatedScanGrad(*this);
 }
 
 LogicalResult XieluGradOp::verify() {

@@ -253,6 +253,19 @@ def Mt_GatedDeltaGradOp : Mt_GradOp<"gated_delta_grad"> {
                       Mt_GradTensor:$dbeta);
 }
 
+def Mt_GatedLinearGradOp : Mt_GradOp<"gated_linear_grad"> {
+  let summary = "dq, dk, dv, dg, dbeta of mt.gated_linear";
+  let description = [{
+    As mt.gated_delta_grad, without the delta rule's terms.
+  }];
+  let arguments = (ins Mt_GradTensor:$dout, Mt_GradTensor:$q,
+                       Mt_GradTensor:$k, Mt_GradTensor:$v, Mt_GradTensor:$g,
+                       Mt_GradTensor:$beta);
+  let results = (outs Mt_GradTensor:$dq, Mt_GradTensor:$dk,
+                      Mt_GradTensor:$dv, Mt_GradTensor:$dg,
+                      Mt_GradTensor:$dbeta);
+}
+
 def Mt_XieluGradOp : Mt_GradOp<"xielu_grad"> {
   let summary = "dx, dαp, dαn of mt.xielu";
   let description = [{

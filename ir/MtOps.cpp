@@ -292,22 +292,26 @@ LogicalResult CausalConvOp::verify() {
   return success();
 }
 
-LogicalResult GatedDeltaOp::verify() {
-  if (failed(expectStatic(*this)))
+/// mt.gated_delta's and mt.gated_linear's shapes.
+template <class ScanOp> static LogicalResult verifyGatedScan(ScanOp op) {
+  if (failed(expectStatic(op)))
     return failure();
-  auto q = shapeOf(getQ()), k = shapeOf(getK()), v = shapeOf(getV());
+  auto q = shapeOf(op.getQ()), k = shapeOf(op.getK()), v = shapeOf(op.getV());
   if (q.size() != 4 || k != q || v.size() != 4 || v[0] != q[0] ||
       v[1] != q[1] || v[2] % q[2] != 0)
-    return emitOpError("expects q and k [B, S, Hk, Dk] and v [B, S, Hv, Dv] "
-                       "with Hv a multiple of Hk, not ")
+    return op.emitOpError("expects q and k [B, S, Hk, Dk] and v [B, S, Hv, "
+                          "Dv] with Hv a multiple of Hk, not ")
            << str(q) << ", " << str(k) << " and " << str(v);
   SmallVector<int64_t> heads{v[0], v[1], v[2]};
-  if (failed(expectShape(*this, getG(), heads, "g")) ||
-      failed(expectShape(*this, getBeta(), heads, "beta")) ||
-      failed(expectShape(*this, getO(), v, "o")))
+  if (failed(expectShape(op, op.getG(), heads, "g")) ||
+      failed(expectShape(op, op.getBeta(), heads, "beta")) ||
+      failed(expectShape(op, op.getO(), v, "o")))
     return failure();
   return success();
 }
+
+LogicalResult GatedDeltaOp::verify() { return verifyGatedScan(*this); }
+LogicalResult GatedLinearOp::verify() { return verifyGatedScan(*this); }
 
 LogicalResult SwigluOp::verify() {
   if (failed(verifyElementwise(*this)))

@@ -488,6 +488,25 @@ def Mt_GatedDeltaOp : Mt_PrimOp<"gated_delta"> {
   let assemblyFormat = "$q `,` $k `,` $v `,` $g `,` $beta attr-dict `:` functional-type(operands, results)";
 }
 
+def Mt_GatedLinearOp : Mt_PrimOp<"gated_linear"> {
+  let summary = "gated linear attention: a decaying state, no delta rule";
+  let description = [{
+    Operands as mt.gated_delta's. Per batch and value head a state M
+    [Dk, Dv] starts at 0 and, position by position: M ← exp(g) · M;
+    M ← M + k (beta · v)ᵀ; the output is Mᵀq. Mamba-2's state space model
+    (the SSD scan): k = B, q = C, v = x, beta = dt, g = dt · A.
+
+    ```mlir
+    %o = mt.gated_linear %q, %k, %v, %g, %beta : (tensor<2x16x1x8xf32>, tensor<2x16x1x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4xf32>, tensor<2x16x4xf32>) -> tensor<2x16x4x8xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$q, Mt_FloatTensor:$k,
+                       Mt_FloatTensor:$v, Mt_FloatTensor:$g,
+                       Mt_FloatTensor:$beta);
+  let results = (outs Mt_FloatTensor:$o);
+  let assemblyFormat = "$q `,` $k `,` $v `,` $g `,` $beta attr-dict `:` functional-type(operands, results)";
+}
+
 def Mt_SwigluOp : Mt_PrimOp<"swiglu"> {
   let summary = "y = silu(gate) · up";
   let description = [{

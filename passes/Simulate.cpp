@@ -156,16 +156,19 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     flops =
         2 * tokens * (e * h + k * 3 * i * h) * (isa<MoeGradOp>(op) ? 3.0 : 1.0);
     eff = groupedGemmEfficiency(tokens * k / e, h, i);
-  } else if (isa<GatedDeltaOp, GatedDeltaGradOp>(op)) {
+  } else if (isa<GatedDeltaOp, GatedDeltaGradOp, GatedLinearOp,
+                 GatedLinearGradOp>(op)) {
     // Per position and value head: decay, Mᵀk, the rank-1 update and Mᵀq,
-    // 8·Dk·Dv in all; the backward replays the forward from checkpoints
-    // and does twice its work. The scan runs on CUDA cores in f32, about
-    // a fifteenth of the tensor cores' bf16 rate, and half that again for
-    // its sequential steps.
-    Value v = op->getOperand(isa<GatedDeltaOp>(op) ? 2 : 3);
-    Value q = op->getOperand(isa<GatedDeltaOp>(op) ? 0 : 1);
+    // 8·Dk·Dv in all (the kernels take the same steps without the delta
+    // rule); the backward replays the forward from checkpoints and does
+    // twice its work. The scan runs on CUDA cores in f32, about a fifteenth
+    // of the tensor cores' bf16 rate, and half that again for its
+    // sequential steps.
+    const bool forward = isa<GatedDeltaOp, GatedLinearOp>(op);
+    Value v = op->getOperand(forward ? 2 : 3);
+    Value q = op->getOperand(forward ? 0 : 1);
     double dk = cast<RankedTensorType>(q.getType()).getShape().back();
-    flops = 8 * numel(v) * dk * (isa<GatedDeltaGradOp>(op) ? 3.0 : 1.0);
+    flops = 8 * numel(v) * dk * (forward ? 1.0 : 3.0);
     eff = 1.0 / 30;
   }
   double elems = 0;

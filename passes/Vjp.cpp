@@ -205,13 +205,15 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
       addGradient(p, d);
     return success();
   }
-  if (auto d = dyn_cast<GatedDeltaOp>(op)) {
-    SmallVector<Value> primals{d.getQ(), d.getK(), d.getV(), d.getG(),
-                               d.getBeta()};
+  if (isa<GatedDeltaOp, GatedLinearOp>(op)) {
+    // q, k, v, g, beta.
+    SmallVector<Value> primals(op->getOperands());
     SmallVector<Value> operands{dy};
     operands.append(primals);
-    Operation *g =
-        create(loc, "mt.gated_delta_grad", operands, typesOf(primals));
+    Operation *g = create(loc,
+                          isa<GatedDeltaOp>(op) ? "mt.gated_delta_grad"
+                                                : "mt.gated_linear_grad",
+                          operands, typesOf(primals));
     for (auto [p, dp] : llvm::zip(primals, g->getResults()))
       addGradient(p, dp);
     return success();

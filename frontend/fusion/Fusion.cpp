@@ -59,7 +59,7 @@ void fuseIdioms(Graph &g) {
   // idioms consult ("used only by this Mul"), stay exact.
   for (void (*step)(Graph &) :
        {removeNoOps, fuseEmbeddings, fuseNorms, fuseGelu, fuseMoe,
-        fuseCausalConv, fuseGatedDelta, fuseActivations, fuseRope,
+        fuseCausalConv, fuseGatedScans, fuseActivations, fuseRope,
         fuseAttention, fuseSoftcaps, fuseLinear, lowerRemaining}) {
     step(g);
     g.removeDeadNodes();

@@ -22,7 +22,7 @@ void fuseNorms(Graph &g);       // RMSNorm and LayerNorm, op or decomposed
 void fuseGelu(Graph &g);        // GELU (erf, tanh), op or decomposed
 void fuseMoe(Graph &g);         // top-k routed experts
 void fuseCausalConv(Graph &g);  // depthwise Conv over past positions
-void fuseGatedDelta(Graph &g);  // ai.megatrain.GatedDeltaRule
+void fuseGatedScans(Graph &g); // ai.megatrain.GatedDeltaRule, GatedLinearRule
 void fuseActivations(Graph &g); // SiLU, then SwiGLU; ReLU, xIELU...
 void fuseRope(Graph &g);        // rotate-half RoPE, full or partial
 void fuseAttention(Graph &g);   // causal SDPA with GQA, or Attention-23

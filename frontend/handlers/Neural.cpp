@@ -150,10 +150,10 @@ void inferAttention(OpContext &ctx) {
               "training");
 }
 
-// MegaTrain's own node for the gated delta rule (docs/importer.md): q, k
-// [B, S, Hk, Dk], v [B, S, Hv, Dv], g and beta [B, S, Hv], Hv a multiple of
-// Hk; the output is v's shape.
-void inferGatedDeltaRule(OpContext &ctx) {
+// MegaTrain's own nodes for the gated scans, GatedDeltaRule and
+// GatedLinearRule (docs/importer.md): q, k [B, S, Hk, Dk], v [B, S, Hv,
+// Dv], g and beta [B, S, Hv], Hv a multiple of Hk; the output is v's shape.
+void inferGatedScan(OpContext &ctx) {
   const Shape &q = ctx.shape(0), &k = ctx.shape(1), &v = ctx.shape(2),
               &g = ctx.shape(3), &beta = ctx.shape(4);
   if (q.size() != 4 || k != q || v.size() != 4 || v[0] != q[0] ||
@@ -187,8 +187,8 @@ void addNeuralHandlers(std::vector<OpHandler> &t) {
   t.push_back({"com.microsoft", "Gelu", 1, inferSameAsInput, nullptr});
   t.push_back({"com.microsoft", "FastGelu", 1, inferSameAsInput, nullptr});
   t.push_back({"", "Attention", 23, inferAttention, nullptr});
-  t.push_back(
-      {"ai.megatrain", "GatedDeltaRule", 1, inferGatedDeltaRule, nullptr});
+  t.push_back({"ai.megatrain", "GatedDeltaRule", 1, inferGatedScan, nullptr});
+  t.push_back({"ai.megatrain", "GatedLinearRule", 1, inferGatedScan, nullptr});
 }
 
 } // namespace mt::onnx_import

@@ -222,24 +222,25 @@ void CpuKernels::causal_conv_backward(void *dx, float *dw, const void *dy,
   cpu::causal_conv_backward(F(dx), dw, F(dy), F(x), F(w), B, C, S, K);
   store(dx, B * C * S);
 }
-void CpuKernels::gated_delta_forward(void *o, const void *q, const void *k,
+void CpuKernels::gated_scan_forward(void *o, const void *q, const void *k,
                                      const void *v, const void *g,
                                      const void *beta, int64_t B, int64_t T,
                                      int64_t Hk, int64_t Hv, int64_t Dk,
-                                     int64_t Dv) {
-  cpu::gated_delta_forward(F(o), F(q), F(k), F(v), F(g), F(beta), B, T, Hk, Hv,
-                           Dk, Dv);
+                                     int64_t Dv, bool delta) {
+  cpu::gated_scan_forward(F(o), F(q), F(k), F(v), F(g), F(beta), B, T, Hk, Hv,
+                          Dk, Dv, delta);
   store(o, B * T * Hv * Dv);
 }
-void CpuKernels::gated_delta_backward(void *dq, void *dk, void *dv, void *dg,
+void CpuKernels::gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
                                       void *dbeta, const void *dout,
                                       const void *q, const void *k,
                                       const void *v, const void *g,
                                       const void *beta, int64_t B, int64_t T,
                                       int64_t Hk, int64_t Hv, int64_t Dk,
-                                      int64_t Dv) {
-  cpu::gated_delta_backward(F(dq), F(dk), F(dv), F(dg), F(dbeta), F(dout), F(q),
-                            F(k), F(v), F(g), F(beta), B, T, Hk, Hv, Dk, Dv);
+                                      int64_t Dv, bool delta) {
+  cpu::gated_scan_backward(F(dq), F(dk), F(dv), F(dg), F(dbeta), F(dout), F(q),
+                            F(k), F(v), F(g), F(beta), B, T, Hk, Hv, Dk, Dv,
+                           delta);
   store(dq, B * T * Hk * Dk);
   store(dk, B * T * Hk * Dk);
   store(dv, B * T * Hv * Dv);

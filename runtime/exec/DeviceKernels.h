@@ -142,20 +142,20 @@ public:
   virtual void causal_conv_backward(void *dx, float *dw, const void *dy,
                                     const void *x, const void *w, int64_t B,
                                     int64_t C, int64_t S, int64_t K) = 0;
-  /// The gated delta rule (cpu::gated_delta_forward): q, k [B, T, Hk, Dk],
-  /// v, o [B, T, Hv, Dv], g, beta [B, T, Hv]; every gradient is storage,
-  /// added to, and may be null.
-  virtual void gated_delta_forward(void *o, const void *q, const void *k,
+  /// The gated scan, with or without the delta rule (cpu::gated_scan_forward):
+  /// q, k [B, T, Hk, Dk], v, o [B, T, Hv, Dv], g, beta [B, T, Hv]; every
+  /// gradient is storage, added to, and may be null.
+  virtual void gated_scan_forward(void *o, const void *q, const void *k,
                                    const void *v, const void *g,
                                    const void *beta, int64_t B, int64_t T,
                                    int64_t Hk, int64_t Hv, int64_t Dk,
-                                   int64_t Dv) = 0;
-  virtual void gated_delta_backward(void *dq, void *dk, void *dv, void *dg,
+                                   int64_t Dv, bool delta) = 0;
+  virtual void gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
                                     void *dbeta, const void *dout,
                                     const void *q, const void *k, const void *v,
                                     const void *g, const void *beta, int64_t B,
                                     int64_t T, int64_t Hk, int64_t Hv,
-                                    int64_t Dk, int64_t Dv) = 0;
+                                    int64_t Dk, int64_t Dv, bool delta) = 0;
   /// alpha_p, alpha_n: one-element weights (cpu::xielu_forward's ap, an).
   virtual void xielu_forward(void *y, const void *x, const void *alpha_p,
                              const void *alpha_n, int64_t n, float beta,

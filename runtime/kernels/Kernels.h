@@ -186,22 +186,25 @@ void causal_conv_forward(float *y, const float *x, const float *w, int64_t B,
 void causal_conv_backward(float *dx, float *dw, const float *dy, const float *x,
                           const float *w, int64_t B, int64_t C, int64_t S,
                           int64_t K);
-// The gated delta rule (Qwen3-Next's linear attention, the query already
-// scaled, q and k not normalized here): q, k [B, T, Hk, Dk]; v, o [B, T,
-// Hv, Dv]; g, beta [B, T, Hv]; value head h reads key head h / (Hv / Hk).
-// Per (b, h) a state S [Dk, Dv] starts at 0 and for t = 0 .. T − 1:
-//   S ← e^g·S;  S += k·(beta·(v − Sᵀk))ᵀ;  o = Sᵀq.
+// The gated linear-attention scan (the query already scaled, q and k not
+// normalized here): q, k [B, T, Hk, Dk]; v, o [B, T, Hv, Dv]; g, beta
+// [B, T, Hv]; value head h reads key head h / (Hv / Hk). Per (b, h) a
+// state S [Dk, Dv] starts at 0 and for t = 0 .. T − 1:
+//   delta:  S ← e^g·S;  S += k·(beta·(v − Sᵀk))ᵀ;  o = Sᵀq
+//           (the gated delta rule: Qwen3.5, Qwen3-Next);
+//   !delta: S ← e^g·S;  S += k·(beta·v)ᵀ;          o = Sᵀq
+//           (Mamba-2's state space model: k = B, q = C, beta = dt).
 // The backward adds to each gradient (or skips it when null); dq and dk sum
 // the value heads of their key head in a fixed order.
-void gated_delta_forward(float *o, const float *q, const float *k,
+void gated_scan_forward(float *o, const float *q, const float *k,
                          const float *v, const float *g, const float *beta,
-                         int64_t B, int64_t T, int64_t Hk, int64_t Hv,
-                         int64_t Dk, int64_t Dv);
-void gated_delta_backward(float *dq, float *dk, float *dv, float *dg,
+                        int64_t B, int64_t T, int64_t Hk, int64_t Hv,
+                        int64_t Dk, int64_t Dv, bool delta);
+void gated_scan_backward(float *dq, float *dk, float *dv, float *dg,
                           float *dbeta, const float *dout, const float *q,
                           const float *k, const float *v, const float *g,
-                          const float *beta, int64_t B, int64_t T, int64_t Hk,
-                          int64_t Hv, int64_t Dk, int64_t Dv);
+                         const float *beta, int64_t B, int64_t T, int64_t Hk,
+                         int64_t Hv, int64_t Dk, int64_t Dv, bool delta);
 // y = silu(gate) · up
 void swiglu_forward(float *y, const float *gate, const float *up, int64_t n);
 void swiglu_backward(float *dgate, float *dup, const float *dy,

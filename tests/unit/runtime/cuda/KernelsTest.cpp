@@ -757,11 +757,13 @@ TEST_F(CudaKernelsTest, CausalConv) {
 // 64-position chunks and T = 300 two of its 256-position segments (dS carried
 // between them), with a ragged second tile of columns; Dk = Dv = 128 is
 // Qwen3.5's head and Dk = 256 the widest the kernels take. |k|² stays below
-// 1 so that the state stays bounded.
-TEST_F(CudaKernelsTest, GatedDelta) {
+// 1 so that the state stays bounded. Both rules: with the delta rule's
+// correction (Qwen3.5) and without (Mamba-2).
+TEST_F(CudaKernelsTest, GatedScan) {
   struct Case {
     int64_t B, T, Hk, Hv, Dk, Dv;
   };
+  for (const bool delta : {true, false})
   for (const Case c : {Case{2, 150, 1, 2, 8, 6}, Case{1, 300, 2, 4, 20, 40},
                        Case{1, 5, 1, 2, 128, 128}, Case{1, 4, 1, 1, 256, 40}}) {
     const int64_t nqk = c.B * c.T * c.Hk * c.Dk, nvo = c.B * c.T * c.Hv * c.Dv,
@@ -775,20 +777,23 @@ TEST_F(CudaKernelsTest, GatedDelta) {
     Tensor dq = Tensor::grad(nqk, 126), dk = Tensor::grad(nqk, 127),
            dv = Tensor::grad(nvo, 128), dg = Tensor::grad(ngb, 129),
            dbeta = Tensor::grad(ngb, 130);
-    k_->gated_delta_forward(o.dev(), q.dev(), k.dev(), v.dev(), g.dev(),
-                            beta.dev(), c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv);
-    cpu_.gated_delta_forward(o.host(), q.host(), k.host(), v.host(), g.host(),
-                             beta.host(), c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv);
-    k_->gated_delta_backward(dq.dev(), dk.dev(), dv.dev(), dg.dev(),
+    k_->gated_scan_forward(o.dev(), q.dev(), k.dev(), v.dev(), g.dev(),
+                            beta.dev(), c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv,
+                            delta);
+    cpu_.gated_scan_forward(o.host(), q.host(), k.host(), v.host(), g.host(),
+                             beta.host(), c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv,
+                             delta);
+    k_->gated_scan_backward(dq.dev(), dk.dev(), dv.dev(), dg.dev(),
                              dbeta.dev(), dout.dev(), q.dev(), k.dev(), v.dev(),
                              g.dev(), beta.dev(), c.B, c.T, c.Hk, c.Hv, c.Dk,
-                             c.Dv);
-    cpu_.gated_delta_backward(dq.host(), dk.host(), dv.host(), dg.host(),
+                             c.Dv, delta);
+    cpu_.gated_scan_backward(dq.host(), dk.host(), dv.host(), dg.host(),
                               dbeta.host(), dout.host(), q.host(), k.host(),
                               v.host(), g.host(), beta.host(), c.B, c.T, c.Hk,
-                              c.Hv, c.Dk, c.Dv);
+                              c.Hv, c.Dk, c.Dv, delta);
     sync();
-    const std::string at = "T=" + std::to_string(c.T) +
+    const std::string at = std::string(delta ? "delta" : "linear") +
+                           " T=" + std::to_string(c.T) +
                            " Dk=" + std::to_string(c.Dk) +
                            " Dv=" + std::to_string(c.Dv);
     EXPECT_TRUE(near(o.fetch(), o.h, kUlp, kSums)) << "o, " << at;
@@ -801,7 +806,7 @@ TEST_F(CudaKernelsTest, GatedDelta) {
 }
 
 // Only some gradients: the others are null and must not be touched.
-TEST_F(CudaKernelsTest, GatedDeltaSomeGradients) {
+TEST_F(CudaKernelsTest, GatedScanSomeGradients) {
   const int64_t B = 1, T = 70, Hk = 1, Hv = 2, Dk = 8, Dv = 6;
   const int64_t nqk = B * T * Hk * Dk, nvo = B * T * Hv * Dv, ngb = B * T * Hv;
   Tensor q = Tensor::random(nqk, 140), k = Tensor::random(nqk, 141, -.5f, .5f),
@@ -809,12 +814,12 @@ TEST_F(CudaKernelsTest, GatedDeltaSomeGradients) {
          beta = Tensor::random(ngb, 144, 0.01f, 1.f),
          dout = Tensor::random(nvo, 145);
   Tensor dk = Tensor::grad(nqk, 146), dg = Tensor::grad(ngb, 147);
-  k_->gated_delta_backward(nullptr, dk.dev(), nullptr, dg.dev(), nullptr,
+  k_->gated_scan_backward(nullptr, dk.dev(), nullptr, dg.dev(), nullptr,
                            dout.dev(), q.dev(), k.dev(), v.dev(), g.dev(),
-                           beta.dev(), B, T, Hk, Hv, Dk, Dv);
-  cpu_.gated_delta_backward(nullptr, dk.host(), nullptr, dg.host(), nullptr,
+                           beta.dev(), B, T, Hk, Hv, Dk, Dv, true);
+  cpu_.gated_scan_backward(nullptr, dk.host(), nullptr, dg.host(), nullptr,
                             dout.host(), q.host(), k.host(), v.host(), g.host(),
-                            beta.host(), B, T, Hk, Hv, Dk, Dv);
+                            beta.host(), B, T, Hk, Hv, Dk, Dv, true);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kSums)) << "dk";
   EXPECT_TRUE(near(dg.fetch(), dg.h, kUlp, kSums)) << "dg";

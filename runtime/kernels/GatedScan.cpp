@@ -1,9 +1,10 @@
-//===- GatedDelta.cpp - the gated delta rule (linear attention) -----------===//
+//===- GatedScan.cpp - gated linear attention, with or without delta ------===//
 //
-// Qwen3-Next's linear attention: a Dk × Dv state per (batch, value head),
-// decayed, corrected by the delta rule and read by the query at each
-// position in turn (Kernels.h, gated_delta_forward). The recurrence is
-// sequential in time, so the parallelism is over heads.
+// Gated DeltaNet's and Mamba-2's recurrence: a Dk × Dv state per (batch,
+// value head), decayed, written (through the delta rule's correction, or
+// not) and read by the query at each position in turn (Kernels.h,
+// gated_scan_forward). The recurrence is sequential in time, so the
+// parallelism is over heads.
 //
 // The backward runs time in reverse and needs every state: it stores one
 // every kChunk positions on a forward pass, then recomputes each chunk's
@@ -39,19 +40,21 @@ struct Rows {
   }
 };
 
-/// One step of the recurrence on S [Dk, Dv]: S ← e^g·S; u = Sᵀk; delta =
-/// beta·(v − u); S += k·deltaᵀ. Leaves u and delta (Dv each).
+/// One step of the recurrence on S [Dk, Dv]: S ← e^g·S; u = Sᵀk (0
+/// without the delta rule); delta = beta·(v − u); S += k·deltaᵀ. Leaves u
+/// and delta (Dv each).
 void advance(float *S, float *u, float *delta, const float *k, const float *v,
-             float g, float beta, int64_t Dk, int64_t Dv) {
+             float g, float beta, int64_t Dk, int64_t Dv, bool with_delta) {
   const float decay = std::exp(g);
   for (int64_t j = 0; j < Dv; ++j)
     u[j] = 0.f;
   for (int64_t i = 0; i < Dk; ++i) {
     float *Si = S + i * Dv;
-    for (int64_t j = 0; j < Dv; ++j) {
+    for (int64_t j = 0; j < Dv; ++j)
       Si[j] *= decay;
-      u[j] += Si[j] * k[i];
-    }
+    if (with_delta)
+      for (int64_t j = 0; j < Dv; ++j)
+        u[j] += Si[j] * k[i];
   }
   for (int64_t j = 0; j < Dv; ++j)
     delta[j] = beta * (v[j] - u[j]);
@@ -62,10 +65,10 @@ void advance(float *S, float *u, float *delta, const float *k, const float *v,
 
 } // namespace
 
-void gated_delta_forward(float *o, const float *q, const float *k,
+void gated_scan_forward(float *o, const float *q, const float *k,
                          const float *v, const float *g, const float *beta,
                          int64_t B, int64_t T, int64_t Hk, int64_t Hv,
-                         int64_t Dk, int64_t Dv) {
+                         int64_t Dk, int64_t Dv, bool with_delta) {
   const Rows at{T, Hk, Hv, Dk, Dv};
 #pragma omp parallel for schedule(static) if (B * Hv > 1)
   for (int64_t bh = 0; bh < B * Hv; ++bh) {
@@ -75,7 +78,7 @@ void gated_delta_forward(float *o, const float *q, const float *k,
       const float *qt = q + at.qk(b, t, h);
       advance(S.data(), u.data(), delta.data(), k + at.qk(b, t, h),
               v + at.vo(b, t, h), g[at.gb(b, t, h)], beta[at.gb(b, t, h)], Dk,
-              Dv);
+              Dv, with_delta);
       float *ot = o + at.vo(b, t, h);
       for (int64_t j = 0; j < Dv; ++j)
         ot[j] = 0.f;
@@ -86,11 +89,11 @@ void gated_delta_forward(float *o, const float *q, const float *k,
   }
 }
 
-void gated_delta_backward(float *dq, float *dk, float *dv, float *dg,
+void gated_scan_backward(float *dq, float *dk, float *dv, float *dg,
                           float *dbeta, const float *dout, const float *q,
                           const float *k, const float *v, const float *g,
                           const float *beta, int64_t B, int64_t T, int64_t Hk,
-                          int64_t Hv, int64_t Dk, int64_t Dv) {
+                          int64_t Hv, int64_t Dk, int64_t Dv, bool with_delta) {
   const Rows at{T, Hk, Hv, Dk, Dv};
   const int64_t G = Hv / Hk, SZ = Dk * Dv, chunks = (T + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (B * Hk > 1)
@@ -107,7 +110,7 @@ void gated_delta_backward(float *dq, float *dk, float *dv, float *dg,
           std::copy(S.begin(), S.end(), ckpt.begin() + t / kChunk * SZ);
         advance(S.data(), u.data(), delta.data(), k + at.qk(b, t, h),
                 v + at.vo(b, t, h), g[at.gb(b, t, h)], beta[at.gb(b, t, h)], Dk,
-                Dv);
+                Dv, with_delta);
       }
       std::fill(dS.begin(), dS.end(), 0.f);
       for (int64_t c = chunks - 1; c >= 0; --c) {
@@ -119,7 +122,7 @@ void gated_delta_backward(float *dq, float *dk, float *dv, float *dg,
           std::copy(S.begin(), S.end(), prev.begin() + tau * SZ);
           advance(S.data(), u.data(), delta.data(), k + at.qk(b, t, h),
                   v + at.vo(b, t, h), g[at.gb(b, t, h)], beta[at.gb(b, t, h)],
-                  Dk, Dv);
+                  Dk, Dv, with_delta);
         }
         for (int64_t tau = len - 1; tau >= 0; --tau) {
           const int64_t t = t0 + tau;
@@ -127,13 +130,14 @@ void gated_delta_backward(float *dq, float *dk, float *dv, float *dg,
           const float *vt = v + at.vo(b, t, h), *dot = dout + at.vo(b, t, h);
           const float decay = std::exp(g[at.gb(b, t, h)]);
           const float bt = beta[at.gb(b, t, h)];
-          // Sp = e^g·S_{t−1} (the decayed state), u = Spᵀk, delta.
+          // Sp = e^g·S_{t−1} (the decayed state), u = Spᵀk (or 0), delta.
           for (int64_t j = 0; j < Dv; ++j)
             u[j] = 0.f;
           for (int64_t i = 0; i < Dk; ++i)
             for (int64_t j = 0; j < Dv; ++j) {
               Sp[i * Dv + j] = decay * prev[tau * SZ + i * Dv + j];
-              u[j] += Sp[i * Dv + j] * kt[i];
+              if (with_delta)
+                u[j] += Sp[i * Dv + j] * kt[i];
             }
           for (int64_t j = 0; j < Dv; ++j)
             delta[j] = bt * (vt[j] - u[j]);
@@ -151,7 +155,9 @@ void gated_delta_backward(float *dq, float *dk, float *dv, float *dg,
             if (dq)
               dq[at.qk(b, t, h) + i] += dqi;
           }
-          // S_t = Sp + k·deltaᵀ, delta = beta·(v − Spᵀk).
+          // S_t = Sp + k·deltaᵀ, delta = beta·(v − Spᵀk) (beta·v without
+          // the delta rule, where Sp's gradient is dS alone).
+          const float corr = with_delta ? bt : 0.f;
           float db = 0.f, dgt = 0.f;
           for (int64_t j = 0; j < Dv; ++j) {
             db += ddelta[j] * (vt[j] - u[j]);
@@ -162,8 +168,8 @@ void gated_delta_backward(float *dq, float *dk, float *dv, float *dg,
             float dki = 0.f;
             for (int64_t j = 0; j < Dv; ++j) {
               float &d = dS[i * Dv + j];
-              dki += d * delta[j] - bt * Sp[i * Dv + j] * ddelta[j];
-              d -= kt[i] * bt * ddelta[j]; // dSp
+              dki += d * delta[j] - corr * Sp[i * Dv + j] * ddelta[j];
+              d -= kt[i] * corr * ddelta[j]; // dSp
               dgt += Sp[i * Dv + j] * d;
               d *= decay; // dS_{t−1}
             }

@@ -1,7 +1,8 @@
-//===- GatedDeltaKernels.cu - the gated delta rule (linear attention) -----===//
+//===- GatedScanKernels.cu - gated linear attention, with or without delta ===//
 //
-// cpu::gated_delta_forward/backward on CUDA cores: bf16 in and out, the
-// state in f32. Column j of the state reads only v[..., j] (and k, q, g,
+// cpu::gated_scan_forward/backward on CUDA cores: bf16 in and out, the
+// state in f32. Without the delta rule (Mamba-2) u below is 0 and the
+// correction terms drop out; the steps and barriers are the same. Column j of the state reads only v[..., j] (and k, q, g,
 // beta), so a block of 8 warps owns a (batch, value head, tile of 32
 // columns): lane = column, warp w = rows w, w + 8, ..., each thread's part
 // of the state in registers (kR rows, Dk ≤ 8·kR ≤ 256). Sums over rows
@@ -38,6 +39,7 @@ constexpr int64_t kMaxDk = 32 * kWarps; // rows per thread ≤ 32
 
 struct Dims {
   int64_t Bn, T, Hk, Hv, Dk, Dv;
+  bool delta; // the delta rule's correction v − Sᵀk
   __host__ __device__ int64_t tiles() const { return (Dv + kTile - 1) / kTile; }
   __host__ __device__ int64_t chunks() const {
     return (T + kChunk - 1) / kChunk;
@@ -92,12 +94,13 @@ __device__ __forceinline__ float column_sum(const float (*part)[kTile]) {
   return s;
 }
 
-/// One step on the thread's part of S: S ← e^g·S; u = Sᵀk; S += k·deltaᵀ
-/// with delta = beta·(v − u). Returns u. One barrier: callers alternate
-/// `part` between steps.
+/// One step on the thread's part of S: S ← e^g·S; u = Sᵀk (0 without the
+/// delta rule); S += k·deltaᵀ with delta = beta·(v − u). Returns u. One
+/// barrier, either way: callers alternate `part` between steps.
 template <int kR>
 __device__ __forceinline__ float advance(float (&S)[kR], const float (&kr)[kR],
                                          float decay, float beta, float vj,
+                                         bool with_delta,
                                          float (*part)[kTile]) {
   float pu = 0.f;
 #pragma unroll
@@ -107,7 +110,8 @@ __device__ __forceinline__ float advance(float (&S)[kR], const float (&kr)[kR],
   }
   part[threadIdx.x / kTile][threadIdx.x % kTile] = pu;
   __syncthreads();
-  const float u = column_sum(part), delta = beta * (vj - u);
+  const float u = with_delta ? column_sum(part) : 0.f;
+  const float delta = beta * (vj - u);
 #pragma unroll
   for (int r = 0; r < kR; ++r)
     S[r] += kr[r] * delta;
@@ -118,7 +122,7 @@ __device__ __forceinline__ float advance(float (&S)[kR], const float (&kr)[kR],
 // position instead (o null).
 template <int kR>
 __global__ void __launch_bounds__(kBlock)
-    gated_delta_forward_kernel(bf16 *o, float *ckpt, const bf16 *q,
+    gated_scan_forward_kernel(bf16 *o, float *ckpt, const bf16 *q,
                                const bf16 *k, const bf16 *v, const bf16 *g,
                                const bf16 *beta, Dims d) {
   __shared__ float part[2][kWarps][kTile], opart[kWarps][kTile];
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(kBlock)
     load_rows(kr, k + d.qk(b, t, h), d.Dk);
     const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
     advance(S, kr, expf(bf2f(g[d.gb(b, t, h)])), bf2f(beta[d.gb(b, t, h)]), vj,
-            part[t & 1]);
+            d.delta, part[t & 1]);
     if (!o)
       continue;
     float qr[kR], po = 0.f;
@@ -153,7 +157,7 @@ __global__ void __launch_bounds__(kBlock)
 // columns.
 template <int kR>
 __global__ void __launch_bounds__(kBlock)
-    gated_delta_backward_kernel(bf16 *dv, float *partials, float *states,
+    gated_scan_backward_kernel(bf16 *dv, float *partials, float *states,
                                 float *carry, const float *ckpt,
                                 const bf16 *dout, const bf16 *q, const bf16 *k,
                                 const bf16 *v, const bf16 *g, const bf16 *beta,
@@ -181,7 +185,8 @@ __global__ void __launch_bounds__(kBlock)
       load_rows(kr, k + d.qk(b, t, h), d.Dk);
       const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
       const float u = advance(S, kr, expf(bf2f(g[d.gb(b, t, h)])),
-                              bf2f(beta[d.gb(b, t, h)]), vj, part[tau & 1]);
+                              bf2f(beta[d.gb(b, t, h)]), vj, d.delta,
+                              part[tau & 1]);
       if (w == 0)
         us[tau][lane] = u; // read after the next barrier
     }
@@ -189,6 +194,7 @@ __global__ void __launch_bounds__(kBlock)
       const int64_t t = t0 + tau;
       const float decay = expf(bf2f(g[d.gb(b, t, h)]));
       const float bt = bf2f(beta[d.gb(b, t, h)]);
+      const float corr = d.delta ? bt : 0.f; // the correction's beta
       const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
       const float doj = j < d.Dv ? bf2f(dout[d.vo(b, t, h) + j]) : 0.f;
       float qr[kR];
@@ -206,8 +212,9 @@ __global__ void __launch_bounds__(kBlock)
       const float ddelta = column_sum(ddp), u = us[tau][lane];
       const float delta = bt * (vj - u);
       // With Sp = e^g·S_{t−1} and S_t = Sp + k·deltaᵀ: dq = S_t·do, dk =
-      // dS·delta − beta·Sp·ddelta, dSp = dS − k·(beta·ddelta)ᵀ, dg = ⟨Sp,
-      // dSp⟩, and dS_{t−1} = e^g·dSp.
+      // dS·delta − beta·Sp·ddelta, dSp = dS − k·(beta·ddelta)ᵀ (without the
+      // delta rule, dk = dS·delta and dSp = dS), dg = ⟨Sp, dSp⟩, and
+      // dS_{t−1} = e^g·dSp.
       float pg = 0.f;
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
@@ -215,8 +222,8 @@ __global__ void __launch_bounds__(kBlock)
         const float sp =
             decay * chunk_states[tau * per + r * kBlock + threadIdx.x];
         pq[i * kPad + lane] = (sp + kr[r] * delta) * doj;
-        pk[i * kPad + lane] = dS[r] * delta - bt * sp * ddelta;
-        dS[r] -= kr[r] * bt * ddelta;
+        pk[i * kPad + lane] = dS[r] * delta - corr * sp * ddelta;
+        dS[r] -= kr[r] * corr * ddelta;
         pg += sp * dS[r];
         dS[r] *= decay;
       }
@@ -249,7 +256,7 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // dq, dk [b, t0 + tl, hk, i] += the partials of the key head's value heads.
-__global__ void gated_delta_reduce_qk(bf16 *dq, bf16 *dk, const float *partials,
+__global__ void gated_scan_reduce_qk(bf16 *dq, bf16 *dk, const float *partials,
                                       Dims d, int64_t t0, int64_t len) {
   const int64_t n = d.Bn * len * d.Hk * d.Dk, G = d.Hv / d.Hk;
   const int64_t tiles = d.tiles(), W = d.width();
@@ -273,7 +280,7 @@ __global__ void gated_delta_reduce_qk(bf16 *dq, bf16 *dk, const float *partials,
 }
 
 // dg, dbeta [b, t0 + tl, h] += the partials of every column.
-__global__ void gated_delta_reduce_gb(bf16 *dg, bf16 *dbeta,
+__global__ void gated_scan_reduce_gb(bf16 *dg, bf16 *dbeta,
                                       const float *partials, Dims d, int64_t t0,
                                       int64_t len) {
   const int64_t n = d.Bn * len * d.Hv, tiles = d.tiles(), W = d.width();
@@ -295,14 +302,14 @@ __global__ void gated_delta_reduce_gb(bf16 *dg, bf16 *dbeta,
 }
 
 Dims checked_dims(const char *op, int64_t Bn, int64_t T, int64_t Hk, int64_t Hv,
-                  int64_t Dk, int64_t Dv) {
+                  int64_t Dk, int64_t Dv, bool delta) {
   if (Hk <= 0 || Hv % Hk != 0)
     fail("cuda ", op, ": ", Hv, " value heads do not group over ", Hk,
          " key heads");
   if (Dk > kMaxDk)
     fail("cuda ", op, ": key head dim ", Dk, " is over the ", kMaxDk,
-         " the gated delta kernels support");
-  return {Bn, T, Hk, Hv, Dk, Dv};
+         " the gated scan kernels support");
+  return {Bn, T, Hk, Hv, Dk, Dv, delta};
 }
 
 /// Calls f(std::integral_constant<int, kR>) with the rows per thread for Dk.
@@ -327,32 +334,32 @@ dim3 grid_of(const Dims &d) {
 
 } // namespace
 
-void CudaKernels::gated_delta_forward(void *o, const void *q, const void *k,
+void CudaKernels::gated_scan_forward(void *o, const void *q, const void *k,
                                       const void *v, const void *g,
                                       const void *beta, int64_t Bn, int64_t T,
                                       int64_t Hk, int64_t Hv, int64_t Dk,
-                                      int64_t Dv) {
+                                      int64_t Dv, bool delta) {
   if (Bn * T * Hv * Dv <= 0)
     return;
-  const Dims d = checked_dims("gated_delta_forward", Bn, T, Hk, Hv, Dk, Dv);
+  const Dims d = checked_dims("gated_scan_forward", Bn, T, Hk, Hv, Dk, Dv, delta);
   with_rows(Dk, [&](auto rows) {
     constexpr int kR = decltype(rows)::value;
-    MT_LAUNCH(gated_delta_forward_kernel<kR>, grid_of(d), dim3(kBlock),
+    MT_LAUNCH(gated_scan_forward_kernel<kR>, grid_of(d), dim3(kBlock),
               cudaStream_t(stream_), B(o), static_cast<float *>(nullptr), B(q),
               B(k), B(v), B(g), B(beta), d);
   });
 }
 
-void CudaKernels::gated_delta_backward(void *dq, void *dk, void *dv, void *dg,
+void CudaKernels::gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
                                        void *dbeta, const void *dout,
                                        const void *q, const void *k,
                                        const void *v, const void *g,
                                        const void *beta, int64_t Bn, int64_t T,
                                        int64_t Hk, int64_t Hv, int64_t Dk,
-                                       int64_t Dv) {
+                                       int64_t Dv, bool delta) {
   if (Bn * T * Hv * Dv <= 0 || (!dq && !dk && !dv && !dg && !dbeta))
     return;
-  const Dims d = checked_dims("gated_delta_backward", Bn, T, Hk, Hv, Dk, Dv);
+  const Dims d = checked_dims("gated_scan_backward", Bn, T, Hk, Hv, Dk, Dv, delta);
   const cudaStream_t s = cudaStream_t(stream_);
   with_rows(Dk, [&](auto rows) {
     constexpr int kR = decltype(rows)::value;
@@ -365,24 +372,24 @@ void CudaKernels::gated_delta_backward(void *dq, void *dk, void *dv, void *dg,
         (ckpt_n + states_n + carry_n + partials_n) * int64_t(sizeof(float))));
     float *states = ckpt + ckpt_n, *carry = states + states_n,
           *partials = carry + carry_n;
-    MT_LAUNCH(gated_delta_forward_kernel<kR>, grid_of(d), dim3(kBlock), s,
+    MT_LAUNCH(gated_scan_forward_kernel<kR>, grid_of(d), dim3(kBlock), s,
               static_cast<bf16 *>(nullptr), ckpt, B(q), B(k), B(v), B(g),
               B(beta), d);
     const size_t shared = size_t(2 * kWarps * kR * (kTile + 1)) * sizeof(float);
     for (int64_t c_end = d.chunks(); c_end > 0;) {
       const int64_t c_begin = max64(0, c_end - kSegmentChunks);
       const int64_t t0 = c_begin * kChunk, len = min64(T, c_end * kChunk) - t0;
-      launch_kernel_shared("gated_delta_backward_kernel",
-                           gated_delta_backward_kernel<kR>, grid_of(d),
+      launch_kernel_shared("gated_scan_backward_kernel",
+                           gated_scan_backward_kernel<kR>, grid_of(d),
                            dim3(kBlock), shared, s, B(dv), partials, states,
                            carry, static_cast<const float *>(ckpt), B(dout),
                            B(q), B(k), B(v), B(g), B(beta), d, c_begin, c_end);
       if (dq || dk)
-        MT_LAUNCH(gated_delta_reduce_qk, blocks_for(Bn * len * Hk * Dk),
+        MT_LAUNCH(gated_scan_reduce_qk, blocks_for(Bn * len * Hk * Dk),
                   kThreads, s, B(dq), B(dk),
                   static_cast<const float *>(partials), d, t0, len);
       if (dg || dbeta)
-        MT_LAUNCH(gated_delta_reduce_gb, blocks_for(Bn * len * Hv), kThreads, s,
+        MT_LAUNCH(gated_scan_reduce_gb, blocks_for(Bn * len * Hv), kThreads, s,
                   B(dg), B(dbeta), static_cast<const float *>(partials), d, t0,
                   len);
       c_end = c_begin;

@@ -1,2 +1,2 @@
 // The kernel source compiled for the CPU emulator (see CudaCompat.h).
-#include "runtime/cuda/GatedDeltaKernels.cu"
+#include "runtime/cuda/GatedScanKernels.cu"
