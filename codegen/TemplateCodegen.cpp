@@ -408,18 +408,20 @@ private:
     } else if (auto c = dyn_cast<CausalConvOp>(op)) {
       auto x = shapeOf(c.getX());
       os_ << llvm::formatv("  k.causal_conv_forward({0}, {1}, {2}, {3}, {4}, "
-                           "{5}, {6});\n",
-                           ref(c.getY()), ref(c.getX()), ref(c.getW()), x[0],
-                           x[1], x[2], shapeOf(c.getW())[2]);
+                           "{5}, {6}, {7});\n",
+                           ref(c.getY()), ref(c.getX()), ref(c.getW()),
+                           opt(c.getBias()), x[0], x[1], x[2],
+                           shapeOf(c.getW())[2]);
     } else if (auto c = dyn_cast<CausalConvGradOp>(op)) {
       auto dw = paramGrad(&op, c.getDw());
-      if (failed(dw))
+      auto db = paramGrad(&op, c.getDb());
+      if (failed(dw) || failed(db))
         return failure();
       auto x = shapeOf(c.getX());
       os_ << llvm::formatv("  k.causal_conv_backward({0}, {1}, {2}, {3}, {4}, "
-                           "{5}, {6}, {7}, {8});\n",
-                           grad(c.getDx()), *dw, ref(c.getDy()), ref(c.getX()),
-                           ref(c.getW()), x[0], x[1], x[2],
+                           "{5}, {6}, {7}, {8}, {9});\n",
+                           grad(c.getDx()), *dw, *db, ref(c.getDy()),
+                           ref(c.getX()), ref(c.getW()), x[0], x[1], x[2],
                            shapeOf(c.getW())[2]);
     } else if (auto s = dyn_cast<XieluOp>(op)) {
       os_ << llvm::formatv("  k.xielu_forward({0}, {1}, {2}, {3}, {4}, {5}, "

@@ -181,7 +181,15 @@ LogicalResult MoeGradOp::verify() {
 LogicalResult CausalConvGradOp::verify() {
   if (failed(sameType(*this, getDy(), getX(), "dy")))
     return failure();
-  return checkResults(*this, getResults(), {getX(), getW()});
+  if ((getDb() != nullptr) != getHasBias())
+    return emitOpError("returns db exactly when has_bias is set");
+  if (Value db = getDb()) {
+    auto x = cast<RankedTensorType>(getX().getType());
+    if (cast<RankedTensorType>(db.getType()).getShape() !=
+        ArrayRef<int64_t>{x.getDimSize(1)})
+      return emitOpError("db must be [") << x.getDimSize(1) << "]";
+  }
+  return checkResults(*this, getResults().take_front(2), {getX(), getW()});
 }
 
 template <class ScanGradOp>

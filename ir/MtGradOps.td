@@ -225,14 +225,16 @@ def Mt_MoeGradOp : Mt_GradOp<"moe_grad", [AttrSizedOperandSegments,
 }
 
 def Mt_CausalConvGradOp : Mt_GradOp<"causal_conv_grad"> {
-  let summary = "dx, dw of mt.causal_conv";
+  let summary = "dx, dw (and db) of mt.causal_conv";
   let description = [{
     ```mlir
     %dx, %dw = mt.causal_conv_grad %dy, %x, %w : (tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<64x1x3xf32>) -> (tensor<2x64x16xf32>, tensor<64x1x3xf32>)
     ```
   }];
-  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x, Mt_GradTensor:$w);
-  let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$dw);
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x, Mt_GradTensor:$w,
+                       UnitAttr:$has_bias);
+  let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$dw,
+                      Optional<Mt_GradTensor>:$db);
 }
 
 def Mt_GatedDeltaGradOp : Mt_GradOp<"gated_delta_grad"> {

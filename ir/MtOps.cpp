@@ -289,6 +289,8 @@ LogicalResult CausalConvOp::verify() {
   if (x.size() != 3 || w.size() != 3 || w[0] != x[1] || w[1] != 1 || w[2] < 1)
     return emitOpError("expects x [B, C, S] and w [C, 1, K], not ")
            << str(x) << " and " << str(w);
+  if (getBias())
+    return expectShape(*this, getBias(), {x[1]}, "bias");
   return success();
 }
 

@@ -454,17 +454,20 @@ def Mt_XieluOp : Mt_PrimOp<"xielu"> {
 def Mt_CausalConvOp : Mt_PrimOp<"causal_conv"> {
   let summary = "a depthwise causal convolution along the sequence";
   let description = [{
-    x [B, C, S] (channels before positions), w [C, 1, K]:
-    y[b, c, s] = Σ_{j<K} w[c, 0, j] · x[b, c, s − (K − 1) + j], positions
-    before 0 read as 0. LFM2's short convolution (K = 3).
+    x [B, C, S] (channels before positions), w [C, 1, K], an optional bias
+    [C]: y[b, c, s] = bias[c] + Σ_{j<K} w[c, 0, j] · x[b, c, s − (K − 1) +
+    j], positions before 0 read as 0. LFM2's short convolution (K = 3);
+    Mamba's, with a bias (K = 4).
 
     ```mlir
     %y = mt.causal_conv %x, %w : (tensor<2x64x16xf32>, tensor<64x1x3xf32>) -> tensor<2x64x16xf32>
+    %z = mt.causal_conv %x, %w, %b : (tensor<2x64x16xf32>, tensor<64x1x4xf32>, tensor<64xf32>) -> tensor<2x64x16xf32>
     ```
   }];
-  let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$w);
+  let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$w,
+                       Optional<Mt_FloatTensor>:$bias);
   let results = (outs Mt_FloatTensor:$y);
-  let assemblyFormat = "$x `,` $w attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$x `,` $w (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
 }
 
 def Mt_GatedDeltaOp : Mt_PrimOp<"gated_delta"> {

@@ -199,8 +199,13 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
   }
   if (auto c = dyn_cast<CausalConvOp>(op)) {
     SmallVector<Value> primals{c.getX(), c.getW()};
+    SmallVector<NamedAttribute> attrs;
+    if (c.getBias()) {
+      primals.push_back(c.getBias());
+      attrs.push_back(b_.getNamedAttr("has_bias", b_.getUnitAttr()));
+    }
     Operation *g = create(loc, "mt.causal_conv_grad", {dy, c.getX(), c.getW()},
-                          typesOf(primals));
+                          typesOf(primals), attrs);
     for (auto [p, d] : llvm::zip(primals, g->getResults()))
       addGradient(p, d);
     return success();

@@ -6,7 +6,8 @@
 // or Conv(x, w, group = C, pads = [K − 1, 0]) itself, or an unpadded Conv of
 // Pad(x, K − 1 zeros before the positions): each channel's positions
 // convolved with its own taps over the current and K − 1 earlier positions.
-// Strides and dilations 1, no bias. → mt.causal_conv %x, %w.
+// Strides and dilations 1; a bias [C] (Mamba's) optional.
+// → mt.causal_conv %x, %w[, %bias].
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -17,14 +18,21 @@ namespace mt::onnx_import {
 namespace {
 
 // A depthwise, unit-stride, undilated Conv of activation x by weight w
-// [C, 1, K] padded `padBefore` before and `padAfter` after; returns w, or
-// null.
-Value *causalTaps(Node *conv, int64_t padBefore, int64_t padAfter) {
+// [C, 1, K] padded `padBefore` before and `padAfter` after; returns w and
+// the bias (if any) as the primitive's inputs after x, or nothing.
+std::optional<std::vector<Value *>> causalTaps(Node *conv, int64_t padBefore,
+                                               int64_t padAfter) {
   Value *x = conv->in(0);
   auto w = weightView(conv->in(1));
-  if (!isActivation(x) || !w || w->transposed ||
-      (conv->inputs.size() > 2 && conv->in(2)))
-    return nullptr;
+  if (!isActivation(x) || !w || w->transposed)
+    return std::nullopt;
+  std::vector<Value *> params{w->param};
+  if (conv->inputs.size() > 2 && conv->in(2)) {
+    auto bias = weightView(conv->in(2));
+    if (!bias || bias->param->shape != Shape{x->dim(1)})
+      return std::nullopt;
+    params.push_back(bias->param);
+  }
   const Shape &ws = w->param->shape;
   const int64_t C = x->dim(1), K = ws.size() == 3 ? ws[2] : 0;
   auto ones = [](const std::vector<int64_t> &v) {
@@ -34,11 +42,11 @@ Value *causalTaps(Node *conv, int64_t padBefore, int64_t padAfter) {
   std::vector<int64_t> pads = conv->getInts("pads");
   if (pads.empty())
     pads = {0, 0};
-  return depthwise && K >= 1 && ones(conv->getInts("strides")) &&
-                 ones(conv->getInts("dilations")) &&
-                 pads == std::vector<int64_t>{padBefore, padAfter}
-             ? w->param
-             : nullptr;
+  if (depthwise && K >= 1 && ones(conv->getInts("strides")) &&
+      ones(conv->getInts("dilations")) &&
+      pads == std::vector<int64_t>{padBefore, padAfter})
+    return params;
+  return std::nullopt;
 }
 
 // The zeros of Pad(x) before the positions of x [B, C, S], K − 1 of them
@@ -52,22 +60,29 @@ Value *paddedBefore(Value *padded, int64_t K) {
              : nullptr;
 }
 
+// x, then the taps and bias.
+std::vector<Value *> inputs(Value *x, const std::vector<Value *> &params) {
+  std::vector<Value *> in{x};
+  in.insert(in.end(), params.begin(), params.end());
+  return in;
+}
+
 void fuse(Graph &g, Node *conv) {
   Value *x = conv->in(0), *out = conv->out();
   const int64_t K = conv->in(1)->rank() == 3 ? conv->in(1)->dim(2) : 0;
-  if (Value *w = causalTaps(conv, K - 1, 0); w && out->shape == x->shape) {
-    replaceWithPrimitive(g, conv, "mt.causal_conv", {x, w}, x->shape);
+  if (auto p = causalTaps(conv, K - 1, 0); p && out->shape == x->shape) {
+    replaceWithPrimitive(g, conv, "mt.causal_conv", inputs(x, *p), x->shape);
     return;
   }
   if (Value *unpadded = paddedBefore(x, K)) {
-    Value *w = causalTaps(conv, 0, 0);
-    if (w && isActivation(unpadded) && out->shape == unpadded->shape)
-      replaceWithPrimitive(g, conv, "mt.causal_conv", {unpadded, w},
+    auto p = causalTaps(conv, 0, 0);
+    if (p && isActivation(unpadded) && out->shape == unpadded->shape)
+      replaceWithPrimitive(g, conv, "mt.causal_conv", inputs(unpadded, *p),
                            unpadded->shape);
     return;
   }
-  Value *w = causalTaps(conv, K - 1, K - 1);
-  Node *slice = w ? soleUser(out) : nullptr;
+  auto p = causalTaps(conv, K - 1, K - 1);
+  Node *slice = p ? soleUser(out) : nullptr;
   if (!slice || slice->op != "Slice" || slice->out()->shape != x->shape)
     return;
   for (int64_t start : slice->getInts("starts"))
@@ -76,7 +91,7 @@ void fuse(Graph &g, Node *conv) {
   for (int64_t step : slice->getInts("steps"))
     if (step != 1)
       return;
-  replaceWithPrimitive(g, slice, "mt.causal_conv", {x, w}, x->shape);
+  replaceWithPrimitive(g, slice, "mt.causal_conv", inputs(x, *p), x->shape);
 }
 
 } // namespace

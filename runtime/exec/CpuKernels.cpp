@@ -211,15 +211,16 @@ void CpuKernels::moe_backward(void *dx, void *drouter_x,
   store(drouter_x, T * H);
 }
 void CpuKernels::causal_conv_forward(void *y, const void *x, const void *w,
-                                     int64_t B, int64_t C, int64_t S,
-                                     int64_t K) {
-  cpu::causal_conv_forward(F(y), F(x), F(w), B, C, S, K);
+                                     const void *bias, int64_t B, int64_t C,
+                                     int64_t S, int64_t K) {
+  cpu::causal_conv_forward(F(y), F(x), F(w), F(bias), B, C, S, K);
   store(y, B * C * S);
 }
-void CpuKernels::causal_conv_backward(void *dx, float *dw, const void *dy,
-                                      const void *x, const void *w, int64_t B,
-                                      int64_t C, int64_t S, int64_t K) {
-  cpu::causal_conv_backward(F(dx), dw, F(dy), F(x), F(w), B, C, S, K);
+void CpuKernels::causal_conv_backward(void *dx, float *dw, float *db,
+                                      const void *dy, const void *x,
+                                      const void *w, int64_t B, int64_t C,
+                                      int64_t S, int64_t K) {
+  cpu::causal_conv_backward(F(dx), dw, db, F(dy), F(x), F(w), B, C, S, K);
   store(dx, B * C * S);
 }
 void CpuKernels::gated_scan_forward(void *o, const void *q, const void *k,

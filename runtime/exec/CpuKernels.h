@@ -86,11 +86,12 @@ public:
                     const MoeParams &w, int64_t T, int64_t H, int64_t E,
                     int64_t I, int64_t k, const MoeRouting &routing,
                     const MoeExperts &experts) override;
-  void causal_conv_forward(void *y, const void *x, const void *w, int64_t B,
-                           int64_t C, int64_t S, int64_t K) override;
-  void causal_conv_backward(void *dx, float *dw, const void *dy, const void *x,
-                            const void *w, int64_t B, int64_t C, int64_t S,
-                            int64_t K) override;
+  void causal_conv_forward(void *y, const void *x, const void *w,
+                           const void *bias, int64_t B, int64_t C, int64_t S,
+                           int64_t K) override;
+  void causal_conv_backward(void *dx, float *dw, float *db, const void *dy,
+                            const void *x, const void *w, int64_t B, int64_t C,
+                            int64_t S, int64_t K) override;
   void gated_scan_forward(void *o, const void *q, const void *k, const void *v,
                            const void *g, const void *beta, int64_t B,
                            int64_t T, int64_t Hk, int64_t Hv, int64_t Dk,

@@ -135,13 +135,15 @@ public:
                             const MoeParams &w, int64_t T, int64_t H, int64_t E,
                             int64_t I, int64_t k, const MoeRouting &routing,
                             const MoeExperts &experts) = 0;
-  /// x, y [B, C, S], w [C, 1, K] (cpu::causal_conv_forward); dx may be null.
+  /// x, y [B, C, S], w [C, 1, K], bias [C] (cpu::causal_conv_forward); bias,
+  /// dx, dw and db may be null.
   virtual void causal_conv_forward(void *y, const void *x, const void *w,
-                                   int64_t B, int64_t C, int64_t S,
-                                   int64_t K) = 0;
-  virtual void causal_conv_backward(void *dx, float *dw, const void *dy,
-                                    const void *x, const void *w, int64_t B,
-                                    int64_t C, int64_t S, int64_t K) = 0;
+                                   const void *bias, int64_t B, int64_t C,
+                                   int64_t S, int64_t K) = 0;
+  virtual void causal_conv_backward(void *dx, float *dw, float *db,
+                                    const void *dy, const void *x,
+                                    const void *w, int64_t B, int64_t C,
+                                    int64_t S, int64_t K) = 0;
   /// The gated scan, with or without the delta rule (cpu::gated_scan_forward):
   /// q, k [B, T, Hk, Dk], v, o [B, T, Hv, Dv], g, beta [B, T, Hv]; every
   /// gradient is storage, added to, and may be null.

@@ -14,8 +14,9 @@
 
 namespace mtrt::cpu {
 
-void causal_conv_forward(float *y, const float *x, const float *w, int64_t B,
-                         int64_t C, int64_t S, int64_t K) {
+void causal_conv_forward(float *y, const float *x, const float *w,
+                         const float *bias, int64_t B, int64_t C, int64_t S,
+                         int64_t K) {
 #pragma omp parallel for schedule(static) if (B * C > 1)
   for (int64_t r = 0; r < B * C; ++r) {
     const float *xr = x + r * S, *wc = w + (r % C) * K;
@@ -25,14 +26,14 @@ void causal_conv_forward(float *y, const float *x, const float *w, int64_t B,
       for (int64_t j = 0; j < K; ++j)
         if (const int64_t t = s - (K - 1) + j; t >= 0)
           acc += wc[j] * xr[t];
-      yr[s] = acc;
+      yr[s] = bias ? acc + bias[r % C] : acc;
     }
   }
 }
 
-void causal_conv_backward(float *dx, float *dw, const float *dy, const float *x,
-                          const float *w, int64_t B, int64_t C, int64_t S,
-                          int64_t K) {
+void causal_conv_backward(float *dx, float *dw, float *db, const float *dy,
+                          const float *x, const float *w, int64_t B, int64_t C,
+                          int64_t S, int64_t K) {
   if (dx) {
 #pragma omp parallel for schedule(static) if (B * C > 1)
     for (int64_t r = 0; r < B * C; ++r) {
@@ -47,6 +48,14 @@ void causal_conv_backward(float *dx, float *dw, const float *dy, const float *x,
       }
     }
   }
+  if (db)
+    for (int64_t c = 0; c < C; ++c) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s)
+          acc += dy[(b * C + c) * S + s];
+      db[c] += acc;
+    }
   if (!dw)
     return;
 #pragma omp parallel for schedule(static) if (C > 1)

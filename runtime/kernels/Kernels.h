@@ -177,15 +177,17 @@ void xielu_forward(float *y, const float *x, int64_t n, float ap, float an,
 void xielu_backward(float *dx, float *dap, float *dan, const float *dy,
                     const float *x, int64_t n, float ap, float an, float beta,
                     float eps);
-// Depthwise causal convolution along the sequence (LFM2's short conv): x,
-// y [B, C, S], w [C, K]; y[b, c, s] = Σ_{j<K} w[c, j] · x[b, c, s − (K−1) +
-// j], positions before 0 reading 0. The backward adds to dx (or skips it
-// when null) and to dw (or skips it), each sum in a fixed order.
-void causal_conv_forward(float *y, const float *x, const float *w, int64_t B,
-                         int64_t C, int64_t S, int64_t K);
-void causal_conv_backward(float *dx, float *dw, const float *dy, const float *x,
-                          const float *w, int64_t B, int64_t C, int64_t S,
-                          int64_t K);
+// Depthwise causal convolution along the sequence (LFM2's short conv,
+// Mamba's with a bias): x, y [B, C, S], w [C, K], bias [C] or null;
+// y[b, c, s] = bias[c] + Σ_{j<K} w[c, j] · x[b, c, s − (K−1) + j],
+// positions before 0 reading 0. The backward adds to dx, dw and db (or
+// skips each when null), each sum in a fixed order.
+void causal_conv_forward(float *y, const float *x, const float *w,
+                         const float *bias, int64_t B, int64_t C, int64_t S,
+                         int64_t K);
+void causal_conv_backward(float *dx, float *dw, float *db, const float *dy,
+                          const float *x, const float *w, int64_t B, int64_t C,
+                          int64_t S, int64_t K);
 // The gated linear-attention scan (the query already scaled, q and k not
 // normalized here): q, k [B, T, Hk, Dk]; v, o [B, T, Hv, Dv]; g, beta
 // [B, T, Hv]; value head h reads key head h / (Hv / Hk). Per (b, h) a

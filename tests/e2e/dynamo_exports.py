@@ -18,6 +18,7 @@ from export_common import build  # run by path, from the export venv
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import gated_delta_node  # noqa: E402  (tools/, beside the compiler)
+import mamba2_node  # noqa: E402
 
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
@@ -34,6 +35,12 @@ MLA = dict(COMMON, head_dim=8, num_key_value_heads=4, kv_lora_rank=16, qk_rope_h
 GATED_DELTA = dict(COMMON, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2,
                    linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
                    linear_conv_kernel_dim=4)
+# Mamba-2 mixers: 8 heads of 16 on a state of 16 with 2 groups of B and C
+# (4 heads to a group; the gated norm normalizes each group's 64 channels
+# apart), chunks of 8 so that transformers' scan pads its last one.
+MAMBA2 = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, expand=2, num_heads=8,
+              head_dim=16, state_size=16, n_groups=2, conv_kernel=4, chunk_size=8,
+              use_cache=False, tie_word_embeddings=False)
 
 ARCHITECTURES = {
     "llama": (T.LlamaConfig, COMMON, T.LlamaForCausalLM),
@@ -451,6 +458,10 @@ ARCHITECTURES = {
     "olmo_hybrid": (T.OlmoHybridConfig, dict(GATED_DELTA, pad_token_id=0),
                     T.OlmoHybridForCausalLM),
     "lara_mini": (T.LaraMiniConfig, GATED_DELTA, T.LaraMiniForCausalLM),
+    # Mamba-2: every layer a mixer (in_proj to the gate, x, B, C and dt; a
+    # causal conv over x, B and C; the scan; an RMSNorm gated by SiLU over
+    # each group; out_proj). Exported through tools/mamba2_node.py.
+    "mamba2": (T.Mamba2Config, MAMBA2, T.Mamba2ForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),
@@ -489,15 +500,16 @@ def export(name, path, seed=0, opset=None):
     model = build(ARCHITECTURES, name, seed)
     ids = torch.randint(0, 256, (2, 16))
     table = None
-    if "linear_num_value_heads" in ARCHITECTURES[name][1]:
+    helper = next((h for h in (gated_delta_node, mamba2_node) if name in h.MODULES), None)
+    if helper:
         # The node must compute what transformers' chunked scan does.
         with torch.no_grad():
             chunked = model(ids)
-            table = gated_delta_node.install()
+            table = helper.install()
             recurrent = model(ids)
         if not torch.allclose(chunked, recurrent, rtol=1e-4, atol=1e-5):
-            sys.exit(f"error: {name}: the GatedDeltaRule op's logits differ from transformers' "
-                     f"by {(chunked - recurrent).abs().max().item():.3g}")
+            sys.exit(f"error: {name}: the {helper.__name__} node's logits differ from "
+                     f"transformers' by {(chunked - recurrent).abs().max().item():.3g}")
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=128)
     torch.onnx.export(model, (ids,), path, input_names=["input_ids"], output_names=["logits"],
                       dynamic_shapes={"ids": {0: batch, 1: seq}}, dynamo=True,

@@ -726,30 +726,40 @@ TEST(MoeKernelsFromEnv, NamesTheFamilyOrRefuses) {
 }
 
 // The causal convolution: taps that reach before position 0, one tap, and
-// several (batch, channel) rows whose dw sums run over more than a block.
+// several (batch, channel) rows whose dw and db sums run over more than a
+// block; with a bias and without.
 TEST_F(CudaKernelsTest, CausalConv) {
   struct Case {
     int64_t B, C, S, K;
   };
+  for (const bool biased : {true, false})
   for (const Case c :
        {Case{2, 5, 37, 3}, Case{1, 3, 4, 1}, Case{3, 2, 300, 4}}) {
     const int64_t n = c.B * c.C * c.S;
-    Tensor x = Tensor::random(n, 110), w = Tensor::random(c.C * c.K, 111);
+    Tensor x = Tensor::random(n, 110), w = Tensor::random(c.C * c.K, 111),
+           bias = Tensor::random(c.C, 115);
     Tensor y = Tensor::output(n), dy = Tensor::random(n, 112),
            dx = Tensor::grad(n, 113);
-    Tensor dw = Tensor::f32(c.C * c.K, 114);
-    k_->causal_conv_forward(y.dev(), x.dev(), w.dev(), c.B, c.C, c.S, c.K);
-    cpu_.causal_conv_forward(y.host(), x.host(), w.host(), c.B, c.C, c.S, c.K);
-    k_->causal_conv_backward(dx.dev(), dw.dev_f32(), dy.dev(), x.dev(), w.dev(),
-                             c.B, c.C, c.S, c.K);
-    cpu_.causal_conv_backward(dx.host(), dw.host(), dy.host(), x.host(),
+    Tensor dw = Tensor::f32(c.C * c.K, 114), db = Tensor::f32(c.C, 116);
+    k_->causal_conv_forward(y.dev(), x.dev(), w.dev(),
+                            biased ? bias.dev() : nullptr, c.B, c.C, c.S, c.K);
+    cpu_.causal_conv_forward(y.host(), x.host(), w.host(),
+                             biased ? bias.host() : nullptr, c.B, c.C, c.S,
+                             c.K);
+    k_->causal_conv_backward(dx.dev(), dw.dev_f32(),
+                             biased ? db.dev_f32() : nullptr, dy.dev(), x.dev(),
+                             w.dev(), c.B, c.C, c.S, c.K);
+    cpu_.causal_conv_backward(dx.host(), dw.host(),
+                              biased ? db.host() : nullptr, dy.host(), x.host(),
                               w.host(), c.B, c.C, c.S, c.K);
     sync();
-    const std::string at =
-        "S=" + std::to_string(c.S) + " K=" + std::to_string(c.K);
+    const std::string at = std::string(biased ? "bias" : "no bias") +
+                           " S=" + std::to_string(c.S) +
+                           " K=" + std::to_string(c.K);
     EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kSums)) << "y, " << at;
     EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx, " << at;
     EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5)) << "dw, " << at;
+    EXPECT_TRUE(near(db.fetch(), db.h, 1e-4, 1e-5)) << "db, " << at;
   }
 }
 

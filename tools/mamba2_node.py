@@ -1,0 +1,113 @@
+"""Export Mamba-2 layers (Mamba-2, Bamba, Nemotron-H, Falcon-H1, Granite 4
+hybrids, Zamba2) for MegaTrain: each layer's state space scan becomes one
+ai.megatrain.GatedLinearRule node.
+
+torch's exporter traces transformers' chunked SSD scan with a sequence
+length it then fixes (the chunk padding and the segment sums), which no
+layer template can stream. install() swaps that scan for a custom op that
+exports as one node (docs/importer.md, "Linear attention"); the
+discretization around it stays in ordinary ops:
+
+    dt = softplus(dt + dt_bias)            (clamped where the model says so)
+    y  = GatedLinearRule(q=C, k=B, v=x, g=dt·A, beta=dt) + D·x
+
+    import mamba2_node                           # tools/ on sys.path
+    table = mamba2_node.install()
+    torch.onnx.export(model, (ids,), "model.onnx", dynamo=True,
+                      custom_translation_table=table, ...)
+
+Run in the export venv (tools/install-export-venv.sh): needs torch,
+transformers and onnxscript.
+"""
+import importlib
+import math
+
+import onnx
+import onnxscript
+import torch
+import torch.nn.functional as F
+
+DOMAIN = "ai.megatrain"
+MODULES = ("mamba2", "bamba", "nemotron_h", "falcon_h1", "granitemoehybrid", "zamba2")
+
+
+def _recurrent(q, k, v, g, beta):
+    """The scan position by position, in float32 (eager runs only): per
+    batch and value head S ← e^g·S + k·(beta·v)ᵀ, o = Sᵀq."""
+    group = v.shape[2] // q.shape[2]
+    q, k = q.repeat_interleave(group, 2).float(), k.repeat_interleave(group, 2).float()
+    state = v.new_zeros(v.shape[0], v.shape[2], q.shape[3], v.shape[3], dtype=torch.float32)
+    out = []
+    for t in range(v.shape[1]):
+        state = state * g[:, t].float().exp()[..., None, None]
+        w = beta[:, t, :, None].float() * v[:, t].float()
+        state = state + k[:, t][..., :, None] * w[..., None, :]
+        out.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
+    return torch.stack(out, 1).to(v.dtype)
+
+
+def _define_op():
+    if hasattr(torch.ops.megatrain, "gated_linear_rule"):
+        return torch.ops.megatrain.gated_linear_rule
+
+    @torch.library.custom_op("megatrain::gated_linear_rule", mutates_args=())
+    def gated_linear_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                          beta: torch.Tensor) -> torch.Tensor:
+        return _recurrent(q, k, v, g, beta)
+
+    @gated_linear_rule.register_fake
+    def _(q, k, v, g, beta):
+        return torch.empty_like(v)
+
+    return torch.ops.megatrain.gated_linear_rule
+
+
+def _register_schema():
+    try:
+        onnx.defs.get_schema("GatedLinearRule", 1, DOMAIN)
+        return
+    except onnx.defs.SchemaError:
+        pass
+    types = [("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")]
+    onnx.defs.register_schema(onnx.defs.OpSchema(
+        "GatedLinearRule", DOMAIN, 1,
+        inputs=[onnx.defs.OpSchema.FormalParameter(n, "T") for n in ("q", "k", "v", "g", "beta")],
+        outputs=[onnx.defs.OpSchema.FormalParameter("o", "T")],
+        type_constraints=types))
+
+
+def install():
+    """Routes the chunked scan of every module in MODULES through the custom
+    op; returns the custom_translation_table for torch.onnx.export."""
+    op = _define_op()
+    _register_schema()
+
+    def mamba2_chunk_scan(hidden_states, dt, A, B, C, chunk_size, D=None, dt_bias=None,
+                          initial_states=None, dt_softplus=False,
+                          dt_limit=(0.0, float("inf")), return_final_states=False, **kwargs):
+        if initial_states is not None or return_final_states:
+            raise NotImplementedError("a recurrent state (a cache) does not export for training")
+        if dt_bias is not None:
+            dt = dt + dt_bias.to(dt.dtype)
+        if dt_softplus:
+            dt = F.softplus(dt)
+        lo, hi = dt_limit
+        if lo > 0 or not math.isinf(hi):  # softplus is ≥ 0 already
+            dt = torch.clamp(dt, min=lo, max=hi)
+        x = hidden_states.float()
+        dt = dt.float()
+        y = op(C.float(), B.float(), x, dt * A.float(), dt)
+        if D is not None:
+            y = y + x * D.float()[:, None]
+        return y
+
+    for name in MODULES:
+        module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        module.mamba2_chunk_scan = mamba2_chunk_scan
+
+    opset = onnxscript.values.Opset(DOMAIN, 1)
+
+    def to_onnx(q, k, v, g, beta):
+        return opset.GatedLinearRule(q, k, v, g, beta)
+
+    return {op.default: to_onnx}
