@@ -7,8 +7,10 @@
 // a segment; a segment is residual when its output is a sum that includes
 // its input. Segments before the first residual one form the embedding,
 // those after the last the head, and the residual ones group into decoder
-// layers, each starting where attention does. Layers are deduplicated by a
-// structural signature (ops, attributes, shapes and wiring, never names), so
+// layers, each starting where a token mixer does: attention, a gated scan
+// (gated DeltaNet, Mamba-2) or a short causal convolution (LFM2), so that a
+// hybrid's mixers of either kind each head a layer. Layers are deduplicated by
+// a structural signature (ops, attributes, shapes and wiring, never names), so
 // N identical layers become one template applied N times.
 //
 //===----------------------------------------------------------------------===//
@@ -114,8 +116,13 @@ bool sumsIn(Value *v, Value *input) {
 struct Segment {
   Value *input, *output;
   std::vector<Node *> nodes;
-  bool residual = false, attends = false;
+  bool residual = false, mixes = false; // mixes: reads other positions
 };
+
+bool mixesPositions(const Node *n) {
+  return n->op == "mt.attention" || n->op == "mt.gated_delta" ||
+         n->op == "mt.gated_linear" || n->op == "mt.causal_conv";
+}
 
 // A residual segment computes x + f(x): its output sums in its input, and
 // something other than those sums reads the input (x + pos is no layer).
@@ -206,7 +213,7 @@ std::vector<Block> discoverBlocks(Graph &g) {
   Segment cur{input, nullptr, {}};
   for (Node *n : order) {
     cur.nodes.push_back(n);
-    cur.attends |= n->op == "mt.attention";
+    cur.mixes |= mixesPositions(n);
     for (Value *v : n->inputs)
       if (v && pending.count(v) && --pending[v] == 0)
         pending.erase(v);
@@ -251,21 +258,21 @@ std::vector<Block> discoverBlocks(Graph &g) {
     fail("the model has no head after its last residual block (the logits "
          "are the residual stream itself)");
 
-  // Layers start at each attending segment; segments before the first one
-  // join the first layer. Without attention, each segment is a layer.
+  // Layers start at each mixing segment; segments before the first one
+  // join the first layer. Without mixers, each segment is a layer.
   using SegmentIt = std::vector<Segment>::const_iterator;
   std::vector<std::pair<SegmentIt, SegmentIt>> layers;
-  bool anyAttention = std::any_of(firstRes, lastRes,
-                                  [](const Segment &s) { return s.attends; });
+  bool anyMixer =
+      std::any_of(firstRes, lastRes, [](const Segment &s) { return s.mixes; });
   SegmentIt start = firstRes;
   for (SegmentIt it = firstRes; it != lastRes; ++it) {
     SegmentIt next = std::next(it);
-    bool boundary = next == lastRes ||
-                    (anyAttention ? next->attends && std::any_of(start, next,
-                                                                 [](const Segment &s) {
-                                                                   return s.attends;
-                                                                 })
-                                  : true);
+    bool boundary =
+        next == lastRes ||
+        (anyMixer ? next->mixes &&
+                        std::any_of(start, next,
+                                    [](const Segment &s) { return s.mixes; })
+                  : true);
     if (boundary) {
       layers.push_back({start, next});
       start = next;

@@ -29,7 +29,8 @@ Block wholeGraph(Graph &g);
 
 /// Splits the graph at its residual-stream cut points (values every path
 /// from the input to the logits passes through) into the embedding, the
-/// decoder layers (a layer starts at each residual segment that attends)
+/// decoder layers (a layer starts at each residual segment that mixes
+/// positions: attention, a gated scan, a causal convolution)
 /// and the head; throws if the graph is not shaped like a decoder.
 std::vector<Block> discoverBlocks(Graph &g);
 

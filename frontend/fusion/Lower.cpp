@@ -8,14 +8,17 @@
 // of rows into an empty tensor (pads, then a concatenation). A tensor the
 // export computes at compile time and multiplies or adds to an activation
 // (Ministral 3's per-position query scaling) is a frozen table, or nothing
-// where it is all ones (Mul) or all zeros (Add). Anything else is left for
-// fuseIdioms to report.
+// where it is all ones (Mul) or all zeros (Add). A Clip of an activation at
+// constant bounds (Nemotron-H's floor on Mamba's time step) is ReLUs of
+// shifted copies. Anything else is left for fuseIdioms to report.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
 
 #include "frontend/Error.h"
 #include "frontend/fusion/Match.h"
+
+#include <cmath>
 
 namespace mt::onnx_import {
 namespace {
@@ -82,6 +85,49 @@ void lowerBinary(Graph &g, Tables &tables, Node *n, const char *prim,
   else
     replaceWithPrimitive(g, n, prim, {x, tableOf(g, tables, c)},
                          n->out()->shape);
+}
+
+// One primitive after `after` reading `inputs`, its output x's shape.
+Value *step(Graph &g, Node *&after, const char *prim,
+            std::vector<Value *> inputs) {
+  const Shape shape = inputs[0]->shape;
+  after = g.newNode(prim, after->name, std::move(inputs), after);
+  Value *y = g.addOutput(after, DType::F32, shape);
+  y->fromInput = true;
+  return y;
+}
+
+// Clip(x, lo, hi) at constant bounds (absent ones infinite): lo + relu(x −
+// lo), then hi − relu(hi − y); the gradient passes exactly where x lies
+// inside the bounds, as Clip's does.
+void lowerClip(Graph &g, Tables &tables, Node *n, Value *x) {
+  std::optional<double> lo, hi;
+  if (n->inputs.size() > 1 && n->in(1) && !(lo = constScalar(n->in(1))))
+    return;
+  if (n->inputs.size() > 2 && n->in(2) && !(hi = constScalar(n->in(2))))
+    return;
+  auto table = [&](double v) {
+    Value *c = g.newValue(fmt::format("{}.bound", n->name), DType::F32, {1});
+    c->constant = denseConst(DType::F32, {1}, {v});
+    return tableOf(g, tables, c);
+  };
+  Node *after = n;
+  Value *y = x;
+  if (lo && !std::isinf(*lo)) {
+    Value *r =
+        step(g, after, "mt.relu", {step(g, after, "mt.add", {y, table(-*lo)})});
+    y = step(g, after, "mt.add", {r, table(*lo)});
+  }
+  if (hi && !std::isinf(*hi)) {
+    Value *below = step(g, after, "mt.scale", {y});
+    after->setFloat("factor", -1.0);
+    Value *r = step(g, after, "mt.relu",
+                    {step(g, after, "mt.add", {below, table(*hi)})});
+    Value *neg = step(g, after, "mt.scale", {r});
+    after->setFloat("factor", -1.0);
+    y = step(g, after, "mt.add", {neg, table(*hi)});
+  }
+  g.replaceAllUses(n->out(), y);
 }
 
 void lowerScale(Graph &g, Node *n, Value *x, double factor) {
@@ -283,6 +329,8 @@ void lower(Graph &g, Tables &tables, Node *n) {
     lowerScale(g, n, x, 1.0 / *constScalar(n->in(1)));
   } else if (op == "Neg" && isActivation(x)) {
     lowerScale(g, n, x, -1.0);
+  } else if (op == "Clip" && isActivation(x)) {
+    lowerClip(g, tables, n, x);
   } else if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
              op == "Flatten") {
     if (x->shape == n->out()->shape)

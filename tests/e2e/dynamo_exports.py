@@ -41,6 +41,9 @@ GATED_DELTA = dict(COMMON, num_hidden_layers=4, head_dim=16, linear_num_key_head
 MAMBA2 = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, expand=2, num_heads=8,
               head_dim=16, state_size=16, n_groups=2, conv_kernel=4, chunk_size=8,
               use_cache=False, tie_word_embeddings=False)
+# The same mixer in the hybrids' naming.
+MAMBA2_MIXER = dict(mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16,
+                    mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)
 
 ARCHITECTURES = {
     "llama": (T.LlamaConfig, COMMON, T.LlamaForCausalLM),
@@ -462,6 +465,46 @@ ARCHITECTURES = {
     # causal conv over x, B and C; the scan; an RMSNorm gated by SiLU over
     # each group; out_proj). Exported through tools/mamba2_node.py.
     "mamba2": (T.Mamba2Config, MAMBA2, T.Mamba2ForCausalLM),
+    # Bamba: Mamba-2 mixers with Llama's SwiGLU MLP in every layer, the
+    # second layer attention instead.
+    "bamba": (T.BambaConfig, dict(COMMON, num_hidden_layers=3, attn_layer_indices=[1],
+                                  **MAMBA2_MIXER), T.BambaForCausalLM),
+    # Nemotron-H: a layer is one block, a mixer, attention or a squared-ReLU
+    # MLP, each behind its own RMSNorm.
+    "nemotron_h": (T.NemotronHConfig,
+                   dict(vocab_size=256, hidden_size=64, intermediate_size=128, head_dim=16,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                        layers_block_type=["mamba", "mlp", "attention", "mlp"], ssm_state_size=16,
+                        mamba_num_heads=8, mamba_head_dim=16, n_groups=2, chunk_size=8,
+                        use_cache=False, tie_word_embeddings=False),
+                   T.NemotronHForCausalLM),
+    # Zamba2: Mamba-2 layers; the hybrid ones first run one shared
+    # transformer block (its weights reused at each) on the hidden state
+    # concatenated with the embeddings.
+    "zamba2": (T.Zamba2Config,
+               dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                    layers_block_type=["mamba", "hybrid", "mamba", "hybrid"], num_attention_heads=4,
+                    num_key_value_heads=4, n_mamba_heads=8, mamba_d_state=16, mamba_ngroups=2,
+                    chunk_size=8, max_position_embeddings=128, use_cache=False),
+               T.Zamba2ForCausalLM),
+    # Falcon-H1: attention and a mixer side by side in every layer, µP
+    # multipliers on the embedding, the head, attention, the MLP and the
+    # mixer's projections.
+    "falcon_h1": (T.FalconH1Config,
+                  dict(COMMON, mamba_d_ssm=128, embedding_multiplier=2.0, lm_head_multiplier=0.5,
+                       mlp_multipliers=[0.5, 2.0], key_multiplier=1.5,
+                       attention_out_multiplier=0.75, attention_in_multiplier=1.25,
+                       ssm_multipliers=[0.5, 1.5, 0.75, 1.25, 2.0], ssm_in_multiplier=0.5,
+                       ssm_out_multiplier=1.5, **MAMBA2_MIXER), T.FalconH1ForCausalLM),
+    # Granite 4 (hybrid): mixers and attention layers, each with routed
+    # experts and a shared expert, Granite's multipliers.
+    "granitemoehybrid": (T.GraniteMoeHybridConfig,
+                         dict(COMMON, num_hidden_layers=3,
+                              layer_types=["mamba", "attention", "mamba"], num_local_experts=4,
+                              num_experts_per_tok=2, shared_intermediate_size=32,
+                              embedding_multiplier=2.0, logits_scaling=4.0,
+                              residual_multiplier=0.5, attention_multiplier=0.125,
+                              **MAMBA2_MIXER), T.GraniteMoeHybridForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

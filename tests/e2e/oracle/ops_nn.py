@@ -154,14 +154,14 @@ def _attention(node, q, k, v, mask=None, past_key=None, past_value=None, nonpad_
     return [y, present_key, present_value, qk_out]
 
 
-@op("GatedDeltaRule", 1, domain="ai.megatrain")
-def _gated_delta_rule(node, q, k, v, g, beta):
-    """MegaTrain's gated delta rule node (docs/importer.md), position by
-    position: per batch and value head a state M [Dk, Dv] from 0 decays by
-    exp(g), takes the rank-1 correction k·δᵀ with δ = beta·(v − Mᵀk), and
-    reads out Mᵀq. Value head h reads key head h // (Hv / Hk)."""
+def _gated_scan(name, q, k, v, g, beta, delta):
+    """MegaTrain's gated scan nodes (docs/importer.md), position by position:
+    per batch and value head a state M [Dk, Dv] from 0 decays by exp(g),
+    takes the rank-1 update k·δᵀ with δ = beta·(v − Mᵀk) under the delta rule
+    (beta·v without it), and reads out Mᵀq. Value head h reads key head
+    h // (Hv / Hk)."""
     if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[2] % q.shape[2]:
-        raise OracleError(f"GatedDeltaRule: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+        raise OracleError(f"{name}: q {tuple(q.shape)}, k {tuple(k.shape)}, "
                           f"v {tuple(v.shape)} are not [B, S, Hk, Dk] and [B, S, Hv, Dv]")
     group = v.shape[2] // q.shape[2]
     q, k = q.repeat_interleave(group, 2), k.repeat_interleave(group, 2)
@@ -170,7 +170,17 @@ def _gated_delta_rule(node, q, k, v, g, beta):
     for t in range(v.shape[1]):
         state = state * torch.exp(g[:, t])[..., None, None]
         kt = k[:, t]
-        delta = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", state, kt))
-        state = state + kt[..., :, None] * delta[..., None, :]
+        w = v[:, t] - torch.einsum("bhkv,bhk->bhv", state, kt) if delta else v[:, t]
+        state = state + kt[..., :, None] * (beta[:, t, :, None] * w)[..., None, :]
         out.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
     return torch.stack(out, 1)
+
+
+@op("GatedDeltaRule", 1, domain="ai.megatrain")
+def _gated_delta_rule(node, q, k, v, g, beta):
+    return _gated_scan("GatedDeltaRule", q, k, v, g, beta, delta=True)
+
+
+@op("GatedLinearRule", 1, domain="ai.megatrain")
+def _gated_linear_rule(node, q, k, v, g, beta):
+    return _gated_scan("GatedLinearRule", q, k, v, g, beta, delta=False)

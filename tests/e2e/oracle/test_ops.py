@@ -432,6 +432,17 @@ class GatedDeltaRule(unittest.TestCase):
             np.testing.assert_allclose(o[:, :, h:h + 1], one, rtol=1e-12)
 
 
+class GatedLinearRule(unittest.TestCase):
+    def test_two_positions_by_hand(self):
+        # Dk = Dv = 1, no delta rule: t0: M = 0 + 1·(0.5·4) = 2, o = 2·2 = 4;
+        # t1: M = 0.5·2 + 0.5·(1·2) = 2, o = 2·3 = 6.
+        q, k, v = (np.array(a).reshape(1, 2, 1, 1) for a in ([2.0, 3.0], [1.0, 0.5], [4.0, 2.0]))
+        g = np.log(np.array([1.0, 0.5])).reshape(1, 2, 1)
+        beta = np.array([0.5, 1.0]).reshape(1, 2, 1)
+        o = run_node("GatedLinearRule", [q, k, v, g, beta], opset=1, domain="ai.megatrain")[0]
+        np.testing.assert_allclose(o.ravel(), [4.0, 6.0], rtol=1e-12)
+
+
 class ScatterElements(unittest.TestCase):
     def test_writes_updates_at_indices_along_axis(self):
         x = np.zeros((2, 4))

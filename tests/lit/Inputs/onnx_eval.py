@@ -62,17 +62,18 @@ def _reduce_log_sum_exp(a, x, axes=None):
     return s if a.get("keepdims", 1) else np.squeeze(s, axis=axis)
 
 
-def _gated_delta_rule(a, q, k, v, g, beta):
-    """MegaTrain's GatedDeltaRule: per batch and value head a state M [Dk, Dv]
-    from 0; each position M = exp(g)·M, M += k·(beta·(v − Mᵀk))ᵀ, out = Mᵀq."""
+def _gated_scan(q, k, v, g, beta, delta):
+    """MegaTrain's GatedDeltaRule (delta) and GatedLinearRule: per batch and
+    value head a state M [Dk, Dv] from 0; each position M = exp(g)·M,
+    M += k·(beta·(v − Mᵀk))ᵀ (k·(beta·v)ᵀ without delta), out = Mᵀq."""
     group = v.shape[2] // q.shape[2]
     q, k = np.repeat(q, group, axis=2), np.repeat(k, group, axis=2)
     m = np.zeros(v.shape[:1] + v.shape[2:3] + q.shape[3:] + v.shape[3:], v.dtype)
     out = np.zeros_like(v)
     for t in range(v.shape[1]):
         m = m * np.exp(g[:, t])[..., None, None]
-        delta = beta[:, t, :, None] * (v[:, t] - np.einsum("bhkv,bhk->bhv", m, k[:, t]))
-        m = m + k[:, t, :, :, None] * delta[:, :, None, :]
+        w = v[:, t] - np.einsum("bhkv,bhk->bhv", m, k[:, t]) if delta else v[:, t]
+        m = m + k[:, t, :, :, None] * (beta[:, t, :, None] * w)[:, :, None, :]
         out[:, t] = np.einsum("bhkv,bhk->bhv", m, q[:, t])
     return out
 
@@ -292,7 +293,8 @@ OPS = {
     "GatherElements": lambda a, x, i: np.take_along_axis(x, i, axis=a.get("axis", 0)),
     "ScatterElements": _scatter_elements,
     "ScatterND": _scatter_nd,
-    "GatedDeltaRule": _gated_delta_rule,
+    "GatedDeltaRule": lambda a, *x: _gated_scan(*x, delta=True),
+    "GatedLinearRule": lambda a, *x: _gated_scan(*x, delta=False),
     "Conv": _conv1d,
     "Not": lambda a, x: np.logical_not(x),
     "Clip": lambda a, x, lo=None, hi=None: np.clip(x, -np.inf if lo is None else lo,
