@@ -28,7 +28,9 @@ std::string fixedSequenceNote(const onnx::GraphProto &graph) {
         "; note: input '{}' has a dynamic batch but a sequence length fixed "
         "at {}, which torch's exporter does when a layer loops over the "
         "sequence, as the scans of linear attention and state-space layers "
-        "(gated DeltaNet, Mamba) do: no such layer is supported",
+        "do: export gated DeltaNet and Mamba-2 through "
+        "tools/gated_delta_node.py and tools/mamba2_node.py, which write each "
+        "scan as one node; other such layers are not supported",
         vi.name(), dims[1].dim_value());
   }
   return "";

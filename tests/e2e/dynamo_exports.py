@@ -470,13 +470,16 @@ ARCHITECTURES = {
     "bamba": (T.BambaConfig, dict(COMMON, num_hidden_layers=3, attn_layer_indices=[1],
                                   **MAMBA2_MIXER), T.BambaForCausalLM),
     # Nemotron-H: a layer is one block, a mixer, attention or a squared-ReLU
-    # MLP, each behind its own RMSNorm.
+    # MLP, each behind its own RMSNorm; the mixer's time step floored at
+    # time_step_min, here 0.7 so that the floor holds for about half of
+    # them.
     "nemotron_h": (T.NemotronHConfig,
                    dict(vocab_size=256, hidden_size=64, intermediate_size=128, head_dim=16,
                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                         layers_block_type=["mamba", "mlp", "attention", "mlp"], ssm_state_size=16,
                         mamba_num_heads=8, mamba_head_dim=16, n_groups=2, chunk_size=8,
-                        use_cache=False, tie_word_embeddings=False),
+                        time_step_min=0.7, time_step_max=1.0, use_cache=False,
+                        tie_word_embeddings=False),
                    T.NemotronHForCausalLM),
     # Zamba2: Mamba-2 layers; the hybrid ones first run one shared
     # transformer block (its weights reused at each) on the hidden state

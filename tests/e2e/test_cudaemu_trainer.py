@@ -125,6 +125,12 @@ class CudaEmulatedTrainer(unittest.TestCase):
         # causal convolution, through the generated calls.
         self.check(self.dynamo_export("qwen3_5"), "qwen3_5", "--micro-batches", "2")
 
+    def test_bamba_mamba2(self):
+        # Bamba's Mamba-2 mixers beside an attention layer: the scan without
+        # the delta rule on the same kernels, the convolution's bias and its
+        # gradient, through the generated calls.
+        self.check(self.dynamo_export("bamba"), "bamba", "--micro-batches", "2")
+
 
 if __name__ == "__main__":
     unittest.main()

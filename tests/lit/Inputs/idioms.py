@@ -445,18 +445,23 @@ def _(g):
     return ref
 
 
-def _causal_conv(g, pads, pad_op=False):
+def _causal_conv(g, pads, pad_op=False, bias=False):
     """x [B,S,16] transposed to [B,16,S], a depthwise Conv with 3 taps per
     channel and `pads` (with `pad_op`, of a Pad op's K − 1 zeros before the
-    positions), sliced back to S positions, transposed back (LFM2's short
-    convolution)."""
+    positions; with `bias`, a bias per channel), sliced back to S positions,
+    transposed back (LFM2's short convolution; Mamba's has the bias)."""
     K = 3
     x = x_input(g)
     w, W = param(g, "conv.weight", [HIDDEN, 1, K], std=0.5)
+    Bias = np.zeros(HIDDEN)
+    conv_inputs = [w]
+    if bias:
+        b, Bias = param(g, "conv.bias", [HIDDEN], std=0.5)
+        conv_inputs.append(b)
     xt = g.op("Transpose", x, perm=[0, 2, 1])
     if pad_op:
         xt = g.op("Pad", xt, g.ints(0, 0, K - 1, 0, 0, 0))
-    conv = g.op("Conv", xt, w, group=HIDDEN, pads=pads, kernel_shape=[K])
+    conv = g.op("Conv", xt, *conv_inputs, group=HIDDEN, pads=pads, kernel_shape=[K])
     y = g.op("Slice", conv, g.ints(0), g.op("Reshape", g.dim(x, 1), g.ints(1)), g.ints(2))
     y_output(g, g.op("Transpose", y, perm=[0, 2, 1]), HIDDEN)
 
@@ -465,7 +470,7 @@ def _causal_conv(g, pads, pad_op=False):
         before = K - 1 if pad_op else pads[0]
         padded = np.concatenate([np.zeros(xs.shape[:2] + (before,)), xs], axis=-1)
         out = sum(W[None, :, 0, j, None] * padded[:, :, j:j + xs.shape[2]] for j in range(K))
-        return np.transpose(out, (0, 2, 1))
+        return np.transpose(out + Bias[None, :, None], (0, 2, 1))
     return ref
 
 
@@ -484,6 +489,24 @@ def _(g):
        "positions)")
 def _(g):
     return _causal_conv(g, [0, 0], pad_op=True)
+
+
+@idiom("causal-conv-bias", "causal-conv with a bias [16] on the Conv (Mamba's convolution)")
+def _(g):
+    return _causal_conv(g, [2, 2], bias=True)
+
+
+@idiom("clip-activation", "Clip(x, -0.5, 0.25) and Clip(x, min 0.1) of an activation, "
+       "summed (Nemotron-H's floor on Mamba's time step)")
+def _(g):
+    x = x_input(g)
+    both = g.op("Clip", x, g.const(-0.5), g.const(0.25))
+    floor = g.op("Clip", x, g.const(0.1))
+    y_output(g, g.op("Add", both, floor), HIDDEN)
+
+    def ref(f):
+        return np.clip(f["x"], -0.5, 0.25) + np.maximum(f["x"], 0.1)
+    return ref
 
 
 def _l2norm(g, t):
@@ -534,6 +557,40 @@ def _(g):
         gs = -np.log1p(np.exp(xs @ Wa))
         betas = 1 / (1 + np.exp(-(xs @ Wb)))
         return _gated_delta_ref(qs, ks, (xs @ Wv).reshape(bs, sl, 4, 4), gs, betas).reshape(bs, sl, 16)
+    return ref
+
+
+@idiom("gated-linear", "ai.megatrain.GatedLinearRule(C, B, x, dt·A, dt): C and B [B,S,1,4], "
+       "x [B,S,4,4], dt = Softplus(. + dt_bias) [B,S,4], A a weight [4], plus D·x (Mamba-2's "
+       "scan)", domains={"ai.megatrain": 1})
+def _(g):
+    x = x_input(g)
+    heads = lambda t, h, d: g.op("Reshape", t, g.ints(0, 0, h, d))  # noqa: E731
+    (c, Wc), (b, Wb) = matmul(g, x, HIDDEN, 4, "c.weight"), matmul(g, x, HIDDEN, 4, "b.weight")
+    (v, Wv), (d, Wd) = matmul(g, x, HIDDEN, 16, "x.weight"), matmul(g, x, HIDDEN, 4, "dt.weight")
+    dt_bias, DtBias = param(g, "dt_bias", [4], std=0.5)
+    a, A = param(g, "A", [4], std=0.5, mean=-1.0)
+    skip, D = param(g, "D", [4, 1], std=0.5, mean=1.0)
+    dt = g.op("Softplus", g.op("Add", d, dt_bias))
+    xs4 = heads(v, 4, 4)
+    o = g.op("GatedLinearRule", heads(c, 1, 4), heads(b, 1, 4), xs4, g.op("Mul", dt, a), dt,
+             domain="ai.megatrain")
+    y_output(g, g.op("Reshape", g.op("Add", o, g.op("Mul", xs4, skip)), g.ints(0, 0, 16)), HIDDEN)
+
+    def ref(f):
+        xs = f["x"]
+        bs, sl = xs.shape[:2]
+        dts = np.log1p(np.exp(xs @ Wd + DtBias))
+        vs = (xs @ Wv).reshape(bs, sl, 4, 4)
+        qs, ks = (xs @ Wc).reshape(bs, sl, 1, 4), (xs @ Wb).reshape(bs, sl, 1, 4)
+        o = np.zeros_like(vs)
+        for bi in range(bs):
+            for h in range(4):
+                m = np.zeros((4, 4))
+                for t in range(sl):
+                    m = np.exp(dts[bi, t, h] * A[h]) * m + np.outer(ks[bi, t, 0], dts[bi, t, h] * vs[bi, t, h])
+                    o[bi, t, h] = m.T @ qs[bi, t, 0]
+        return (o + vs * D).reshape(bs, sl, 16)
     return ref
 
 
