@@ -37,10 +37,12 @@ GATED_DELTA = dict(COMMON, num_hidden_layers=4, head_dim=16, linear_num_key_head
                    linear_conv_kernel_dim=4)
 # Mamba-2 mixers: 8 heads of 16 on a state of 16 with 2 groups of B and C
 # (4 heads to a group; the gated norm normalizes each group's 64 channels
-# apart), chunks of 8 so that transformers' scan pads its last one.
+# apart), chunks of 8 so that transformers' scan pads its last one; time
+# steps from 0.5 to 1 (0.001 to 0.1 by default), so that the state holds
+# much of the past and a wrong recurrence shows.
 MAMBA2 = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, expand=2, num_heads=8,
               head_dim=16, state_size=16, n_groups=2, conv_kernel=4, chunk_size=8,
-              use_cache=False, tie_word_embeddings=False)
+              time_step_min=0.5, time_step_max=1.0, use_cache=False, tie_word_embeddings=False)
 # The same mixer in the hybrids' naming.
 MAMBA2_MIXER = dict(mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16,
                     mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)
