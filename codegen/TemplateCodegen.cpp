@@ -216,11 +216,14 @@ private:
       os_ << "  k.zero(" << ref(v) << ", " << count(v) << ");\n";
     return ref(v);
   }
-  // B, T, Hk, Hv, Dk, Dv, delta of a gated scan's q [B, T, Hk, Dk] and v.
-  static std::string gatedScanDims(Value q, Value v, bool delta) {
+  // B, T, Hk, Hv, Dk, Dv, delta, key_decay of a gated scan's q [B, T, Hk,
+  // Dk], v and g ([B, T, Hv], or [B, T, Hv, Dk] with a decay per key
+  // channel).
+  static std::string gatedScanDims(Value q, Value v, Value g, bool delta) {
     auto qs = shapeOf(q), vs = shapeOf(v);
-    return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}", qs[0], qs[1],
-                         qs[2], vs[2], qs[3], vs[3], delta ? "true" : "false");
+    return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}", qs[0], qs[1],
+                         qs[2], vs[2], qs[3], vs[3], delta ? "true" : "false",
+                         shapeOf(g).size() == 4 ? "true" : "false");
   }
   // An f32 param gradient argument (dw, db, dtable).
   FailureOr<std::string> paramGrad(Operation *op, Value v) {
@@ -457,24 +460,23 @@ private:
     } else if (isa<GatedDeltaOp, GatedLinearOp>(&op)) {
       // q, k, v, g, beta -> o.
       Value q = op.getOperand(0), v = op.getOperand(2);
-      os_ << llvm::formatv("  k.gated_scan_forward({0}, {1}, {2}, {3}, {4}, "
-                           "{5}, {6});\n",
-                           ref(op.getResult(0)), ref(q), ref(op.getOperand(1)),
-                           ref(v), ref(op.getOperand(3)),
-                           ref(op.getOperand(4)),
-                           gatedScanDims(q, v, isa<GatedDeltaOp>(&op)));
+      os_ << llvm::formatv(
+          "  k.gated_scan_forward({0}, {1}, {2}, {3}, {4}, "
+          "{5}, {6});\n",
+          ref(op.getResult(0)), ref(q), ref(op.getOperand(1)), ref(v),
+          ref(op.getOperand(3)), ref(op.getOperand(4)),
+          gatedScanDims(q, v, op.getOperand(3), isa<GatedDeltaOp>(&op)));
     } else if (isa<GatedDeltaGradOp, GatedLinearGradOp>(&op)) {
       // dout, q, k, v, g, beta -> dq, dk, dv, dg, dbeta.
       Value q = op.getOperand(1), v = op.getOperand(3);
       os_ << llvm::formatv(
           "  k.gated_scan_backward({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
           "{8}, {9}, {10}, {11});\n",
-          grad(op.getResult(0)), grad(op.getResult(1)),
-          grad(op.getResult(2)), grad(op.getResult(3)),
-          grad(op.getResult(4)), ref(op.getOperand(0)), ref(q),
-          ref(op.getOperand(2)), ref(v), ref(op.getOperand(4)),
+          grad(op.getResult(0)), grad(op.getResult(1)), grad(op.getResult(2)),
+          grad(op.getResult(3)), grad(op.getResult(4)), ref(op.getOperand(0)),
+          ref(q), ref(op.getOperand(2)), ref(v), ref(op.getOperand(4)),
           ref(op.getOperand(5)),
-          gatedScanDims(q, v, isa<GatedDeltaGradOp>(&op)));
+          gatedScanDims(q, v, op.getOperand(4), isa<GatedDeltaGradOp>(&op)));
     } else if (auto s = dyn_cast<SwigluGradOp>(op)) {
       os_ << llvm::formatv(
           "  k.swiglu_backward({0}, {1}, {2}, {3}, {4}, {5});\n",

@@ -304,9 +304,12 @@ template <class ScanOp> static LogicalResult verifyGatedScan(ScanOp op) {
     return op.emitOpError("expects q and k [B, S, Hk, Dk] and v [B, S, Hv, "
                           "Dv] with Hv a multiple of Hk, not ")
            << str(q) << ", " << str(k) << " and " << str(v);
-  SmallVector<int64_t> heads{v[0], v[1], v[2]};
-  if (failed(expectShape(op, op.getG(), heads, "g")) ||
-      failed(expectShape(op, op.getBeta(), heads, "beta")) ||
+  SmallVector<int64_t> heads{v[0], v[1], v[2]}, keys{v[0], v[1], v[2], q[3]};
+  // g: a decay per head, or per key channel (Kimi Delta Attention).
+  if (shapeOf(op.getG()) != ArrayRef<int64_t>(keys) &&
+      failed(expectShape(op, op.getG(), heads, "g")))
+    return failure();
+  if (failed(expectShape(op, op.getBeta(), heads, "beta")) ||
       failed(expectShape(op, op.getO(), v, "o")))
     return failure();
   return success();

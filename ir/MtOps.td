@@ -473,11 +473,13 @@ def Mt_CausalConvOp : Mt_PrimOp<"causal_conv"> {
 def Mt_GatedDeltaOp : Mt_PrimOp<"gated_delta"> {
   let summary = "the gated delta rule: linear attention with a decaying state";
   let description = [{
-    q, k [B, S, Hk, Dk], v [B, S, Hv, Dv], g and beta [B, S, Hv], Hv a
-    multiple of Hk (value head h reads key head h / (Hv / Hk)). Per batch
-    and value head a state M [Dk, Dv] starts at 0 and, position by
-    position: M ← exp(g) · M; δ = beta · (v − Mᵀk); M ← M + k δᵀ; the
-    output is Mᵀq. Gated DeltaNet's core (Qwen3.5, Qwen3-Next); queries and
+    q, k [B, S, Hk, Dk], v [B, S, Hv, Dv], beta [B, S, Hv], g [B, S, Hv]
+    or [B, S, Hv, Dk], Hv a multiple of Hk (value head h reads key head
+    h / (Hv / Hk)). Per batch and value head a state M [Dk, Dv] starts at 0
+    and, position by position: M ← exp(g) · M (row i by exp(g[i]) where g
+    has a decay per key channel); δ = beta · (v − Mᵀk); M ← M + k δᵀ; the
+    output is Mᵀq. Gated DeltaNet's core (Qwen3.5, Qwen3-Next), and with a
+    decay per key channel Kimi Delta Attention's (Kimi Linear); queries and
     keys come normalized and scaled.
 
     ```mlir

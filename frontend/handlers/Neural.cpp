@@ -152,7 +152,8 @@ void inferAttention(OpContext &ctx) {
 
 // MegaTrain's own nodes for the gated scans, GatedDeltaRule and
 // GatedLinearRule (docs/importer.md): q, k [B, S, Hk, Dk], v [B, S, Hv,
-// Dv], g and beta [B, S, Hv], Hv a multiple of Hk; the output is v's shape.
+// Dv], beta [B, S, Hv], g [B, S, Hv] or [B, S, Hv, Dk] (a decay per key
+// channel), Hv a multiple of Hk; the output is v's shape.
 void inferGatedScan(OpContext &ctx) {
   const Shape &q = ctx.shape(0), &k = ctx.shape(1), &v = ctx.shape(2),
               &g = ctx.shape(3), &beta = ctx.shape(4);
@@ -161,11 +162,11 @@ void inferGatedScan(OpContext &ctx) {
     ctx.error("expects q and k [B, S, Hk, Dk] and v [B, S, Hv, Dv] with Hv a "
               "multiple of Hk, got q {}, k {}, v {}",
               shapeStr(q), shapeStr(k), shapeStr(v));
-  const Shape heads{v[0], v[1], v[2]};
-  if (g != heads || beta != heads)
-    ctx.error("g and beta must be {} (one per value head and position), got "
-              "{} and {}",
-              shapeStr(heads), shapeStr(g), shapeStr(beta));
+  const Shape heads{v[0], v[1], v[2]}, keys{v[0], v[1], v[2], q[3]};
+  if ((g != heads && g != keys) || beta != heads)
+    ctx.error("beta must be {} (one per value head and position) and g that "
+              "or {} (one per key channel), got g {} and beta {}",
+              shapeStr(heads), shapeStr(keys), shapeStr(g), shapeStr(beta));
   ctx.setOutput(0, ctx.in(2).dtype, v);
 }
 

@@ -2,8 +2,10 @@
 //
 // cpu::gated_scan_forward/backward on CUDA cores: bf16 in and out, the
 // state in f32. Without the delta rule (Mamba-2) u below is 0 and the
-// correction terms drop out; the steps and barriers are the same. Column j of the state reads only v[..., j] (and k, q, g,
-// beta), so a block of 8 warps owns a (batch, value head, tile of 32
+// correction terms drop out; the steps and barriers are the same. With a
+// decay per key channel (Kimi Delta Attention) each row of the state has
+// its own. Column j of the state reads only v[..., j] (and k, q, g, beta),
+// so a block of 8 warps owns a (batch, value head, tile of 32
 // columns): lane = column, warp w = rows w, w + 8, ..., each thread's part
 // of the state in registers (kR rows, Dk ≤ 8·kR ≤ 256). Sums over rows
 // (u, o, ddelta) and over columns (dq, dk) go through shared memory and are
@@ -13,13 +15,15 @@
 // Backward: a forward pass stores each block's state every kChunk positions;
 // then, chunk by chunk in reverse, the block recomputes the chunk's states
 // into scratch and walks them back with dS in registers (two barriers a
-// step). dv has one writer; dq and dk (sums over columns) and dg, dbeta
-// (per column) go to scratch as per-tile partials, which a second kernel
-// adds in (head, tile, column) order. Time runs in segments of 256
+// step). dv has one writer; dq and dk (sums over columns), dg per key
+// channel (the same) or per head, and dbeta (per column) go to scratch as
+// per-tile partials, which a second kernel adds in (head, tile, column)
+// order. Time runs in segments of 256
 // positions so that the partials stay small; dS carries over in scratch.
 // Scratch, in floats: B·Hv·(⌈T/64⌉ + 65)·Dk'·Dv' (Dk' = 8·kR, Dv' = Dv
 // rounded up to 32) for checkpoints, chunk states and the carry, plus
-// 256·B·Hv·⌈Dv/32⌉·(2·Dk + 64) partials: about 0.3 GB for Qwen3.5's
+// 256·B·Hv·⌈Dv/32⌉·(2·Dk + 64, 3·Dk + 64 with a decay per key channel)
+// partials: about 0.3 GB for Qwen3.5's
 // 32 heads of 128 × 128 over 4096 positions. The backward costs about four
 // forward passes of arithmetic, plus a write and a read of every state.
 //
@@ -39,13 +43,17 @@ constexpr int64_t kMaxDk = 32 * kWarps; // rows per thread ≤ 32
 
 struct Dims {
   int64_t Bn, T, Hk, Hv, Dk, Dv;
-  bool delta; // the delta rule's correction v − Sᵀk
+  bool delta;     // the delta rule's correction v − Sᵀk
+  bool key_decay; // g [B, T, Hv, Dk], a decay per key channel (row of S)
   __host__ __device__ int64_t tiles() const { return (Dv + kTile - 1) / kTile; }
   __host__ __device__ int64_t chunks() const {
     return (T + kChunk - 1) / kChunk;
   }
-  /// Partial sums per (position, batch, head, tile): dq, dk, dg, dbeta.
-  __host__ __device__ int64_t width() const { return 2 * Dk + 2 * kTile; }
+  /// Partial sums per (position, batch, head, tile): dq, dk, dg and dbeta
+  /// per column, then dg per key channel where the decay is per channel.
+  __host__ __device__ int64_t width() const {
+    return 2 * Dk + 2 * kTile + (key_decay ? Dk : 0);
+  }
   __device__ int64_t qk(int64_t b, int64_t t, int64_t h) const {
     return ((b * T + t) * Hk + h / (Hv / Hk)) * Dk;
   }
@@ -56,6 +64,25 @@ struct Dims {
     return (b * T + t) * Hv + h;
   }
 };
+
+/// The thread's rows' decays at (b, t, h): e^g, one per row where the decay
+/// is per key channel.
+template <int kR>
+__device__ __forceinline__ void load_decays(float (&dr)[kR], const bf16 *g,
+                                            const Dims &d, int64_t gb) {
+  if (d.key_decay) {
+    const int w = threadIdx.x / kTile;
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+      dr[r] = w + kWarps * r < d.Dk ? expf(bf2f(g[gb * d.Dk + w + kWarps * r]))
+                                    : 0.f;
+    return;
+  }
+  const float e = expf(bf2f(g[gb]));
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+    dr[r] = e;
+}
 
 /// The block's index among all (batch, head, tile) blocks.
 __device__ __forceinline__ int64_t block_slot(const Dims &d) {
@@ -98,14 +125,13 @@ __device__ __forceinline__ float column_sum(const float (*part)[kTile]) {
 /// delta rule); S += k·deltaᵀ with delta = beta·(v − u). Returns u. One
 /// barrier, either way: callers alternate `part` between steps.
 template <int kR>
-__device__ __forceinline__ float advance(float (&S)[kR], const float (&kr)[kR],
-                                         float decay, float beta, float vj,
-                                         bool with_delta,
-                                         float (*part)[kTile]) {
+__device__ __forceinline__ float
+advance(float (&S)[kR], const float (&kr)[kR], const float (&decay)[kR],
+        float beta, float vj, bool with_delta, float (*part)[kTile]) {
   float pu = 0.f;
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
-    S[r] *= decay;
+    S[r] *= decay[r];
     pu += S[r] * kr[r];
   }
   part[threadIdx.x / kTile][threadIdx.x % kTile] = pu;
@@ -136,8 +162,9 @@ __global__ void __launch_bounds__(kBlock)
       put(ckpt + (slot * d.chunks() + t / kChunk) * per, S);
     load_rows(kr, k + d.qk(b, t, h), d.Dk);
     const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
-    advance(S, kr, expf(bf2f(g[d.gb(b, t, h)])), bf2f(beta[d.gb(b, t, h)]), vj,
-            d.delta, part[t & 1]);
+    float dr[kR];
+    load_decays(dr, g, d, d.gb(b, t, h));
+    advance(S, kr, dr, bf2f(beta[d.gb(b, t, h)]), vj, d.delta, part[t & 1]);
     if (!o)
       continue;
     float qr[kR], po = 0.f;
@@ -153,8 +180,8 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // Chunks [c_begin, c_end) of the backward, in reverse. Shared memory: pq,
-// pk [8·kR][kTile + 1], the terms of dq and dk before their sums over
-// columns.
+// pk (and pg where the decay is per key channel) [8·kR][kTile + 1], the
+// terms of dq, dk (and dg) before their sums over columns.
 template <int kR>
 __global__ void __launch_bounds__(kBlock)
     gated_scan_backward_kernel(bf16 *dv, float *partials, float *states,
@@ -164,7 +191,8 @@ __global__ void __launch_bounds__(kBlock)
                                 Dims d, int64_t c_begin, int64_t c_end) {
   constexpr int kRows = kWarps * kR, kPad = kTile + 1;
   MT_DYNAMIC_SHARED(smem);
-  float *pq = reinterpret_cast<float *>(smem), *pk = pq + kRows * kPad;
+  float *pq = reinterpret_cast<float *>(smem), *pk = pq + kRows * kPad,
+        *pgk = pk + kRows * kPad;
   __shared__ float part[2][kWarps][kTile], ddp[kWarps][kTile],
       dgp[kWarps][kTile], us[kChunk][kTile];
   const int lane = threadIdx.x % kTile, w = threadIdx.x / kTile;
@@ -184,15 +212,17 @@ __global__ void __launch_bounds__(kBlock)
       put(chunk_states + tau * per, S);
       load_rows(kr, k + d.qk(b, t, h), d.Dk);
       const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
-      const float u = advance(S, kr, expf(bf2f(g[d.gb(b, t, h)])),
-                              bf2f(beta[d.gb(b, t, h)]), vj, d.delta,
+      float dr[kR];
+      load_decays(dr, g, d, d.gb(b, t, h));
+      const float u = advance(S, kr, dr, bf2f(beta[d.gb(b, t, h)]), vj, d.delta,
                               part[tau & 1]);
       if (w == 0)
         us[tau][lane] = u; // read after the next barrier
     }
     for (int64_t tau = len - 1; tau >= 0; --tau) {
       const int64_t t = t0 + tau;
-      const float decay = expf(bf2f(g[d.gb(b, t, h)]));
+      float decay[kR];
+      load_decays(decay, g, d, d.gb(b, t, h));
       const float bt = bf2f(beta[d.gb(b, t, h)]);
       const float corr = d.delta ? bt : 0.f; // the correction's beta
       const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
@@ -213,19 +243,21 @@ __global__ void __launch_bounds__(kBlock)
       const float delta = bt * (vj - u);
       // With Sp = e^g·S_{t−1} and S_t = Sp + k·deltaᵀ: dq = S_t·do, dk =
       // dS·delta − beta·Sp·ddelta, dSp = dS − k·(beta·ddelta)ᵀ (without the
-      // delta rule, dk = dS·delta and dSp = dS), dg = ⟨Sp, dSp⟩, and
-      // dS_{t−1} = e^g·dSp.
+      // delta rule, dk = dS·delta and dSp = dS), dg = ⟨Sp, dSp⟩ (over each
+      // row where the decay is per key channel), and dS_{t−1} = e^g·dSp.
       float pg = 0.f;
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
         const int i = w + kWarps * r;
         const float sp =
-            decay * chunk_states[tau * per + r * kBlock + threadIdx.x];
+            decay[r] * chunk_states[tau * per + r * kBlock + threadIdx.x];
         pq[i * kPad + lane] = (sp + kr[r] * delta) * doj;
         pk[i * kPad + lane] = dS[r] * delta - corr * sp * ddelta;
         dS[r] -= kr[r] * corr * ddelta;
+        if (d.key_decay)
+          pgk[i * kPad + lane] = sp * dS[r];
         pg += sp * dS[r];
-        dS[r] *= decay;
+        dS[r] *= decay[r];
       }
       dgp[w][lane] = pg;
       float *out = partials +
@@ -239,13 +271,17 @@ __global__ void __launch_bounds__(kBlock)
       }
       __syncthreads();
       for (int64_t i = threadIdx.x; i < d.Dk; i += kBlock) {
-        float sq = 0.f, sk = 0.f;
+        float sq = 0.f, sk = 0.f, sg = 0.f;
         for (int l = 0; l < kTile; ++l) {
           sq += pq[i * kPad + l];
           sk += pk[i * kPad + l];
+          if (d.key_decay)
+            sg += pgk[i * kPad + l];
         }
         out[i] = sq;
         out[d.Dk + i] = sk;
+        if (d.key_decay)
+          out[2 * d.Dk + 2 * kTile + i] = sg;
       }
       if (threadIdx.x < kTile)
         out[2 * d.Dk + threadIdx.x] = column_sum(dgp);
@@ -279,7 +315,23 @@ __global__ void gated_scan_reduce_qk(bf16 *dq, bf16 *dk, const float *partials,
   }
 }
 
-// dg, dbeta [b, t0 + tl, h] += the partials of every column.
+// dg [b, t0 + tl, h, i] += the partials of row i, a decay per key channel.
+__global__ void gated_scan_reduce_gk(bf16 *dg, const float *partials, Dims d,
+                                     int64_t t0, int64_t len) {
+  const int64_t n = d.Bn * len * d.Hv * d.Dk, tiles = d.tiles(), W = d.width();
+  for (int64_t e = global_index(); e < n; e += global_stride()) {
+    const int64_t i = e % d.Dk, h = e / d.Dk % d.Hv;
+    const int64_t tl = e / (d.Dk * d.Hv) % len, b = e / (d.Dk * d.Hv * len);
+    const float *p = partials + ((tl * d.Bn + b) * d.Hv + h) * tiles * W;
+    float sg = 0.f;
+    for (int64_t tile = 0; tile < tiles; ++tile)
+      sg += p[tile * W + 2 * d.Dk + 2 * kTile + i];
+    add_store(dg, ((b * d.T + t0 + tl) * d.Hv + h) * d.Dk + i, sg);
+  }
+}
+
+// dg (a decay per head), dbeta [b, t0 + tl, h] += the partials of every
+// column.
 __global__ void gated_scan_reduce_gb(bf16 *dg, bf16 *dbeta,
                                       const float *partials, Dims d, int64_t t0,
                                       int64_t len) {
@@ -302,14 +354,14 @@ __global__ void gated_scan_reduce_gb(bf16 *dg, bf16 *dbeta,
 }
 
 Dims checked_dims(const char *op, int64_t Bn, int64_t T, int64_t Hk, int64_t Hv,
-                  int64_t Dk, int64_t Dv, bool delta) {
+                  int64_t Dk, int64_t Dv, bool delta, bool key_decay) {
   if (Hk <= 0 || Hv % Hk != 0)
     fail("cuda ", op, ": ", Hv, " value heads do not group over ", Hk,
          " key heads");
   if (Dk > kMaxDk)
     fail("cuda ", op, ": key head dim ", Dk, " is over the ", kMaxDk,
          " the gated scan kernels support");
-  return {Bn, T, Hk, Hv, Dk, Dv, delta};
+  return {Bn, T, Hk, Hv, Dk, Dv, delta, key_decay};
 }
 
 /// Calls f(std::integral_constant<int, kR>) with the rows per thread for Dk.
@@ -335,13 +387,14 @@ dim3 grid_of(const Dims &d) {
 } // namespace
 
 void CudaKernels::gated_scan_forward(void *o, const void *q, const void *k,
-                                      const void *v, const void *g,
-                                      const void *beta, int64_t Bn, int64_t T,
-                                      int64_t Hk, int64_t Hv, int64_t Dk,
-                                      int64_t Dv, bool delta) {
+                                     const void *v, const void *g,
+                                     const void *beta, int64_t Bn, int64_t T,
+                                     int64_t Hk, int64_t Hv, int64_t Dk,
+                                     int64_t Dv, bool delta, bool key_decay) {
   if (Bn * T * Hv * Dv <= 0)
     return;
-  const Dims d = checked_dims("gated_scan_forward", Bn, T, Hk, Hv, Dk, Dv, delta);
+  const Dims d = checked_dims("gated_scan_forward", Bn, T, Hk, Hv, Dk, Dv,
+                              delta, key_decay);
   with_rows(Dk, [&](auto rows) {
     constexpr int kR = decltype(rows)::value;
     MT_LAUNCH(gated_scan_forward_kernel<kR>, grid_of(d), dim3(kBlock),
@@ -351,15 +404,16 @@ void CudaKernels::gated_scan_forward(void *o, const void *q, const void *k,
 }
 
 void CudaKernels::gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
-                                       void *dbeta, const void *dout,
-                                       const void *q, const void *k,
-                                       const void *v, const void *g,
-                                       const void *beta, int64_t Bn, int64_t T,
-                                       int64_t Hk, int64_t Hv, int64_t Dk,
-                                       int64_t Dv, bool delta) {
+                                      void *dbeta, const void *dout,
+                                      const void *q, const void *k,
+                                      const void *v, const void *g,
+                                      const void *beta, int64_t Bn, int64_t T,
+                                      int64_t Hk, int64_t Hv, int64_t Dk,
+                                      int64_t Dv, bool delta, bool key_decay) {
   if (Bn * T * Hv * Dv <= 0 || (!dq && !dk && !dv && !dg && !dbeta))
     return;
-  const Dims d = checked_dims("gated_scan_backward", Bn, T, Hk, Hv, Dk, Dv, delta);
+  const Dims d = checked_dims("gated_scan_backward", Bn, T, Hk, Hv, Dk, Dv,
+                              delta, key_decay);
   const cudaStream_t s = cudaStream_t(stream_);
   with_rows(Dk, [&](auto rows) {
     constexpr int kR = decltype(rows)::value;
@@ -375,7 +429,8 @@ void CudaKernels::gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
     MT_LAUNCH(gated_scan_forward_kernel<kR>, grid_of(d), dim3(kBlock), s,
               static_cast<bf16 *>(nullptr), ckpt, B(q), B(k), B(v), B(g),
               B(beta), d);
-    const size_t shared = size_t(2 * kWarps * kR * (kTile + 1)) * sizeof(float);
+    const size_t shared =
+        size_t((key_decay ? 3 : 2) * kWarps * kR * (kTile + 1)) * sizeof(float);
     for (int64_t c_end = d.chunks(); c_end > 0;) {
       const int64_t c_begin = max64(0, c_end - kSegmentChunks);
       const int64_t t0 = c_begin * kChunk, len = min64(T, c_end * kChunk) - t0;
@@ -388,10 +443,14 @@ void CudaKernels::gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
         MT_LAUNCH(gated_scan_reduce_qk, blocks_for(Bn * len * Hk * Dk),
                   kThreads, s, B(dq), B(dk),
                   static_cast<const float *>(partials), d, t0, len);
-      if (dg || dbeta)
+      if (dg && key_decay)
+        MT_LAUNCH(gated_scan_reduce_gk, blocks_for(Bn * len * Hv * Dk),
+                  kThreads, s, B(dg), static_cast<const float *>(partials), d,
+                  t0, len);
+      if ((dg && !key_decay) || dbeta)
         MT_LAUNCH(gated_scan_reduce_gb, blocks_for(Bn * len * Hv), kThreads, s,
-                  B(dg), B(dbeta), static_cast<const float *>(partials), d, t0,
-                  len);
+                  B(key_decay ? nullptr : dg), B(dbeta),
+                  static_cast<const float *>(partials), d, t0, len);
       c_end = c_begin;
     }
   });

@@ -224,28 +224,28 @@ void CpuKernels::causal_conv_backward(void *dx, float *dw, float *db,
   store(dx, B * C * S);
 }
 void CpuKernels::gated_scan_forward(void *o, const void *q, const void *k,
-                                     const void *v, const void *g,
-                                     const void *beta, int64_t B, int64_t T,
-                                     int64_t Hk, int64_t Hv, int64_t Dk,
-                                     int64_t Dv, bool delta) {
+                                    const void *v, const void *g,
+                                    const void *beta, int64_t B, int64_t T,
+                                    int64_t Hk, int64_t Hv, int64_t Dk,
+                                    int64_t Dv, bool delta, bool key_decay) {
   cpu::gated_scan_forward(F(o), F(q), F(k), F(v), F(g), F(beta), B, T, Hk, Hv,
-                          Dk, Dv, delta);
+                          Dk, Dv, delta, key_decay);
   store(o, B * T * Hv * Dv);
 }
 void CpuKernels::gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
-                                      void *dbeta, const void *dout,
-                                      const void *q, const void *k,
-                                      const void *v, const void *g,
-                                      const void *beta, int64_t B, int64_t T,
-                                      int64_t Hk, int64_t Hv, int64_t Dk,
-                                      int64_t Dv, bool delta) {
+                                     void *dbeta, const void *dout,
+                                     const void *q, const void *k,
+                                     const void *v, const void *g,
+                                     const void *beta, int64_t B, int64_t T,
+                                     int64_t Hk, int64_t Hv, int64_t Dk,
+                                     int64_t Dv, bool delta, bool key_decay) {
   cpu::gated_scan_backward(F(dq), F(dk), F(dv), F(dg), F(dbeta), F(dout), F(q),
-                            F(k), F(v), F(g), F(beta), B, T, Hk, Hv, Dk, Dv,
-                           delta);
+                           F(k), F(v), F(g), F(beta), B, T, Hk, Hv, Dk, Dv,
+                           delta, key_decay);
   store(dq, B * T * Hk * Dk);
   store(dk, B * T * Hk * Dk);
   store(dv, B * T * Hv * Dv);
-  store(dg, B * T * Hv);
+  store(dg, B * T * Hv * (key_decay ? Dk : 1));
   store(dbeta, B * T * Hv);
 }
 void CpuKernels::xielu_forward(void *y, const void *x, const void *alpha_p,

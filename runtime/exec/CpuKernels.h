@@ -93,14 +93,15 @@ public:
                             const void *x, const void *w, int64_t B, int64_t C,
                             int64_t S, int64_t K) override;
   void gated_scan_forward(void *o, const void *q, const void *k, const void *v,
-                           const void *g, const void *beta, int64_t B,
-                           int64_t T, int64_t Hk, int64_t Hv, int64_t Dk,
-                           int64_t Dv, bool delta) override;
+                          const void *g, const void *beta, int64_t B, int64_t T,
+                          int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
+                          bool delta, bool key_decay) override;
   void gated_scan_backward(void *dq, void *dk, void *dv, void *dg, void *dbeta,
-                            const void *dout, const void *q, const void *k,
-                            const void *v, const void *g, const void *beta,
-                            int64_t B, int64_t T, int64_t Hk, int64_t Hv,
-                            int64_t Dk, int64_t Dv, bool delta) override;
+                           const void *dout, const void *q, const void *k,
+                           const void *v, const void *g, const void *beta,
+                           int64_t B, int64_t T, int64_t Hk, int64_t Hv,
+                           int64_t Dk, int64_t Dv, bool delta,
+                           bool key_decay) override;
   void xielu_forward(void *y, const void *x, const void *alpha_p,
                      const void *alpha_n, int64_t n, float beta,
                      float eps) override;

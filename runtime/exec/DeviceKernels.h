@@ -145,19 +145,20 @@ public:
                                     const void *w, int64_t B, int64_t C,
                                     int64_t S, int64_t K) = 0;
   /// The gated scan, with or without the delta rule (cpu::gated_scan_forward):
-  /// q, k [B, T, Hk, Dk], v, o [B, T, Hv, Dv], g, beta [B, T, Hv]; every
-  /// gradient is storage, added to, and may be null.
+  /// q, k [B, T, Hk, Dk], v, o [B, T, Hv, Dv], beta [B, T, Hv], g [B, T, Hv]
+  /// or, with key_decay, [B, T, Hv, Dk]; every gradient is storage, added
+  /// to, and may be null.
   virtual void gated_scan_forward(void *o, const void *q, const void *k,
-                                   const void *v, const void *g,
+                                  const void *v, const void *g,
+                                  const void *beta, int64_t B, int64_t T,
+                                  int64_t Hk, int64_t Hv, int64_t Dk,
+                                  int64_t Dv, bool delta, bool key_decay) = 0;
+  virtual void gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
+                                   void *dbeta, const void *dout, const void *q,
+                                   const void *k, const void *v, const void *g,
                                    const void *beta, int64_t B, int64_t T,
                                    int64_t Hk, int64_t Hv, int64_t Dk,
-                                   int64_t Dv, bool delta) = 0;
-  virtual void gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
-                                    void *dbeta, const void *dout,
-                                    const void *q, const void *k, const void *v,
-                                    const void *g, const void *beta, int64_t B,
-                                    int64_t T, int64_t Hk, int64_t Hv,
-                                    int64_t Dk, int64_t Dv, bool delta) = 0;
+                                   int64_t Dv, bool delta, bool key_decay) = 0;
   /// alpha_p, alpha_n: one-element weights (cpu::xielu_forward's ap, an).
   virtual void xielu_forward(void *y, const void *x, const void *alpha_p,
                              const void *alpha_n, int64_t n, float beta,

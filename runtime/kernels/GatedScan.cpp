@@ -40,16 +40,32 @@ struct Rows {
   }
 };
 
-/// One step of the recurrence on S [Dk, Dv]: S ← e^g·S; u = Sᵀk (0
-/// without the delta rule); delta = beta·(v − u); S += k·deltaᵀ. Leaves u
-/// and delta (Dv each).
+/// The decays of position t's key channels: g [B, T, Hv] or, with
+/// key_decay, [B, T, Hv, Dk].
+struct Decay {
+  const float *g;
+  int64_t Dk;
+  bool key_decay;
+  const float *at(const Rows &r, int64_t b, int64_t t, int64_t h) const {
+    return g + r.gb(b, t, h) * (key_decay ? Dk : 1);
+  }
+  float of(const float *gt, int64_t i) const {
+    return std::exp(gt[key_decay ? i : 0]);
+  }
+};
+
+/// One step of the recurrence on S [Dk, Dv]: S ← e^g·S (row i by its own
+/// decay where the decay is per key channel); u = Sᵀk (0 without the delta
+/// rule); delta = beta·(v − u); S += k·deltaᵀ. Leaves u and delta (Dv
+/// each).
 void advance(float *S, float *u, float *delta, const float *k, const float *v,
-             float g, float beta, int64_t Dk, int64_t Dv, bool with_delta) {
-  const float decay = std::exp(g);
+             const Decay &dec, const float *gt, float beta, int64_t Dk,
+             int64_t Dv, bool with_delta) {
   for (int64_t j = 0; j < Dv; ++j)
     u[j] = 0.f;
   for (int64_t i = 0; i < Dk; ++i) {
     float *Si = S + i * Dv;
+    const float decay = dec.of(gt, i);
     for (int64_t j = 0; j < Dv; ++j)
       Si[j] *= decay;
     if (with_delta)
@@ -66,10 +82,12 @@ void advance(float *S, float *u, float *delta, const float *k, const float *v,
 } // namespace
 
 void gated_scan_forward(float *o, const float *q, const float *k,
-                         const float *v, const float *g, const float *beta,
-                         int64_t B, int64_t T, int64_t Hk, int64_t Hv,
-                         int64_t Dk, int64_t Dv, bool with_delta) {
+                        const float *v, const float *g, const float *beta,
+                        int64_t B, int64_t T, int64_t Hk, int64_t Hv,
+                        int64_t Dk, int64_t Dv, bool with_delta,
+                        bool key_decay) {
   const Rows at{T, Hk, Hv, Dk, Dv};
+  const Decay dec{g, Dk, key_decay};
 #pragma omp parallel for schedule(static) if (B * Hv > 1)
   for (int64_t bh = 0; bh < B * Hv; ++bh) {
     const int64_t b = bh / Hv, h = bh % Hv;
@@ -77,8 +95,8 @@ void gated_scan_forward(float *o, const float *q, const float *k,
     for (int64_t t = 0; t < T; ++t) {
       const float *qt = q + at.qk(b, t, h);
       advance(S.data(), u.data(), delta.data(), k + at.qk(b, t, h),
-              v + at.vo(b, t, h), g[at.gb(b, t, h)], beta[at.gb(b, t, h)], Dk,
-              Dv, with_delta);
+              v + at.vo(b, t, h), dec, dec.at(at, b, t, h),
+              beta[at.gb(b, t, h)], Dk, Dv, with_delta);
       float *ot = o + at.vo(b, t, h);
       for (int64_t j = 0; j < Dv; ++j)
         ot[j] = 0.f;
@@ -90,11 +108,13 @@ void gated_scan_forward(float *o, const float *q, const float *k,
 }
 
 void gated_scan_backward(float *dq, float *dk, float *dv, float *dg,
-                          float *dbeta, const float *dout, const float *q,
-                          const float *k, const float *v, const float *g,
-                          const float *beta, int64_t B, int64_t T, int64_t Hk,
-                          int64_t Hv, int64_t Dk, int64_t Dv, bool with_delta) {
+                         float *dbeta, const float *dout, const float *q,
+                         const float *k, const float *v, const float *g,
+                         const float *beta, int64_t B, int64_t T, int64_t Hk,
+                         int64_t Hv, int64_t Dk, int64_t Dv, bool with_delta,
+                         bool key_decay) {
   const Rows at{T, Hk, Hv, Dk, Dv};
+  const Decay dec{g, Dk, key_decay};
   const int64_t G = Hv / Hk, SZ = Dk * Dv, chunks = (T + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (B * Hk > 1)
   for (int64_t bk = 0; bk < B * Hk; ++bk) {
@@ -109,8 +129,8 @@ void gated_scan_backward(float *dq, float *dk, float *dv, float *dg,
         if (t % kChunk == 0)
           std::copy(S.begin(), S.end(), ckpt.begin() + t / kChunk * SZ);
         advance(S.data(), u.data(), delta.data(), k + at.qk(b, t, h),
-                v + at.vo(b, t, h), g[at.gb(b, t, h)], beta[at.gb(b, t, h)], Dk,
-                Dv, with_delta);
+                v + at.vo(b, t, h), dec, dec.at(at, b, t, h),
+                beta[at.gb(b, t, h)], Dk, Dv, with_delta);
       }
       std::fill(dS.begin(), dS.end(), 0.f);
       for (int64_t c = chunks - 1; c >= 0; --c) {
@@ -121,21 +141,21 @@ void gated_scan_backward(float *dq, float *dk, float *dv, float *dg,
           const int64_t t = t0 + tau;
           std::copy(S.begin(), S.end(), prev.begin() + tau * SZ);
           advance(S.data(), u.data(), delta.data(), k + at.qk(b, t, h),
-                  v + at.vo(b, t, h), g[at.gb(b, t, h)], beta[at.gb(b, t, h)],
-                  Dk, Dv, with_delta);
+                  v + at.vo(b, t, h), dec, dec.at(at, b, t, h),
+                  beta[at.gb(b, t, h)], Dk, Dv, with_delta);
         }
         for (int64_t tau = len - 1; tau >= 0; --tau) {
           const int64_t t = t0 + tau;
           const float *qt = q + at.qk(b, t, h), *kt = k + at.qk(b, t, h);
           const float *vt = v + at.vo(b, t, h), *dot = dout + at.vo(b, t, h);
-          const float decay = std::exp(g[at.gb(b, t, h)]);
+          const float *gt = dec.at(at, b, t, h);
           const float bt = beta[at.gb(b, t, h)];
           // Sp = e^g·S_{t−1} (the decayed state), u = Spᵀk (or 0), delta.
           for (int64_t j = 0; j < Dv; ++j)
             u[j] = 0.f;
           for (int64_t i = 0; i < Dk; ++i)
             for (int64_t j = 0; j < Dv; ++j) {
-              Sp[i * Dv + j] = decay * prev[tau * SZ + i * Dv + j];
+              Sp[i * Dv + j] = dec.of(gt, i) * prev[tau * SZ + i * Dv + j];
               if (with_delta)
                 u[j] += Sp[i * Dv + j] * kt[i];
             }
@@ -158,28 +178,34 @@ void gated_scan_backward(float *dq, float *dk, float *dv, float *dg,
           // S_t = Sp + k·deltaᵀ, delta = beta·(v − Spᵀk) (beta·v without
           // the delta rule, where Sp's gradient is dS alone).
           const float corr = with_delta ? bt : 0.f;
-          float db = 0.f, dgt = 0.f;
+          float db = 0.f, dgs = 0.f;
           for (int64_t j = 0; j < Dv; ++j) {
             db += ddelta[j] * (vt[j] - u[j]);
             if (dv)
               dv[at.vo(b, t, h) + j] += bt * ddelta[j];
           }
+          // dg = ⟨Sp, dSp⟩, over a row where the decay is per key channel.
+          float *dgt = dg ? dg + (gt - g) : nullptr;
           for (int64_t i = 0; i < Dk; ++i) {
-            float dki = 0.f;
+            float dki = 0.f, dgi = 0.f;
+            const float decay = dec.of(gt, i);
             for (int64_t j = 0; j < Dv; ++j) {
               float &d = dS[i * Dv + j];
               dki += d * delta[j] - corr * Sp[i * Dv + j] * ddelta[j];
               d -= kt[i] * corr * ddelta[j]; // dSp
-              dgt += Sp[i * Dv + j] * d;
+              dgi += Sp[i * Dv + j] * d;
               d *= decay; // dS_{t−1}
             }
             if (dk)
               dk[at.qk(b, t, h) + i] += dki;
+            if (key_decay && dgt)
+              dgt[i] += dgi;
+            dgs += dgi;
           }
           if (dbeta)
             dbeta[at.gb(b, t, h)] += db;
-          if (dg)
-            dg[at.gb(b, t, h)] += dgt;
+          if (!key_decay && dgt)
+            *dgt += dgs;
         }
       }
     }

@@ -189,9 +189,11 @@ void causal_conv_backward(float *dx, float *dw, float *db, const float *dy,
                           const float *x, const float *w, int64_t B, int64_t C,
                           int64_t S, int64_t K);
 // The gated linear-attention scan (the query already scaled, q and k not
-// normalized here): q, k [B, T, Hk, Dk]; v, o [B, T, Hv, Dv]; g, beta
-// [B, T, Hv]; value head h reads key head h / (Hv / Hk). Per (b, h) a
-// state S [Dk, Dv] starts at 0 and for t = 0 .. T − 1:
+// normalized here): q, k [B, T, Hk, Dk]; v, o [B, T, Hv, Dv]; beta [B, T,
+// Hv]; g [B, T, Hv], or with key_decay [B, T, Hv, Dk], a decay per key
+// channel that scales row i of S by e^g[i] (Kimi Delta Attention); value
+// head h reads key head h / (Hv / Hk). Per (b, h) a state S [Dk, Dv]
+// starts at 0 and for t = 0 .. T − 1:
 //   delta:  S ← e^g·S;  S += k·(beta·(v − Sᵀk))ᵀ;  o = Sᵀq
 //           (the gated delta rule: Qwen3.5, Qwen3-Next);
 //   !delta: S ← e^g·S;  S += k·(beta·v)ᵀ;          o = Sᵀq
@@ -199,14 +201,15 @@ void causal_conv_backward(float *dx, float *dw, float *db, const float *dy,
 // The backward adds to each gradient (or skips it when null); dq and dk sum
 // the value heads of their key head in a fixed order.
 void gated_scan_forward(float *o, const float *q, const float *k,
-                         const float *v, const float *g, const float *beta,
+                        const float *v, const float *g, const float *beta,
                         int64_t B, int64_t T, int64_t Hk, int64_t Hv,
-                        int64_t Dk, int64_t Dv, bool delta);
+                        int64_t Dk, int64_t Dv, bool delta, bool key_decay);
 void gated_scan_backward(float *dq, float *dk, float *dv, float *dg,
-                          float *dbeta, const float *dout, const float *q,
-                          const float *k, const float *v, const float *g,
+                         float *dbeta, const float *dout, const float *q,
+                         const float *k, const float *v, const float *g,
                          const float *beta, int64_t B, int64_t T, int64_t Hk,
-                         int64_t Hv, int64_t Dk, int64_t Dv, bool delta);
+                         int64_t Hv, int64_t Dk, int64_t Dv, bool delta,
+                         bool key_decay);
 // y = silu(gate) · up
 void swiglu_forward(float *y, const float *gate, const float *up, int64_t n);
 void swiglu_backward(float *dgate, float *dup, const float *dy,

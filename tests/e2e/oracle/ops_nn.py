@@ -159,7 +159,8 @@ def _gated_scan(name, q, k, v, g, beta, delta):
     per batch and value head a state M [Dk, Dv] from 0 decays by exp(g),
     takes the rank-1 update k·δᵀ with δ = beta·(v − Mᵀk) under the delta rule
     (beta·v without it), and reads out Mᵀq. Value head h reads key head
-    h // (Hv / Hk)."""
+    h // (Hv / Hk). g [B, S, Hv] decays the whole state; g [B, S, Hv, Dk]
+    decays row i of M by exp(g[..., i])."""
     if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[2] % q.shape[2]:
         raise OracleError(f"{name}: q {tuple(q.shape)}, k {tuple(k.shape)}, "
                           f"v {tuple(v.shape)} are not [B, S, Hk, Dk] and [B, S, Hv, Dv]")
@@ -167,8 +168,11 @@ def _gated_scan(name, q, k, v, g, beta, delta):
     q, k = q.repeat_interleave(group, 2), k.repeat_interleave(group, 2)
     state = torch.zeros(v.shape[0], v.shape[2], q.shape[3], v.shape[3], dtype=v.dtype)
     out = []
+    if g.dim() not in (3, 4) or (g.dim() == 4 and g.shape[3] != q.shape[3]):
+        raise OracleError(f"{name}: g {tuple(g.shape)} is neither [B, S, Hv] nor [B, S, Hv, Dk]")
     for t in range(v.shape[1]):
-        state = state * torch.exp(g[:, t])[..., None, None]
+        decay = torch.exp(g[:, t])
+        state = state * (decay[..., None] if g.dim() == 4 else decay[..., None, None])
         kt = k[:, t]
         w = v[:, t] - torch.einsum("bhkv,bhk->bhv", state, kt) if delta else v[:, t]
         state = state + kt[..., :, None] * (beta[:, t, :, None] * w)[..., None, :]

@@ -418,6 +418,18 @@ class GatedDeltaRule(unittest.TestCase):
         o = run_node("GatedDeltaRule", [q, k, v, g, beta], opset=1, domain="ai.megatrain")[0]
         np.testing.assert_allclose(o.ravel(), [4.0, 5.25], rtol=1e-12)
 
+    def test_a_decay_per_key_channel(self):
+        # Dk = 2, Dv = 1, q = [1, 1]: t0: δ = 2, M = [2, 2]ᵀ, o = 4; t1: rows
+        # decay by 0.5 and 0.25, M = [1, 0.5]ᵀ, u = Mᵀ[1, 0] = 1, δ = 3 − 1 =
+        # 2, M = [3, 0.5]ᵀ, o = 3.5 (one decay of 0.5 for both rows: 4).
+        q = np.ones((1, 2, 1, 2))
+        k = np.array([[1.0, 1.0], [1.0, 0.0]]).reshape(1, 2, 1, 2)
+        v = np.array([2.0, 3.0]).reshape(1, 2, 1, 1)
+        g = np.log(np.array([[1.0, 1.0], [0.5, 0.25]])).reshape(1, 2, 1, 2)
+        beta = np.ones((1, 2, 1))
+        o = run_node("GatedDeltaRule", [q, k, v, g, beta], opset=1, domain="ai.megatrain")[0]
+        np.testing.assert_allclose(o.ravel(), [4.0, 3.5], rtol=1e-12)
+
     def test_value_heads_share_a_key_head(self):
         # Two value heads on one key head: each runs as the single-head
         # rule with its own v, g and beta.

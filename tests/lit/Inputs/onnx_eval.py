@@ -71,7 +71,8 @@ def _gated_scan(q, k, v, g, beta, delta):
     m = np.zeros(v.shape[:1] + v.shape[2:3] + q.shape[3:] + v.shape[3:], v.dtype)
     out = np.zeros_like(v)
     for t in range(v.shape[1]):
-        m = m * np.exp(g[:, t])[..., None, None]
+        decay = np.exp(g[:, t])  # per head, or per key channel (rows of m)
+        m = m * (decay[..., None] if g.ndim == 4 else decay[..., None, None])
         w = v[:, t] - np.einsum("bhkv,bhk->bhv", m, k[:, t]) if delta else v[:, t]
         m = m + k[:, t, :, :, None] * (beta[:, t, :, None] * w)[:, :, None, :]
         out[:, t] = np.einsum("bhkv,bhk->bhv", m, q[:, t])

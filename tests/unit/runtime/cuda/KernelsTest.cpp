@@ -767,52 +767,63 @@ TEST_F(CudaKernelsTest, CausalConv) {
 // 64-position chunks and T = 300 two of its 256-position segments (dS carried
 // between them), with a ragged second tile of columns; Dk = Dv = 128 is
 // Qwen3.5's head and Dk = 256 the widest the kernels take. |k|² stays below
-// 1 so that the state stays bounded. Both rules: with the delta rule's
-// correction (Qwen3.5) and without (Mamba-2).
+// 1 so that the state stays bounded. Three rules: with the delta rule's
+// correction (Qwen3.5), without (Mamba-2), and with it and a decay per key
+// channel (Kimi Delta Attention).
 TEST_F(CudaKernelsTest, GatedScan) {
   struct Case {
     int64_t B, T, Hk, Hv, Dk, Dv;
   };
-  for (const bool delta : {true, false})
-  for (const Case c : {Case{2, 150, 1, 2, 8, 6}, Case{1, 300, 2, 4, 20, 40},
-                       Case{1, 5, 1, 2, 128, 128}, Case{1, 4, 1, 1, 256, 40}}) {
-    const int64_t nqk = c.B * c.T * c.Hk * c.Dk, nvo = c.B * c.T * c.Hv * c.Dv,
-                  ngb = c.B * c.T * c.Hv;
-    const float kr = 1.5f / std::sqrt(float(c.Dk));
-    Tensor q = Tensor::random(nqk, 120), k = Tensor::random(nqk, 121, -kr, kr),
-           v = Tensor::random(nvo, 122),
-           g = Tensor::random(ngb, 123, -2.f, 0.f),
-           beta = Tensor::random(ngb, 124, 0.01f, 1.f);
-    Tensor o = Tensor::output(nvo), dout = Tensor::random(nvo, 125);
-    Tensor dq = Tensor::grad(nqk, 126), dk = Tensor::grad(nqk, 127),
-           dv = Tensor::grad(nvo, 128), dg = Tensor::grad(ngb, 129),
-           dbeta = Tensor::grad(ngb, 130);
-    k_->gated_scan_forward(o.dev(), q.dev(), k.dev(), v.dev(), g.dev(),
-                            beta.dev(), c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv,
-                            delta);
-    cpu_.gated_scan_forward(o.host(), q.host(), k.host(), v.host(), g.host(),
-                             beta.host(), c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv,
-                             delta);
-    k_->gated_scan_backward(dq.dev(), dk.dev(), dv.dev(), dg.dev(),
-                             dbeta.dev(), dout.dev(), q.dev(), k.dev(), v.dev(),
-                             g.dev(), beta.dev(), c.B, c.T, c.Hk, c.Hv, c.Dk,
-                             c.Dv, delta);
-    cpu_.gated_scan_backward(dq.host(), dk.host(), dv.host(), dg.host(),
-                              dbeta.host(), dout.host(), q.host(), k.host(),
-                              v.host(), g.host(), beta.host(), c.B, c.T, c.Hk,
-                              c.Hv, c.Dk, c.Dv, delta);
-    sync();
-    const std::string at = std::string(delta ? "delta" : "linear") +
-                           " T=" + std::to_string(c.T) +
-                           " Dk=" + std::to_string(c.Dk) +
-                           " Dv=" + std::to_string(c.Dv);
-    EXPECT_TRUE(near(o.fetch(), o.h, kUlp, kSums)) << "o, " << at;
-    EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kSums)) << "dq, " << at;
-    EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kSums)) << "dk, " << at;
-    EXPECT_TRUE(near(dv.fetch(), dv.h, kUlp, kSums)) << "dv, " << at;
-    EXPECT_TRUE(near(dg.fetch(), dg.h, kUlp, kSums)) << "dg, " << at;
-    EXPECT_TRUE(near(dbeta.fetch(), dbeta.h, kUlp, kSums)) << "dbeta, " << at;
-  }
+  struct Rule {
+    bool delta, key_decay;
+  };
+  for (const Rule rule :
+       {Rule{true, false}, Rule{false, false}, Rule{true, true}})
+    for (const Case c :
+         {Case{2, 150, 1, 2, 8, 6}, Case{1, 300, 2, 4, 20, 40},
+          Case{1, 5, 1, 2, 128, 128}, Case{1, 4, 1, 1, 256, 40}}) {
+      const bool delta = rule.delta, key_decay = rule.key_decay;
+      const int64_t nqk = c.B * c.T * c.Hk * c.Dk,
+                    nvo = c.B * c.T * c.Hv * c.Dv, ngb = c.B * c.T * c.Hv,
+                    ng = ngb * (key_decay ? c.Dk : 1);
+      const float kr = 1.5f / std::sqrt(float(c.Dk));
+      Tensor q = Tensor::random(nqk, 120),
+             k = Tensor::random(nqk, 121, -kr, kr),
+             v = Tensor::random(nvo, 122),
+             g = Tensor::random(ng, 123, -2.f, 0.f),
+             beta = Tensor::random(ngb, 124, 0.01f, 1.f);
+      Tensor o = Tensor::output(nvo), dout = Tensor::random(nvo, 125);
+      Tensor dq = Tensor::grad(nqk, 126), dk = Tensor::grad(nqk, 127),
+             dv = Tensor::grad(nvo, 128), dg = Tensor::grad(ng, 129),
+             dbeta = Tensor::grad(ngb, 130);
+      k_->gated_scan_forward(o.dev(), q.dev(), k.dev(), v.dev(), g.dev(),
+                             beta.dev(), c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv,
+                             delta, key_decay);
+      cpu_.gated_scan_forward(o.host(), q.host(), k.host(), v.host(), g.host(),
+                              beta.host(), c.B, c.T, c.Hk, c.Hv, c.Dk, c.Dv,
+                              delta, key_decay);
+      k_->gated_scan_backward(dq.dev(), dk.dev(), dv.dev(), dg.dev(),
+                              dbeta.dev(), dout.dev(), q.dev(), k.dev(),
+                              v.dev(), g.dev(), beta.dev(), c.B, c.T, c.Hk,
+                              c.Hv, c.Dk, c.Dv, delta, key_decay);
+      cpu_.gated_scan_backward(dq.host(), dk.host(), dv.host(), dg.host(),
+                               dbeta.host(), dout.host(), q.host(), k.host(),
+                               v.host(), g.host(), beta.host(), c.B, c.T, c.Hk,
+                               c.Hv, c.Dk, c.Dv, delta, key_decay);
+      sync();
+      const std::string at = std::string(key_decay ? "key decay"
+                                         : delta   ? "delta"
+                                                   : "linear") +
+                             " T=" + std::to_string(c.T) +
+                             " Dk=" + std::to_string(c.Dk) +
+                             " Dv=" + std::to_string(c.Dv);
+      EXPECT_TRUE(near(o.fetch(), o.h, kUlp, kSums)) << "o, " << at;
+      EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kSums)) << "dq, " << at;
+      EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kSums)) << "dk, " << at;
+      EXPECT_TRUE(near(dv.fetch(), dv.h, kUlp, kSums)) << "dv, " << at;
+      EXPECT_TRUE(near(dg.fetch(), dg.h, kUlp, kSums)) << "dg, " << at;
+      EXPECT_TRUE(near(dbeta.fetch(), dbeta.h, kUlp, kSums)) << "dbeta, " << at;
+    }
 }
 
 // Only some gradients: the others are null and must not be touched.
@@ -825,11 +836,11 @@ TEST_F(CudaKernelsTest, GatedScanSomeGradients) {
          dout = Tensor::random(nvo, 145);
   Tensor dk = Tensor::grad(nqk, 146), dg = Tensor::grad(ngb, 147);
   k_->gated_scan_backward(nullptr, dk.dev(), nullptr, dg.dev(), nullptr,
-                           dout.dev(), q.dev(), k.dev(), v.dev(), g.dev(),
-                           beta.dev(), B, T, Hk, Hv, Dk, Dv, true);
+                          dout.dev(), q.dev(), k.dev(), v.dev(), g.dev(),
+                          beta.dev(), B, T, Hk, Hv, Dk, Dv, true, false);
   cpu_.gated_scan_backward(nullptr, dk.host(), nullptr, dg.host(), nullptr,
-                            dout.host(), q.host(), k.host(), v.host(), g.host(),
-                            beta.host(), B, T, Hk, Hv, Dk, Dv, true);
+                           dout.host(), q.host(), k.host(), v.host(), g.host(),
+                           beta.host(), B, T, Hk, Hv, Dk, Dv, true, false);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kSums)) << "dk";
   EXPECT_TRUE(near(dg.fetch(), dg.h, kUlp, kSums)) << "dg";

@@ -1,8 +1,9 @@
 //===- GatedScanTest.cpp - the gated scans against float64 loops ----------===//
 //
 // The oracle is the recurrence written out literally in double, with and
-// without the delta rule's correction; the gradients are checked against
-// its central differences for all five inputs. T = 150 spans three of the backward's 64-position checkpoint
+// without the delta rule's correction, with a decay per head or per key
+// channel; the gradients are checked against its central differences for
+// all five inputs. T = 150 spans three of the backward's 64-position checkpoint
 // chunks, the last one partial; Hv = 2·Hk makes dq and dk sum two value
 // heads. k stays small (|k|² ≤ Dk / 4) so that beta·|k|² < 2 and the state
 // does not grow without bound, as with the L2-normalized keys of the model.
@@ -26,9 +27,14 @@ struct DeltaShape {
   int64_t gb() const { return B * T * Hv; }
 };
 
+// Which recurrence: the delta rule or not; a decay per key channel or not.
+struct Rule {
+  bool delta, key_decay;
+};
+
 // in: q, k, v, g, beta; the recurrence of Kernels.h, step by step.
 Doubles ref_scan(const DeltaShape &s, const std::vector<Doubles> &in,
-                 bool delta) {
+                 Rule rule) {
   const Doubles &q = in[0], &k = in[1], &v = in[2], &g = in[3], &beta = in[4];
   Doubles o(s.vo(), 0.0);
   for (int64_t b = 0; b < s.B; ++b)
@@ -40,11 +46,13 @@ Doubles ref_scan(const DeltaShape &s, const std::vector<Doubles> &in,
         const double *kt = &k[((b * s.T + t) * s.Hk + hk) * s.Dk];
         const double *vt = &v[((b * s.T + t) * s.Hv + h) * s.Dv];
         const int64_t gi = (b * s.T + t) * s.Hv + h;
-        for (double &x : S)
-          x *= std::exp(g[gi]);
+        for (int64_t i = 0; i < s.Dk; ++i)
+          for (int64_t j = 0; j < s.Dv; ++j)
+            S[i * s.Dv + j] *=
+                std::exp(rule.key_decay ? g[gi * s.Dk + i] : g[gi]);
         for (int64_t j = 0; j < s.Dv; ++j) {
           double u = 0.0;
-          for (int64_t i = 0; delta && i < s.Dk; ++i)
+          for (int64_t i = 0; rule.delta && i < s.Dk; ++i)
             u += S[i * s.Dv + j] * kt[i];
           const double w = beta[gi] * (vt[j] - u);
           for (int64_t i = 0; i < s.Dk; ++i)
@@ -59,34 +67,41 @@ Doubles ref_scan(const DeltaShape &s, const std::vector<Doubles> &in,
   return o;
 }
 
-std::vector<Floats> random_inputs(const DeltaShape &s, uint32_t seed) {
-  return {random_floats(s.qk(), seed),
-          random_floats(s.qk(), seed + 1, -.5f, .5f),
-          random_floats(s.vo(), seed + 2),
-          random_floats(s.gb(), seed + 3, -2.f, 0.f),
-          random_floats(s.gb(), seed + 4, 0.01f, 1.f)};
+std::vector<Floats> random_inputs(const DeltaShape &s, uint32_t seed,
+                                  Rule rule) {
+  return {
+      random_floats(s.qk(), seed), random_floats(s.qk(), seed + 1, -.5f, .5f),
+      random_floats(s.vo(), seed + 2),
+      random_floats(s.gb() * (rule.key_decay ? s.Dk : 1), seed + 3, -2.f, 0.f),
+      random_floats(s.gb(), seed + 4, 0.01f, 1.f)};
 }
 
 void forward(const DeltaShape &s, Floats &o, const std::vector<Floats> &in,
-             bool delta) {
+             Rule rule) {
   gated_scan_forward(o.data(), in[0].data(), in[1].data(), in[2].data(),
                      in[3].data(), in[4].data(), s.B, s.T, s.Hk, s.Hv, s.Dk,
-                     s.Dv, delta);
+                     s.Dv, rule.delta, rule.key_decay);
 }
 
 void backward(const DeltaShape &s, std::vector<Floats> &d, const Floats &dout,
-              const std::vector<Floats> &in, bool delta) {
+              const std::vector<Floats> &in, Rule rule) {
   gated_scan_backward(ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]),
                       dout.data(), in[0].data(), in[1].data(), in[2].data(),
                       in[3].data(), in[4].data(), s.B, s.T, s.Hk, s.Hv, s.Dk,
-                      s.Dv, delta);
+                      s.Dv, rule.delta, rule.key_decay);
 }
 
-// The gated delta rule (Qwen3.5) and the plain gated scan (Mamba-2).
-class GatedScan : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(Rules, GatedScan, ::testing::Values(true, false),
+// The gated delta rule (Qwen3.5), the plain gated scan (Mamba-2), and the
+// delta rule with a decay per key channel (Kimi Delta Attention).
+class GatedScan : public ::testing::TestWithParam<Rule> {};
+INSTANTIATE_TEST_SUITE_P(Rules, GatedScan,
+                         ::testing::Values(Rule{true, false},
+                                           Rule{false, false},
+                                           Rule{true, true}),
                          [](const auto &info) {
-                           return info.param ? "Delta" : "Linear";
+                           return info.param.key_decay ? "KeyDecay"
+                                  : info.param.delta   ? "Delta"
+                                                       : "Linear";
                          });
 
 const DeltaShape kShapes[] = {
@@ -96,7 +111,7 @@ const DeltaShape kShapes[] = {
 // step (observed ≤ 2e-7 normwise); a wrong term or index is off by O(1).
 TEST_P(GatedScan, ForwardMatchesFloat64) {
   for (const DeltaShape &s : kShapes) {
-    const std::vector<Floats> in = random_inputs(s, 1);
+    const std::vector<Floats> in = random_inputs(s, 1, GetParam());
     Floats o(s.vo());
     forward(s, o, in, GetParam());
     EXPECT_TRUE(close(o, ref_scan(s, widen(in), GetParam()), 1e-5))
@@ -110,7 +125,7 @@ TEST_P(GatedScan, ForwardMatchesFloat64) {
 // off by O(1).
 TEST_P(GatedScan, GradientsMatchCentralDifferencesOfFloat64) {
   for (const DeltaShape &s : kShapes) {
-    const std::vector<Floats> in = random_inputs(s, 10);
+    const std::vector<Floats> in = random_inputs(s, 10, GetParam());
     const Floats dout = random_floats(s.vo(), 20);
     std::vector<Floats> d;
     for (const Floats &x : in)
@@ -139,7 +154,7 @@ TEST_P(GatedScan, GradientsMatchCentralDifferencesOfFloat64) {
 
 TEST_P(GatedScan, BackwardAccumulatesAndSkipsNull) {
   const DeltaShape s = kShapes[1];
-  const std::vector<Floats> in = random_inputs(s, 30);
+  const std::vector<Floats> in = random_inputs(s, 30, GetParam());
   const Floats dout = random_floats(s.vo(), 40);
   std::vector<Floats> full;
   for (const Floats &x : in)
