@@ -1,6 +1,7 @@
 """Export gated DeltaNet layers (Qwen3.5, Qwen3.5 MoE, Qwen3-Next, OLMo
-hybrid, Lara 4 Mini) for MegaTrain: each layer's scan becomes one
-ai.megatrain.GatedDeltaRule node.
+hybrid, Lara 4 Mini) and Kimi Delta Attention layers (Kimi Linear, Ling's
+hybrid, GLM-5 Next: the same rule with a decay per key channel) for
+MegaTrain: each layer's scan becomes one ai.megatrain.GatedDeltaRule node.
 
 torch's exporter traces transformers' chunked scan as a Python loop over a
 sequence length it then fixes, unrolled, which no layer template can
@@ -23,17 +24,24 @@ import onnxscript
 import torch
 
 DOMAIN = "ai.megatrain"
-MODULES = ("qwen3_5", "qwen3_5_moe", "qwen3_next", "olmo_hybrid", "lara_mini")
+# transformers' module -> the chunked scan it calls.
+SCANS = {name: "torch_chunk_gated_delta_rule"
+         for name in ("qwen3_5", "qwen3_5_moe", "qwen3_next", "olmo_hybrid", "lara_mini")}
+SCANS.update({name: "chunk_kimi_delta_attention"
+              for name in ("kimi_linear", "bailing_hybrid", "glm5_next")})
+MODULES = tuple(SCANS)
 
 
 def _recurrent(q, k, v, g, beta):
-    """The rule position by position, in float32 (eager runs only)."""
+    """The rule position by position, in float32 (eager runs only); g
+    [B, S, Hv] decays the whole state, g [B, S, Hv, Dk] each key row."""
     group = v.shape[2] // q.shape[2]
     q, k = q.repeat_interleave(group, 2).float(), k.repeat_interleave(group, 2).float()
     state = v.new_zeros(v.shape[0], v.shape[2], q.shape[3], v.shape[3], dtype=torch.float32)
     out = []
     for t in range(v.shape[1]):
-        state = state * g[:, t].float().exp()[..., None, None]
+        decay = g[:, t].float().exp()
+        state = state * (decay[..., None] if g.dim() == 4 else decay[..., None, None])
         kt = k[:, t]
         delta = beta[:, t, :, None].float() * (v[:, t].float() - torch.einsum("bhkv,bhk->bhv", state, kt))
         state = state + kt[..., :, None] * delta[..., None, :]
@@ -91,9 +99,9 @@ def install():
         query = query * query.shape[-1] ** -0.5
         return op(query, key, value, g, beta), None
 
-    for name in MODULES:
+    for name, scan in SCANS.items():
         module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-        module.torch_chunk_gated_delta_rule = chunk_gated_delta_rule
+        setattr(module, scan, chunk_gated_delta_rule)
 
     opset = onnxscript.values.Opset(DOMAIN, 1)
 

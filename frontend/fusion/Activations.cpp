@@ -5,9 +5,10 @@
 //   SiLU       x · Sigmoid(x).
 //   SwiGLU     SiLU(gate) · up.
 //   Sigmoid    a Sigmoid left over after those (a gate).
-//   Softplus   Softplus (Laguna's gate), also as torch exports its threshold:
-//              Where(Greater(x, t), x, Softplus(x)) with t >= 15, where the
-//              two sides differ by log1p(exp(−t)) < 4e-7.
+//   Softplus   Softplus (Laguna's gate), or Log(1 + Exp(x)) written out
+//              (Kimi Linear's forget gate), also under a threshold as torch
+//              exports it: Where(Greater(x, t), x, Softplus(x)) with t >= 15,
+//              where the two sides differ by log1p(exp(−t)) < 4e-7.
 //   xIELU      Where(Greater(x, 0), ap·x·x + beta·x,
 //              (Exp(Min(x, eps)) − 1 − x) · an + beta·x) (Apertus), ap and an
 //              one-element weights (the export's softplus of the trained
@@ -139,9 +140,18 @@ void fuseActivations(Graph &g) {
   for (Node *n : nodesWithOp(g, "Sigmoid"))
     if (isActivation(n->in(0)))
       replaceWithPrimitive(g, n, "mt.sigmoid", {n->in(0)}, n->in(0)->shape);
+  for (Node *log : nodesWithOp(g, "Log")) {
+    auto one = commuted(producer(log->in(0), "Add"),
+                        [](Value *c) { return isScalar(c, 1.0); });
+    Node *exp = one ? producer(one->second, "Exp") : nullptr;
+    if (exp && isActivation(exp->in(0)) &&
+        exp->in(0)->shape == log->out()->shape)
+      replaceWithPrimitive(g, log, "mt.softplus", {exp->in(0)},
+                           exp->in(0)->shape);
+  }
   for (Node *w : nodesWithOp(g, "Where")) {
     Node *gt = producer(w->in(0), "Greater");
-    Node *sp = producer(w->in(2), "Softplus");
+    Node *sp = producerOneOf(w->in(2), {"Softplus", "mt.softplus"});
     auto t = gt ? constScalar(gt->in(1)) : std::nullopt;
     if (sp && t && *t >= 15 && gt->in(0) == sp->in(0) &&
         w->in(1) == sp->in(0) && w->out()->shape == sp->out()->shape)

@@ -510,6 +510,34 @@ ARCHITECTURES = {
                               embedding_multiplier=2.0, logits_scaling=4.0,
                               residual_multiplier=0.5, attention_multiplier=0.125,
                               **MAMBA2_MIXER), T.GraniteMoeHybridForCausalLM),
+    # Kimi Linear: Kimi Delta Attention layers (the delta rule with a decay
+    # per key channel from a low-rank forget gate, an output norm gated by a
+    # sigmoid) to an MLA layer; experts with a shared one after a dense
+    # first layer. Exported through tools/gated_delta_node.py.
+    "kimi_linear": (T.KimiLinearConfig,
+                    dict(vocab_size=256, hidden_size=64, intermediate_size=128,
+                         moe_intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=4, n_shared_experts=1, kv_lora_rank=32,
+                         q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16,
+                         num_local_experts=4, num_experts_per_tok=2, linear_head_dim=16,
+                         linear_num_heads=4, max_position_embeddings=128,
+                         layer_types=["linear_attention"] * 3 + ["full_attention"],
+                         mlp_layer_types=["dense"] + ["sparse"] * 3, use_cache=False,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2),
+                    T.KimiLinearForCausalLM),
+    # Ling's hybrid (Bailing): Kimi Delta Attention layers whose forget
+    # gate is a bounded sigmoid, every third layer MLA; group-limited
+    # routing over experts after two dense layers.
+    "bailing_hybrid": (T.BailingHybridConfig,
+                       dict(vocab_size=256, hidden_size=64, intermediate_size=128,
+                            moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+                            num_key_value_heads=4, n_shared_experts=1, kv_lora_rank=32,
+                            q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16,
+                            qk_nope_head_dim=16, head_dim=16, n_group=2, topk_group=1,
+                            num_local_experts=4, num_experts_per_tok=2, first_k_dense_replace=1,
+                            layer_group_size=3, max_position_embeddings=128, use_cache=False,
+                            pad_token_id=0, bos_token_id=1, eos_token_id=2),
+                       T.BailingHybridForCausalLM),
     # CTRL: sinusoidal positions computed in the graph, a frozen table.
     "ctrl": (T.CTRLConfig, dict(vocab_size=256, n_embd=64, dff=128, n_layer=2, n_head=4,
                                 n_positions=128, use_cache=False), T.CTRLLMHeadModel),

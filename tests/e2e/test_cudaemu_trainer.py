@@ -125,6 +125,12 @@ class CudaEmulatedTrainer(unittest.TestCase):
         # causal convolution, through the generated calls.
         self.check(self.dynamo_export("qwen3_5"), "qwen3_5", "--micro-batches", "2")
 
+    def test_kimi_linear_key_decay(self):
+        # Kimi Linear's delta rule with a decay per key channel (the
+        # backward's dg per row of the state through the per-tile partials)
+        # beside MLA and experts, through the generated calls.
+        self.check(self.dynamo_export("kimi_linear"), "kimi_linear", "--micro-batches", "2")
+
     def test_bamba_mamba2(self):
         # Bamba's Mamba-2 mixers beside an attention layer: the scan without
         # the delta rule on the same kernels, the convolution's bias and its
