@@ -516,7 +516,8 @@ def _l2norm(g, t):
 
 
 def _gated_delta_ref(q, k, v, g, beta):
-    """The rule literally: per batch and value head, M [Dk, Dv] from 0."""
+    """The rule literally: per batch and value head, M [Dk, Dv] from 0; g
+    [B,S,Hv], or [B,S,Hv,Dk] decaying each row of M by its own."""
     group = v.shape[2] // q.shape[2]
     o = np.zeros_like(v)
     for b in range(v.shape[0]):
@@ -524,7 +525,8 @@ def _gated_delta_ref(q, k, v, g, beta):
             m = np.zeros((q.shape[3], v.shape[3]))
             for t in range(v.shape[1]):
                 kt, qt = k[b, t, h // group], q[b, t, h // group]
-                m = np.exp(g[b, t, h]) * m
+                decay = np.exp(g[b, t, h])
+                m = (decay[:, None] if g.ndim == 4 else decay) * m
                 m = m + np.outer(kt, beta[b, t, h] * (v[b, t, h] - m.T @ kt))
                 o[b, t, h] = m.T @ qt
     return o
@@ -557,6 +559,33 @@ def _(g):
         gs = -np.log1p(np.exp(xs @ Wa))
         betas = 1 / (1 + np.exp(-(xs @ Wb)))
         return _gated_delta_ref(qs, ks, (xs @ Wv).reshape(bs, sl, 4, 4), gs, betas).reshape(bs, sl, 16)
+    return ref
+
+
+@idiom("gated-delta-key-decay", "GatedDeltaRule with g [B,S,2,4], a decay per key channel "
+       "(Kimi Delta Attention): q and k [B,S,2,4] L2-normed, v [B,S,2,4]",
+       domains={"ai.megatrain": 1})
+def _(g):
+    x = x_input(g)
+    heads = lambda t, h, d: g.op("Reshape", t, g.ints(0, 0, h, d))  # noqa: E731
+    (q, Wq), (k, Wk) = matmul(g, x, HIDDEN, 8, "q.weight"), matmul(g, x, HIDDEN, 8, "k.weight")
+    (v, Wv), (a, Wa) = matmul(g, x, HIDDEN, 8, "v.weight"), matmul(g, x, HIDDEN, 8, "a.weight")
+    b, Wb = matmul(g, x, HIDDEN, 2, "b.weight")
+    o = g.op("GatedDeltaRule", _l2norm(g, heads(q, 2, 4)), _l2norm(g, heads(k, 2, 4)),
+             heads(v, 2, 4), g.op("Neg", g.op("Softplus", heads(a, 2, 4))), g.op("Sigmoid", b),
+             domain="ai.megatrain")
+    y_output(g, g.op("Reshape", o, g.ints(0, 0, 8)), 8)
+
+    def ref(f):
+        xs = f["x"]
+        bs, sl = xs.shape[:2]
+
+        def l2(t):
+            return t / np.sqrt((t * t).sum(-1, keepdims=True) + EPS)
+        qs, ks = (l2((xs @ W).reshape(bs, sl, 2, 4)) for W in (Wq, Wk))
+        gs = -np.log1p(np.exp((xs @ Wa).reshape(bs, sl, 2, 4)))
+        betas = 1 / (1 + np.exp(-(xs @ Wb)))
+        return _gated_delta_ref(qs, ks, (xs @ Wv).reshape(bs, sl, 2, 4), gs, betas).reshape(bs, sl, 8)
     return ref
 
 
@@ -651,11 +680,14 @@ def _(g):
     return lambda f: f["x"] + f["x"] / (1 + np.exp(-(f["x"] @ W)))
 
 
-def _softplus_gate(g, threshold):
+def _softplus_gate(g, threshold, written_out=False):
     x = x_input(g)
     w, W = param(g, "gate.weight", [HIDDEN, 1], std=8.0)  # z crosses the threshold
     gate = g.op("MatMul", x, w)
-    sp = g.op("Softplus", gate)
+    if written_out:  # Kimi Linear's Log(1 + Exp(z))
+        sp = g.op("Log", g.op("Add", g.const(1.0), g.op("Exp", gate)))
+    else:
+        sp = g.op("Softplus", gate)
     if threshold is not None:  # torch's F.softplus: x itself past the threshold
         sp = g.op("Where", g.op("Greater", gate, g.const(threshold)), gate, sp)
     y_output(g, g.op("Add", x, g.op("Mul", sp, x)), HIDDEN)
@@ -677,6 +709,12 @@ def _(g):
        "Where(Greater(z, 20), z, Softplus(z))")
 def _(g):
     return _softplus_gate(g, 20.0)
+
+
+@idiom("softplus-gate-written-out", "softplus-gate as Kimi Linear writes it: "
+       "Where(Greater(z, 20), z, Log(1 + Exp(z)))")
+def _(g):
+    return _softplus_gate(g, 20.0, written_out=True)
 
 
 @idiom("mul-computed-table", "Add(x, Mul(x, t)), t [S,1] = 1 + 0.1·log(1 + floor(Range(0,S) / 4)) "
