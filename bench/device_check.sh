@@ -13,7 +13,8 @@
 #      against the tree of (a)
 #   d. parity: tiny models (one with bf16 master weights, one Gemma 2 with
 #      soft caps and vocabulary pieces, one Qwen3.5 with gated DeltaNet
-#      layers, one Bamba with Mamba-2 mixers), CUDA bf16 vs CPU
+#      layers, one Bamba with Mamba-2 mixers, one Kimi Linear with a decay
+#      per key channel), CUDA bf16 vs CPU
 #      fp32, one step, --dump-grads;
 #      and CUDA --stress against a normal CUDA run, bit for bit
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
@@ -238,7 +239,7 @@ build_trainers() {
 parity() {
   local rc=0 m t
   for m in tiny-llama tiny-gpt2 tiny-bloom tiny-window tiny-gemma2 tiny-mixtral \
-           tiny-llama4 tiny-qwen3_5 tiny-bamba tiny-llama-bf16master; do
+           tiny-llama4 tiny-qwen3_5 tiny-bamba tiny-kimi_linear tiny-llama-bf16master; do
     t=$WORK/plans/$m/trainer
     [ -x "$t" ] || { echo "  no trainer for $m"; rc=1; continue; }
     local common=(--data "$PLANS/tokens.u32" --steps 1 --seed 3 --threads 4)

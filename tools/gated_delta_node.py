@@ -1,7 +1,8 @@
 """Export gated DeltaNet layers (Qwen3.5, Qwen3.5 MoE, Qwen3-Next, OLMo
 hybrid, Lara 4 Mini) and Kimi Delta Attention layers (Kimi Linear, Ling's
-hybrid, GLM-5 Next: the same rule with a decay per key channel) for
-MegaTrain: each layer's scan becomes one ai.megatrain.GatedDeltaRule node.
+hybrid: the same rule with a decay per key channel; GLM-5 Next's scan is
+swapped too, its model not tried) for MegaTrain: each layer's scan becomes
+one ai.megatrain.GatedDeltaRule node.
 
 torch's exporter traces transformers' chunked scan as a Python loop over a
 sequence length it then fixes, unrolled, which no layer template can

@@ -25,6 +25,8 @@
 #   bench/device/plans/tiny-bamba              parity of Mamba-2's scan (the same
 #                                              kernels without the delta rule) and
 #                                              the convolution's bias (.venv-export)
+#   bench/device/plans/tiny-kimi_linear        parity of Kimi Delta Attention (a
+#                                              decay per key channel) (.venv-export)
 #   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
 #   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
 #   bench/device/plans/llama-1b-32k            long context: 1 x 32768 tokens, the
@@ -74,6 +76,9 @@ EXPORT_PY=${EXPORT_PY:-.venv-export/bin/python}
 "$MT" compile "$TMP/tiny-qwen3_5.onnx" --batch 4 --seq-len 128 -o "$OUT/tiny-qwen3_5" --no-build
 "$EXPORT_PY" tests/e2e/dynamo_exports.py bamba "$TMP/tiny-bamba.onnx" > /dev/null 2>&1
 "$MT" compile "$TMP/tiny-bamba.onnx" --batch 4 --seq-len 128 -o "$OUT/tiny-bamba" --no-build
+"$EXPORT_PY" tests/e2e/dynamo_exports.py kimi_linear "$TMP/tiny-kimi_linear.onnx" > /dev/null 2>&1
+"$MT" compile "$TMP/tiny-kimi_linear.onnx" --batch 4 --seq-len 128 -o "$OUT/tiny-kimi_linear" \
+  --no-build
 
 # name, then structure_model.py flags (Llama shapes, vocab 32000).
 structure() {

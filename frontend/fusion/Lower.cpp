@@ -87,7 +87,7 @@ void lowerBinary(Graph &g, Tables &tables, Node *n, const char *prim,
                          n->out()->shape);
 }
 
-// One primitive after `after` reading `inputs`, its output x's shape.
+// One primitive after `after` reading `inputs`, of its first input's shape.
 Value *step(Graph &g, Node *&after, const char *prim,
             std::vector<Value *> inputs) {
   const Shape shape = inputs[0]->shape;

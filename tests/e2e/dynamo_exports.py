@@ -527,7 +527,7 @@ ARCHITECTURES = {
                     T.KimiLinearForCausalLM),
     # Ling's hybrid (Bailing): Kimi Delta Attention layers whose forget
     # gate is a bounded sigmoid, every third layer MLA; group-limited
-    # routing over experts after two dense layers.
+    # routing over experts after a dense first layer.
     "bailing_hybrid": (T.BailingHybridConfig,
                        dict(vocab_size=256, hidden_size=64, intermediate_size=128,
                             moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
