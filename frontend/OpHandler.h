@@ -35,6 +35,9 @@ public:
   const Shape &shape(size_t i) const { return in(i).shape; }
   /// Input i's constant value; fails naming the node if it is not constant.
   const Const &constIn(size_t i, const char *what) const;
+  /// Input i's one element (a scalar or a one-element tensor, known at
+  /// compile time); fails naming the node otherwise.
+  double scalarIn(size_t i, const char *what) const;
   /// Input i as a list of integers (a shape, axes, indices).
   std::vector<int64_t> intsIn(size_t i, const char *what) const;
   /// Normalizes an axis into [0, rank); fails if out of range.

@@ -21,6 +21,14 @@ const Const &OpContext::constIn(size_t i, const char *what) const {
   return *v.constant;
 }
 
+double OpContext::scalarIn(size_t i, const char *what) const {
+  const Const &c = constIn(i, what);
+  if (c.numel != 1)
+    error("{} (input '{}') must be a scalar, got shape {}", what, in(i).name,
+          shapeStr(c.shape));
+  return c.at(0);
+}
+
 std::vector<int64_t> OpContext::intsIn(size_t i, const char *what) const {
   return toInts(constIn(i, what));
 }

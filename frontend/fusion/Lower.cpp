@@ -278,8 +278,9 @@ Value *throughInverseTransposes(Value *v) {
 // Other scatters are left unexplained.
 void lowerScatterRows(Graph &g, Node *n) {
   Value *data = n->in(0), *idx = n->in(1), *upd = n->in(2);
-  if (!idx->constant || idx->rank() != 2 || idx->dim(1) != 1 ||
-      n->getString("reduction", "none") != "none" || !isActivation(upd))
+  if (!idx->constant || idx->rank() != 2 || idx->dim(0) == 0 ||
+      idx->dim(1) != 1 || n->getString("reduction", "none") != "none" ||
+      !isActivation(upd))
     return;
   const int64_t m = idx->dim(0), start = int64_t(idx->constant->at(0));
   for (int64_t i = 0; i < m; ++i)

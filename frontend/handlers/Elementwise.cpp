@@ -207,7 +207,7 @@ void inferDropout(OpContext &ctx) {
   // Training exports of dropout would be wrong here; inference mode (the
   // default of torch.onnx.export) makes it the identity.
   if (ctx.hasInput(2) && ctx.in(2).constant &&
-      ctx.in(2).constant->at(0) != 0)
+      ctx.scalarIn(2, "training_mode") != 0)
     ctx.error("dropout in training mode is not supported; export the model "
               "in eval mode");
   ctx.setOutput(0, ctx.in(0).dtype, ctx.shape(0));
@@ -218,8 +218,7 @@ void inferDropout(OpContext &ctx) {
 std::vector<ConstPtr> foldClip(OpContext &ctx) {
   ConstPtr a = ctx.in(0).constant;
   auto bound = [&](size_t i, double dflt) {
-    return ctx.hasInput(i) ? ctx.constIn(i, i == 1 ? "min" : "max").at(0)
-                           : dflt;
+    return ctx.hasInput(i) ? ctx.scalarIn(i, i == 1 ? "min" : "max") : dflt;
   };
   const double lo = bound(1, -INFINITY), hi = bound(2, INFINITY);
   DType t = ctx.node.out()->dtype;

@@ -575,9 +575,8 @@ void inferConstantOfShape(OpContext &ctx) {
 }
 
 void inferRange(OpContext &ctx) {
-  double start = ctx.constIn(0, "start").at(0),
-         limit = ctx.constIn(1, "limit").at(0),
-         delta = ctx.constIn(2, "delta").at(0);
+  double start = ctx.scalarIn(0, "start"), limit = ctx.scalarIn(1, "limit"),
+         delta = ctx.scalarIn(2, "delta");
   if (delta == 0)
     ctx.error("delta is 0");
   int64_t n = std::max<int64_t>(
@@ -592,7 +591,7 @@ void inferTrilu(OpContext &ctx) {
   if (ctx.shape(0).size() < 2)
     ctx.error("needs rank >= 2");
   if (ctx.hasInput(1))
-    ctx.node.setInt("k", ctx.constIn(1, "k").at(0));
+    ctx.node.setInt("k", ctx.scalarIn(1, "k"));
   ctx.setOutput(0, ctx.in(0).dtype, ctx.shape(0));
 }
 
@@ -634,7 +633,7 @@ std::vector<ConstPtr> foldTile(OpContext &ctx) {
 // CumSum folds (OPT derives positions from the attention mask with it); on
 // activations no primitive takes it.
 void inferCumSum(OpContext &ctx) {
-  int64_t axis = toInt(ctx.constIn(1, "axis").at(0));
+  int64_t axis = toInt(ctx.scalarIn(1, "axis"));
   ctx.node.setInt("axis", ctx.axis(axis, ctx.shape(0).size()));
   ctx.setOutput(0, ctx.in(0).dtype, ctx.shape(0));
 }

@@ -1841,6 +1841,16 @@ def _(g):
     return None
 
 
+@idiom("bad-range-empty-limit", "Add(x, Cast(Range(0, Slice(Shape(x), [3, 3)), 1))): a Range "
+       "whose limit is an empty tensor, not a scalar")
+def _(g):
+    x = x_input(g)
+    limit = g.op("Slice", g.op("Shape", x), g.ints(3), g.ints(3))
+    pos = g.op("Cast", g.op("Range", g.const(0, np.int64), limit, g.const(1, np.int64)), to=FLOAT)
+    y_output(g, g.op("Add", x, pos), HIDDEN)
+    return None
+
+
 @idiom("bad-cycle", "a=Add(x,t), t=Mul(a,w), y=Identity(a): a cycle through nodes /Add and /Mul")
 def _(g):
     x = x_input(g)
