@@ -18,14 +18,16 @@
 // step). dv has one writer; dq and dk (sums over columns), dg per key
 // channel (the same) or per head, and dbeta (per column) go to scratch as
 // per-tile partials, which a second kernel adds in (head, tile, column)
-// order. Time runs in segments of 256
-// positions so that the partials stay small; dS carries over in scratch.
-// Scratch, in floats: B·Hv·(⌈T/64⌉ + 65)·Dk'·Dv' (Dk' = 8·kR, Dv' = Dv
-// rounded up to 32) for checkpoints, chunk states and the carry, plus
-// 256·B·Hv·⌈Dv/32⌉·(2·Dk + 64, 3·Dk + 64 with a decay per key channel)
-// partials: about 0.3 GB for Qwen3.5's
-// 32 heads of 128 × 128 over 4096 positions. The backward costs about four
-// forward passes of arithmetic, plus a write and a read of every state.
+// order. Time runs in segments of 256 positions so that the partials stay
+// small; dS carries over in scratch. Scratch, in floats: B·Hv·(⌈T/64⌉ +
+// 65)·Dk'·Dv' (Dk' = 8·kR, Dv' = Dv rounded up to 32) for checkpoints,
+// chunk states and the carry, plus 256·B·Hv·⌈Dv/32⌉·(2·Dk + 64) partials
+// (3·Dk + 64 with a decay per key channel): about 0.3 GB for Qwen3.5's 32
+// heads of 128 × 128 over 4096 positions. The backward's shared memory
+// is 2 (3 with a decay per key channel) · 8·kR · 33 floats: past Dk = 128
+// with a decay per key channel it needs a GPU with more than 99 KiB a block
+// (sm_80, sm_90). The backward costs about four forward passes of
+// arithmetic, plus a write and a read of every state.
 //
 //===----------------------------------------------------------------------===//
 
