@@ -20,11 +20,10 @@ transformers and onnxscript.
 """
 import importlib
 
-import onnx
-import onnxscript
 import torch
 
-DOMAIN = "ai.megatrain"
+from scan_node import scan_node
+
 # transformers' module -> the chunked scan it calls.
 SCANS = {name: "torch_chunk_gated_delta_rule"
          for name in ("qwen3_5", "qwen3_5_moe", "qwen3_next", "olmo_hybrid", "lara_mini")}
@@ -50,36 +49,6 @@ def _recurrent(q, k, v, g, beta):
     return torch.stack(out, 1).to(v.dtype)
 
 
-def _define_op():
-    if hasattr(torch.ops.megatrain, "gated_delta_rule"):
-        return torch.ops.megatrain.gated_delta_rule
-
-    @torch.library.custom_op("megatrain::gated_delta_rule", mutates_args=())
-    def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                         beta: torch.Tensor) -> torch.Tensor:
-        return _recurrent(q, k, v, g, beta)
-
-    @gated_delta_rule.register_fake
-    def _(q, k, v, g, beta):
-        return torch.empty_like(v)
-
-    return torch.ops.megatrain.gated_delta_rule
-
-
-def _register_schema():
-    try:
-        onnx.defs.get_schema("GatedDeltaRule", 1, DOMAIN)
-        return
-    except onnx.defs.SchemaError:
-        pass
-    types = [("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")]
-    onnx.defs.register_schema(onnx.defs.OpSchema(
-        "GatedDeltaRule", DOMAIN, 1,
-        inputs=[onnx.defs.OpSchema.FormalParameter(n, "T") for n in ("q", "k", "v", "g", "beta")],
-        outputs=[onnx.defs.OpSchema.FormalParameter("o", "T")],
-        type_constraints=types))
-
-
 def _l2norm(x, eps=1e-6):
     # transformers' (and FLA's) l2norm: x / √(Σx² + eps) over the head.
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
@@ -88,8 +57,7 @@ def _l2norm(x, eps=1e-6):
 def install():
     """Routes the chunked scan of every module in MODULES through the custom
     op; returns the custom_translation_table for torch.onnx.export."""
-    op = _define_op()
-    _register_schema()
+    op, table = scan_node("gated_delta_rule", "GatedDeltaRule", _recurrent)
 
     def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_state=None,
                                output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs):
@@ -103,10 +71,4 @@ def install():
     for name, scan in SCANS.items():
         module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
         setattr(module, scan, chunk_gated_delta_rule)
-
-    opset = onnxscript.values.Opset(DOMAIN, 1)
-
-    def to_onnx(q, k, v, g, beta):
-        return opset.GatedDeltaRule(q, k, v, g, beta)
-
-    return {op.default: to_onnx}
+    return table

@@ -22,12 +22,11 @@ transformers and onnxscript.
 import importlib
 import math
 
-import onnx
-import onnxscript
 import torch
 import torch.nn.functional as F
 
-DOMAIN = "ai.megatrain"
+from scan_node import scan_node
+
 MODULES = ("mamba2", "bamba", "nemotron_h", "falcon_h1", "granitemoehybrid", "zamba2")
 
 
@@ -46,41 +45,10 @@ def _recurrent(q, k, v, g, beta):
     return torch.stack(out, 1).to(v.dtype)
 
 
-def _define_op():
-    if hasattr(torch.ops.megatrain, "gated_linear_rule"):
-        return torch.ops.megatrain.gated_linear_rule
-
-    @torch.library.custom_op("megatrain::gated_linear_rule", mutates_args=())
-    def gated_linear_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                          beta: torch.Tensor) -> torch.Tensor:
-        return _recurrent(q, k, v, g, beta)
-
-    @gated_linear_rule.register_fake
-    def _(q, k, v, g, beta):
-        return torch.empty_like(v)
-
-    return torch.ops.megatrain.gated_linear_rule
-
-
-def _register_schema():
-    try:
-        onnx.defs.get_schema("GatedLinearRule", 1, DOMAIN)
-        return
-    except onnx.defs.SchemaError:
-        pass
-    types = [("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")]
-    onnx.defs.register_schema(onnx.defs.OpSchema(
-        "GatedLinearRule", DOMAIN, 1,
-        inputs=[onnx.defs.OpSchema.FormalParameter(n, "T") for n in ("q", "k", "v", "g", "beta")],
-        outputs=[onnx.defs.OpSchema.FormalParameter("o", "T")],
-        type_constraints=types))
-
-
 def install():
     """Routes the chunked scan of every module in MODULES through the custom
     op; returns the custom_translation_table for torch.onnx.export."""
-    op = _define_op()
-    _register_schema()
+    op, table = scan_node("gated_linear_rule", "GatedLinearRule", _recurrent)
 
     def mamba2_chunk_scan(hidden_states, dt, A, B, C, chunk_size, D=None, dt_bias=None,
                           initial_states=None, dt_softplus=False,
@@ -104,10 +72,4 @@ def install():
     for name in MODULES:
         module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
         module.mamba2_chunk_scan = mamba2_chunk_scan
-
-    opset = onnxscript.values.Opset(DOMAIN, 1)
-
-    def to_onnx(q, k, v, g, beta):
-        return opset.GatedLinearRule(q, k, v, g, beta)
-
-    return {op.default: to_onnx}
+    return table
