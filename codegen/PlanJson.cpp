@@ -14,13 +14,12 @@ namespace json = llvm::json;
 namespace mt {
 
 json::Object planJson(ModuleOp module, StringRef modelName,
-                      const std::vector<std::string> &constantInitializers) {
+                      const std::vector<std::string> &constantInitializers,
+                      const std::vector<std::string> &modelBuffers) {
   json::Object plan;
   plan["model"] = modelName.str();
-  json::Array constants;
-  for (const std::string &c : constantInitializers)
-    constants.push_back(c);
-  plan["constant_initializers"] = std::move(constants);
+  plan["constant_initializers"] = json::Array(constantInitializers);
+  plan["model_buffers"] = json::Array(modelBuffers);
   plan["plan_hash"] = planHash(module);
   SymbolTable symbols(module);
 

@@ -14,9 +14,11 @@ namespace mt {
 /// slot), the device memory plan, host memory per parameter and, when
 /// mt-simulate ran, the prediction.
 /// `constantInitializers` lists the float initializers the importer folded
-/// as constants (buffers): they are not trained.
-llvm::json::Object planJson(mlir::ModuleOp module, llvm::StringRef modelName,
-                            const std::vector<std::string> &constantInitializers);
+/// as constants: they are not trained; `modelBuffers` those of rank >= 1.
+llvm::json::Object
+planJson(mlir::ModuleOp module, llvm::StringRef modelName,
+         const std::vector<std::string> &constantInitializers,
+         const std::vector<std::string> &modelBuffers);
 
 } // namespace mt
 

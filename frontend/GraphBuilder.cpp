@@ -14,6 +14,7 @@
 #include "frontend/OnnxFile.h"
 #include "frontend/OpHandler.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <set>
@@ -47,6 +48,24 @@ Attr convertAttr(const onnx::AttributeProto &a, OnnxFile &file) {
   default: r.kind = Attr::Other; break;
   }
   return r;
+}
+
+// The float initializers of rank >= 1 behind a node's compile-time inputs.
+std::vector<Value *> sourcesOf(const Node &n) {
+  std::vector<Value *> out;
+  auto add = [&](Value *s) {
+    if (std::find(out.begin(), out.end(), s) == out.end())
+      out.push_back(s);
+  };
+  for (Value *v : n.inputs) {
+    if (!v)
+      continue;
+    if (v->initializer && isFloat(v->dtype) && v->rank() >= 1)
+      add(v);
+    for (Value *s : v->sources)
+      add(s);
+  }
+  return out;
 }
 
 class Builder {
@@ -405,6 +424,10 @@ private:
       for (size_t i = 0; i < folded.size() && i < n.outputs.size(); ++i)
         n.outputs[i]->constant = folded[i];
     }
+    if (n.op != "Shape" && n.op != "Size")
+      for (Value *v : n.outputs)
+        if (v->constant)
+          v->sources = sourcesOf(n);
     // Shapes of activations are known at compile time: a folded value is
     // no activation even when computed from one.
     for (Value *v : n.outputs)

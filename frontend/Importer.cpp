@@ -36,6 +36,83 @@ std::string fixedSequenceNote(const onnx::GraphProto &graph) {
   return "";
 }
 
+bool contains(const std::vector<Value *> &vs, const Value *v) {
+  return std::find(vs.begin(), vs.end(), v) != vs.end();
+}
+
+// --buffers names float initializers, none of them read as a trained weight.
+void checkBufferNames(const OnnxFile &file, const std::vector<Value *> &params,
+                      const std::vector<std::string> &buffers) {
+  for (const std::string &b : buffers) {
+    auto it = std::find_if(
+        file.graph().initializer().begin(), file.graph().initializer().end(),
+        [&](const onnx::TensorProto &t) { return t.name() == b; });
+    if (it == file.graph().initializer().end() ||
+        !isFloat(dtypeFromOnnx(it->data_type())))
+      fail("--buffers {}: '{}' has no float initializer of that name", b,
+           file.path());
+    for (Value *p : params)
+      if (p->initializer == &*it)
+        fail("--buffers {}: the model reads it directly as a weight, which "
+             "trains",
+             b);
+  }
+}
+
+// A table the importer computes from initializers at compile time (an
+// Unsqueeze or an Exp of one, applied to activations) is frozen, and so are
+// they: right for a buffer, silently wrong for a parameter, and ONNX does not
+// say which an initializer is. So each initializer behind a table must be
+// declared a buffer; one that also trains directly would lose the table's
+// share of its gradient.
+void checkTableSources(const std::vector<Value *> &params,
+                       const std::vector<std::string> &buffers) {
+  std::vector<std::string> undeclared;
+  const Node *first = nullptr;
+  for (Value *t : params) {
+    if (t->initializer)
+      continue;
+    auto user = std::find_if(t->users.begin(), t->users.end(),
+                             [](const Node *n) { return !n->dead; });
+    std::string where = user == t->users.end()
+                            ? t->name
+                            : fmt::format("node '{}'", (*user)->name);
+    for (Value *s : t->sources) {
+      if (contains(params, s))
+        fail("initializer '{}' trains as a weight, but {} also applies a "
+             "value computed from it at compile time, whose share of its "
+             "gradient would be lost: not supported",
+             s->name, where);
+      if (std::find(buffers.begin(), buffers.end(), s->name) == buffers.end() &&
+          std::find(undeclared.begin(), undeclared.end(), s->name) ==
+              undeclared.end()) {
+        undeclared.push_back(s->name);
+        if (!first && user != t->users.end())
+          first = *user;
+      }
+    }
+  }
+  if (undeclared.empty())
+    return;
+  std::string names, list;
+  for (const std::string &n : undeclared) {
+    names += (names.empty() ? "'" : ", '") + n + "'";
+    list += (list.empty() ? "" : ",") + n;
+  }
+  const bool one = undeclared.size() == 1;
+  fail("{} {} {} the model only through {} computed at compile time{}, "
+       "which would be frozen: a parameter there would never train. Export "
+       "with the ONNX optimizer (torch.onnx.export's default), which folds "
+       "such a computation into an initializer of its own that trains; or, "
+       "if {} buffers, pass --buffers {}",
+       one ? "initializer" : "initializers", names, one ? "reaches" : "reach",
+       one ? "a value" : "values",
+       first ? fmt::format(" (node '{}' applies {})", first->name,
+                           one ? "it" : "the first")
+             : "",
+       one ? "it is one of the model's" : "they are", list);
+}
+
 } // namespace
 
 ImportedModel::ImportedModel() = default;
@@ -69,6 +146,8 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
     for (Value *p : b.params)
       if (std::find(params.begin(), params.end(), p) == params.end())
         params.push_back(p);
+  checkBufferNames(*result.file, params, options.buffers);
+  checkTableSources(params, options.buffers);
   // Ties follow the graph's initializer order, as the oracle's rule does.
   std::vector<Value *> byInitOrder;
   for (const auto &t : result.file->graph().initializer())
@@ -84,8 +163,11 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
   for (const auto &t : result.file->graph().initializer()) {
     bool isParam = std::any_of(params.begin(), params.end(),
                                [&](Value *p) { return p->name == t.name(); });
-    if (!isParam && isFloat(dtypeFromOnnx(t.data_type())))
-      result.constantInitializers.push_back(t.name());
+    if (isParam || !isFloat(dtypeFromOnnx(t.data_type())))
+      continue;
+    result.constantInitializers.push_back(t.name());
+    if (t.dims_size() >= 1)
+      result.buffers.push_back(t.name());
   }
   result.module = emitModule(ctx, blocks, ties, path);
   return result;

@@ -24,6 +24,10 @@ struct ImportOptions {
   bool discoverBlocks = true;
   /// Tie initializers holding the same data (see Ties.h).
   bool detectTies = true;
+  /// Float initializers the user declares buffers: the model computes with
+  /// them and never trains them. A table computed at compile time from any
+  /// other initializer is refused (see checkTableSources).
+  std::vector<std::string> buffers;
 };
 
 struct ImportedModel {
@@ -35,6 +39,9 @@ struct ImportedModel {
   /// Float initializers the model reads only as compile-time constants
   /// (RoPE inv_freq, cos/sin caches): buffers, not trained.
   std::vector<std::string> constantInitializers;
+  /// Those of rank >= 1: the model's buffers (the rest are scalars the
+  /// exporter made of literals).
+  std::vector<std::string> buffers;
   std::unique_ptr<OnnxFile> file; // keeps paramData's bytes mapped
   ~ImportedModel();
   ImportedModel();

@@ -18,6 +18,7 @@
 #include "frontend/Error.h"
 #include "frontend/fusion/Match.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mt::onnx_import {
@@ -40,8 +41,13 @@ using Tables = std::vector<Value *>;
 // growing it: a frozen table of c's values (shared with an equal one).
 Value *tableOf(Graph &g, Tables &tables, Value *c) {
   for (Value *t : tables)
-    if (t->shape == c->shape && sameValues(*t->constant, *c->constant))
+    if (t->shape == c->shape && sameValues(*t->constant, *c->constant)) {
+      for (Value *s : c->sources)
+        if (std::find(t->sources.begin(), t->sources.end(), s) ==
+            t->sources.end())
+          t->sources.push_back(s);
       return t;
+    }
   // Tables become symbols: two of one name (the zeros of two expands of
   // other shapes, say) are told apart by a count.
   std::string name = "mt.const." + c->name;
@@ -53,6 +59,7 @@ Value *tableOf(Graph &g, Tables &tables, Value *c) {
     name = fmt::format("mt.const.{}.{}", c->name, k);
   Value *t = g.newValue(name, DType::F32, c->shape);
   t->constant = c->constant;
+  t->sources = c->sources; // checked against ImportOptions::buffers
   tables.push_back(t);
   return t;
 }

@@ -55,6 +55,9 @@ class TrainerContract(unittest.TestCase):
             self.assertRegex(shown, rf"(?m)^{unit} .* {re.escape(' / '.join(s for _, s in v))}$")
         with open(os.path.join(self.plan, "plan.json")) as f:
             plan = json.load(f)
+        # What never trains is named: tiny-llama's RoPE inv_freq.
+        self.assertEqual(plan["model_buffers"], ["inv_freq"])
+        self.assertIn("\nmodel buffers (never trained): inv_freq\n", shown)
         self.assertIn("device memory (bf16 storage): ", shown)
         for part in plan["device_memory"]["breakdown"]:
             self.assertRegex(shown, rf"(?m)^  {part} +\d")

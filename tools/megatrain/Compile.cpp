@@ -17,6 +17,7 @@
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
@@ -40,6 +41,10 @@ model:
                          (attention_mask, position_ids and token_type_ids
                          are bound by default)
   --no-tie-detect        do not tie initializers holding the same data
+  --buffers NAME,...     float initializers that are buffers, never
+                         trained: compile refuses one the model reaches only
+                         through a value computed from it at compile time
+                         unless it is named here (repeatable)
 plan:
   --micro-batches M      micro-batches through each resident unit (default 1)
   --slots N              device weight slots, 2 = double buffering (default 2)
@@ -131,11 +136,12 @@ void writeInitialWeights(mlir::ModuleOp module,
 
 int runCompile(const std::vector<std::string> &args) {
   Flags flags(args,
-              {"--batch", "--seq-len", "--bind", "--emit", "--micro-batches",
-               "--slots", "--gpu-mem-limit", "--min-unit-bytes", "--staging-elems",
-               "--host-checkpoints", "--loss-chunk-tokens", "--mlp-chunk-tokens",
-               "--vocab-pieces", "--master-weights",
-               "--dump-ir-after", "--preset", "--sim-trace", "-o"},
+              {"--batch", "--seq-len", "--bind", "--buffers", "--emit",
+               "--micro-batches", "--slots", "--gpu-mem-limit",
+               "--min-unit-bytes", "--staging-elems", "--host-checkpoints",
+               "--loss-chunk-tokens", "--mlp-chunk-tokens", "--vocab-pieces",
+               "--master-weights", "--dump-ir-after", "--preset", "--sim-trace",
+               "-o"},
               {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
     std::fputs(kCompileUsage, stdout);
@@ -169,6 +175,10 @@ int runCompile(const std::vector<std::string> &args) {
       throw UsageError("--bind: '" + b + "' is not NAME=ones|zeros|arange");
     options.bindings.inputs[b.substr(0, eq)] = b.substr(eq + 1);
   }
+  for (const std::string &spec : flags.all("--buffers"))
+    for (llvm::StringRef name : llvm::split(spec, ','))
+      if (!name.empty())
+        options.buffers.push_back(name.str());
   options.discoverBlocks = emit != "graph";
   options.detectTies = !flags.has("--no-tie-detect");
 
@@ -265,7 +275,9 @@ int runCompile(const std::vector<std::string> &args) {
   {
     std::string text;
     llvm::raw_string_ostream os(text);
-    os << llvm::formatv("{0:2}", llvm::json::Value(planJson(module, name, model.constantInitializers)));
+    os << llvm::formatv(
+        "{0:2}", llvm::json::Value(planJson(
+                     module, name, model.constantInitializers, model.buffers)));
     writeFile(out.file("plan.json"), text + "\n");
   }
   writeInitialWeights(module, model, out.file("weights.safetensors"));

@@ -70,9 +70,21 @@ int runInspect(const std::vector<std::string> &args) {
 
   double trained = number(*plan, "trained_params");
   os << llvm::formatv("model {0}: {1:F3}B trained params, {2} micro-batch(es) "
-                      "per step\n\n",
+                      "per step\n",
                       plan->getString("model").value_or("?"), trained / 1e9,
                       static_cast<int64_t>(number(*plan, "micro_batches")));
+  // What does not train, so that a frozen parameter cannot go unseen.
+  if (const json::Array *buffers = plan->getArray("model_buffers");
+      buffers && !buffers->empty()) {
+    constexpr size_t kShown = 4;
+    os << "model buffers (never trained):";
+    for (size_t i = 0; i < buffers->size() && i < kShown; ++i)
+      os << (i ? ", " : " ") << (*buffers)[i].getAsString().value_or("?");
+    if (buffers->size() > kShown)
+      os << llvm::formatv(" and {0} more", buffers->size() - kShown);
+    os << "\n";
+  }
+  os << "\n";
   os << llvm::formatv("{0,-6} {1,-10} {2,-12} {3,14} {4,14}  {5}\n", "unit",
                       "kind", "applies", "params", "bf16 bytes",
                       "weight slot (fwd/bwd)");

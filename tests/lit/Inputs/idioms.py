@@ -657,6 +657,27 @@ def _(g):
     return lambda f: f["x"] * np.pad(t, ((0, 0), (0, 0), (2, 2)), constant_values=0.5)
 
 
+@idiom("table-from-initializers", "Mul(Mul(x, Exp(w)), Unsqueeze(d, [0, 1])), w and d [16] "
+       "initializers: tables computed from them at compile time (a Mamba export without "
+       "the optimizer), refused unless both are named buffers")
+def _(g):
+    x = x_input(g)
+    w, W = param(g, "w", [HIDDEN])
+    d, D = param(g, "d", [HIDDEN])
+    scaled = g.op("Mul", x, g.op("Exp", w))
+    y_output(g, g.op("Mul", scaled, g.op("Unsqueeze", d, g.ints(0, 1))), HIDDEN)
+    return lambda f: f["x"] * np.exp(W) * D
+
+
+@idiom("bad-table-from-trained", "Add(Mul(x, w), Mul(x, Exp(w))), w [16]: w trains as a "
+       "weight and also reaches the model through a table computed from it")
+def _(g):
+    x = x_input(g)
+    w, _ = param(g, "w", [HIDDEN])
+    y_output(g, g.op("Add", g.op("Mul", x, w), g.op("Mul", x, g.op("Exp", w))), HIDDEN)
+    return None
+
+
 @idiom("bad-pad-edge", "Add(x, Pad(x, pads [0,1,0, 0,-1,0], mode edge)): a shift that repeats "
        "the first position")
 def _(g):
