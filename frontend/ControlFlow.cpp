@@ -118,12 +118,15 @@ ConstPtr join(OpContext &ctx, const Sequence &parts, int64_t axis,
                    });
 }
 
-void splitToSequence(OpContext &ctx) {
-  ConstPtr a = tensorIn(ctx, 0);
-  const int64_t axis = ctx.axis(ctx.node.getInt("axis", 0), a->shape.size());
-  const int64_t dim = a->shape[axis];
+// SplitToSequence's pieces along `axis` of a dim of `dim`: their sizes, and
+// whether they keep the axis.
+struct Pieces {
   std::vector<int64_t> sizes;
   bool keepDim = true;
+};
+
+Pieces piecesOf(OpContext &ctx, int64_t axis, int64_t dim) {
+  Pieces p;
   if (ctx.hasInput(1)) {
     ConstPtr split = tensorIn(ctx, 1);
     if (split->shape.empty()) { // chunks of one size, the last may be smaller
@@ -131,27 +134,51 @@ void splitToSequence(OpContext &ctx) {
       if (each <= 0)
         ctx.error("split size {} is not positive", each);
       for (int64_t left = dim; left > 0; left -= each)
-        sizes.push_back(std::min(each, left));
+        p.sizes.push_back(std::min(each, left));
     } else {
-      sizes = toInts(*split);
+      p.sizes = toInts(*split);
     }
   } else {
-    sizes.assign(size_t(dim), 1);
-    keepDim = ctx.node.getInt("keepdims", 1) != 0;
+    p.sizes.assign(size_t(dim), 1);
+    p.keepDim = ctx.node.getInt("keepdims", 1) != 0;
   }
   int64_t total = 0;
-  for (int64_t s : sizes) {
+  for (int64_t s : p.sizes) {
     if (s < 0)
       ctx.error("split size {} is negative", s);
     total += s;
   }
   if (total != dim)
-    ctx.error("split sizes {} do not cover dim {} ({})", shapeStr(sizes), axis,
-              dim);
+    ctx.error("split sizes {} do not cover dim {} ({})", shapeStr(p.sizes),
+              axis, dim);
+  return p;
+}
+
+void splitToSequence(OpContext &ctx) {
+  ConstPtr a = tensorIn(ctx, 0);
+  const int64_t axis = ctx.axis(ctx.node.getInt("axis", 0), a->shape.size());
+  Pieces p = piecesOf(ctx, axis, a->shape[axis]);
   Sequence parts;
-  for (int64_t k = 0, begin = 0; k < int64_t(sizes.size()); begin += sizes[k++])
-    parts.push_back(slice(a, axis, begin, sizes[k], keepDim));
+  for (int64_t k = 0, begin = 0; k < int64_t(p.sizes.size());
+       begin += p.sizes[k++])
+    parts.push_back(slice(a, axis, begin, p.sizes[k], p.keepDim));
   setSequence(ctx.node, 0, a->dtype, std::move(parts));
+}
+
+// Drops a node's inputs from position `keep` on.
+void keepInputs(Graph &g, Node &n, size_t keep) {
+  for (size_t i = keep; i < n.inputs.size(); ++i)
+    g.setInput(&n, i, nullptr);
+  n.inputs.resize(std::min(keep, n.inputs.size()));
+}
+
+// An int64 constant for a rewritten node's operand.
+Value *intsValue(Graph &g, const std::string &name,
+                 const std::vector<int64_t> &v) {
+  Value *c = g.newValue(name, DType::I64, {int64_t(v.size())});
+  c->constant = denseConst(DType::I64, {int64_t(v.size())},
+                           std::vector<double>(v.begin(), v.end()));
+  return c;
 }
 
 void loop(OpContext &ctx, const SubgraphRunner &run) {
@@ -245,6 +272,59 @@ bool isControlFlow(const Node &n) {
     return false;
   return std::any_of(std::begin(kOps), std::end(kOps),
                      [&](const char *op) { return n.op == op; });
+}
+
+bool lowerActivationSequence(Graph &g, Node &n,
+                             const std::function<void(Node &)> &infer) {
+  if (!isControlFlow(n) || !n.in(0))
+    return false;
+  OpContext ctx(n);
+  Value *in = n.in(0);
+  if (n.op == "SplitToSequence" && !in->constant) {
+    const int64_t axis = ctx.axis(n.getInt("axis", 0), in->rank());
+    Pieces p = piecesOf(ctx, axis, in->dim(axis));
+    Value *seq = n.out();
+    n.op = "Split";
+    keepInputs(g, n, 1);
+    n.attrs.clear();
+    n.setInt("axis", axis);
+    n.setInts("split", p.sizes);
+    n.outputs.clear();
+    seq->producer = nullptr;
+    seq->dtype = in->dtype;
+    for (size_t k = 0; k < p.sizes.size(); ++k)
+      g.addOutput(&n, in->dtype, {})->name = fmt::format("{}.{}", seq->name, k);
+    infer(n);
+    // unbind: each piece without the split axis.
+    Node *after = &n;
+    for (Value *piece : n.outputs) {
+      Value *part = piece;
+      if (!p.keepDim) {
+        after =
+            g.newNode("Squeeze", n.name + ".squeeze",
+                      {piece, intsValue(g, n.name + ".axis", {axis})}, after);
+        after->opset = n.opset;
+        part = g.addOutput(after, in->dtype, {});
+        part->name = piece->name + ".squeezed";
+        infer(*after);
+      }
+      seq->pieces.push_back(part);
+    }
+    return true;
+  }
+  if (in->pieces.empty())
+    return false;
+  if (n.op != "SequenceAt")
+    ctx.error("reads the sequence '{}' of activations, which only SequenceAt "
+              "may (sequences of other values are evaluated at import)",
+              in->name);
+  int64_t at = position(ctx, scalarIn(ctx, 1, "the position"),
+                        int64_t(in->pieces.size()), false);
+  n.op = "Identity";
+  keepInputs(g, n, 1);
+  g.setInput(&n, 0, in->pieces[size_t(at)]);
+  infer(n);
+  return true;
 }
 
 void foldControlFlow(Node &n, const SubgraphRunner &run) {

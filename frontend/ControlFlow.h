@@ -29,6 +29,15 @@ using SubgraphRunner = std::function<std::vector<Value *>(
 /// Loop and the sequence ops.
 bool isControlFlow(const Node &n);
 
+/// A sequence of activations, as exports without the ONNX optimizer write
+/// torch.split and unbind: SplitToSequence of an activation becomes a Split
+/// (and a Squeeze of each piece where the axis goes), each SequenceAt of it
+/// at a constant position an Identity of its piece; `infer` infers a node so
+/// rewritten. Returns whether `n` was one of those; any other sequence op on
+/// such a sequence fails naming the node.
+bool lowerActivationSequence(Graph &g, Node &n,
+                             const std::function<void(Node &)> &infer);
+
 /// Evaluates a Loop or sequence op whose inputs are all known at compile
 /// time, setting its outputs' types and values; fails naming the node when
 /// one is not, or when the op's semantics are violated.

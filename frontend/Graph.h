@@ -67,6 +67,8 @@ struct Value {
   /// A folded ONNX sequence (dtype: its tensors'); sequences and loops are
   /// evaluated at import and never reach the model (ControlFlow.h).
   std::shared_ptr<const std::vector<ConstPtr>> sequence;
+  /// A sequence of activations: its tensors (see lowerActivationSequence).
+  std::vector<Value *> pieces;
   bool isGraphInput = false;
   /// Computed from the fed input at run time (an activation).
   bool fromInput = false;

@@ -50,6 +50,14 @@ Attr convertAttr(const onnx::AttributeProto &a, OnnxFile &file) {
   return r;
 }
 
+// Whether a node's result depends on the values of input i, not only on its
+// shape (Shape, Size) or type (CastLike's second input).
+bool readsValues(const Node &n, size_t i) {
+  if (n.op == "Shape" || n.op == "Size")
+    return false;
+  return !(n.op == "CastLike" && i == 1);
+}
+
 // The float initializers of rank >= 1 behind a node's compile-time inputs.
 std::vector<Value *> sourcesOf(const Node &n) {
   std::vector<Value *> out;
@@ -57,8 +65,9 @@ std::vector<Value *> sourcesOf(const Node &n) {
     if (std::find(out.begin(), out.end(), s) == out.end())
       out.push_back(s);
   };
-  for (Value *v : n.inputs) {
-    if (!v)
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    Value *v = n.inputs[i];
+    if (!v || !readsValues(n, i))
       continue;
     if (v->initializer && isFloat(v->dtype) && v->rank() >= 1)
       add(v);
@@ -399,6 +408,10 @@ private:
   }
 
   void infer(Node &n) {
+    // Loop bodies run on constants only.
+    if (scopes_.empty() &&
+        lowerActivationSequence(*g_, n, [this](Node &m) { infer(m); }))
+      return;
     if (isControlFlow(n)) {
       foldControlFlow(n, [this](Graph &scratch, const onnx::GraphProto &body,
                                 const std::vector<Value *> &inputs) {
@@ -415,19 +428,21 @@ private:
         ctx.error("input '{}' has an unsupported element type", v->name);
     h->infer(ctx);
     bool allConstant = true, fromInput = false;
-    for (Value *v : n.inputs) {
-      allConstant &= !v || v->constant != nullptr;
-      fromInput |= v && v->fromInput;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      Value *v = n.inputs[i];
+      if (!v || !readsValues(n, i))
+        continue;
+      allConstant &= v->constant != nullptr;
+      fromInput |= v->fromInput;
     }
     if (h->fold && allConstant) {
       std::vector<ConstPtr> folded = h->fold(ctx);
       for (size_t i = 0; i < folded.size() && i < n.outputs.size(); ++i)
         n.outputs[i]->constant = folded[i];
     }
-    if (n.op != "Shape" && n.op != "Size")
-      for (Value *v : n.outputs)
-        if (v->constant)
-          v->sources = sourcesOf(n);
+    for (Value *v : n.outputs)
+      if (v->constant)
+        v->sources = sourcesOf(n);
     // Shapes of activations are known at compile time: a folded value is
     // no activation even when computed from one.
     for (Value *v : n.outputs)

@@ -7,7 +7,10 @@
 #include "frontend/Error.h"
 #include "frontend/OnnxFile.h"
 #include "frontend/Ties.h"
+#include "frontend/TorchSignature.h"
 #include "frontend/fusion/Fusion.h"
+
+#include <set>
 
 namespace mt::onnx_import {
 
@@ -59,14 +62,25 @@ void checkBufferNames(const OnnxFile &file, const std::vector<Value *> &params,
   }
 }
 
+// A buffer in torch's signature must not train.
+void checkSignatureBuffers(const TorchSignature &sig,
+                           const std::vector<Value *> &params) {
+  for (Value *p : params)
+    if (p->initializer && sig.buffers.count(p->name))
+      fail("initializer '{}' is a buffer (torch's export signature says so), "
+           "but the model reads it as a weight, which would train it: not "
+           "supported",
+           p->name);
+}
+
 // A table the importer computes from initializers at compile time (an
 // Unsqueeze or an Exp of one, applied to activations) is frozen, and so are
-// they: right for a buffer, silently wrong for a parameter, and ONNX does not
-// say which an initializer is. So each initializer behind a table must be
-// declared a buffer; one that also trains directly would lose the table's
-// share of its gradient.
+// they: right for a buffer, silently wrong for a parameter, and ONNX itself
+// does not say which an initializer is. So each initializer behind a table
+// must be a buffer, by torch's signature or --buffers; one that also trains
+// directly would lose the table's share of its gradient.
 void checkTableSources(const std::vector<Value *> &params,
-                       const std::vector<std::string> &buffers) {
+                       const std::set<std::string> &buffers) {
   std::vector<std::string> undeclared;
   const Node *first = nullptr;
   for (Value *t : params) {
@@ -83,7 +97,7 @@ void checkTableSources(const std::vector<Value *> &params,
              "value computed from it at compile time, whose share of its "
              "gradient would be lost: not supported",
              s->name, where);
-      if (std::find(buffers.begin(), buffers.end(), s->name) == buffers.end() &&
+      if (!buffers.count(s->name) &&
           std::find(undeclared.begin(), undeclared.end(), s->name) ==
               undeclared.end()) {
         undeclared.push_back(s->name);
@@ -147,7 +161,11 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
       if (std::find(params.begin(), params.end(), p) == params.end())
         params.push_back(p);
   checkBufferNames(*result.file, params, options.buffers);
-  checkTableSources(params, options.buffers);
+  const TorchSignature signature = torchSignature(result.file->graph());
+  checkSignatureBuffers(signature, params);
+  std::set<std::string> buffers = signature.buffers;
+  buffers.insert(options.buffers.begin(), options.buffers.end());
+  checkTableSources(params, buffers);
   // Ties follow the graph's initializer order, as the oracle's rule does.
   std::vector<Value *> byInitOrder;
   for (const auto &t : result.file->graph().initializer())

@@ -27,7 +27,9 @@ std::optional<std::vector<Value *>> causalTaps(Node *conv, int64_t padBefore,
   if (!isActivation(x) || !w || w->transposed)
     return std::nullopt;
   std::vector<Value *> params{w->param};
-  if (conv->inputs.size() > 2 && conv->in(2)) {
+  // A bias of zeros (an export without the ONNX optimizer writes one out
+  // for a Conv without) is none.
+  if (conv->inputs.size() > 2 && conv->in(2) && !isSplat(conv->in(2), 0)) {
     auto bias = weightView(conv->in(2));
     if (!bias || bias->param->shape != Shape{x->dim(1)})
       return std::nullopt;

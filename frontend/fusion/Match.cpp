@@ -30,6 +30,15 @@ bool isScalar(Value *v, double expected, double rtol) {
   return c && std::fabs(*c - expected) <= rtol * std::fabs(expected) + 1e-12;
 }
 
+bool isSplat(Value *v, double value) {
+  if (!v || !v->constant || isActivation(v))
+    return false;
+  for (int64_t i = 0; i < v->constant->numel; ++i)
+    if (v->constant->at(i) != value)
+      return false;
+  return true;
+}
+
 Value *peelScale(Value *v, double &factor) {
   for (;;) {
     if (Node *div = producer(v, "Div"); div && constScalar(div->in(1))) {
@@ -60,6 +69,14 @@ std::optional<WeightView> weightView(Value *v) {
         t->getInts("perm") == std::vector<int64_t>{1, 0})
       return WeightView{inner->param, !inner->transposed};
   }
+  // Reshapes back to the weight's own shape (Unsqueeze of a Squeeze, as an
+  // export without the ONNX optimizer writes a Conv's weight) keep it.
+  Value *s = v;
+  while (Node *r = producerOneOf(s, {"Reshape", "Squeeze", "Unsqueeze"}))
+    s = r->in(0);
+  if (auto inner = s != v ? weightView(s) : std::nullopt;
+      inner && !inner->transposed && inner->param->shape == v->shape)
+    return inner;
   return std::nullopt;
 }
 

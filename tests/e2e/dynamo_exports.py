@@ -6,6 +6,9 @@ export venv that tools/install-export-venv.sh makes (.venv-export):
     .venv-export/bin/python tests/e2e/dynamo_exports.py NAME OUT.onnx [--opset N]
     .venv-export/bin/python tests/e2e/dynamo_exports.py --list
 
+--no-optimize exports without the ONNX optimizer (torch.split as
+SplitToSequence, computations on weights left in the graph).
+
 --opset asks the exporter for another opset (below 20 it writes GELU out in
 Pow, Tanh and products rather than as one Gelu).
 """
@@ -570,7 +573,7 @@ def real_llama4_rotary():
     L.apply_rotary_emb = rotate
 
 
-def export(name, path, seed=0, opset=None):
+def export(name, path, seed=0, opset=None, optimize=True):
     if name == "llama4":
         real_llama4_rotary()
     model = build(ARCHITECTURES, name, seed)
@@ -589,15 +592,20 @@ def export(name, path, seed=0, opset=None):
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=128)
     torch.onnx.export(model, (ids,), path, input_names=["input_ids"], output_names=["logits"],
                       dynamic_shapes={"ids": {0: batch, 1: seq}}, dynamo=True,
-                      external_data=False, opset_version=opset, custom_translation_table=table)
+                      external_data=False, opset_version=opset, custom_translation_table=table,
+                      optimize=optimize)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--list"]:
+    args = sys.argv[1:]
+    optimize = "--no-optimize" not in args
+    args = [a for a in args if a != "--no-optimize"]
+    if args == ["--list"]:
         print("\n".join(ARCHITECTURES))
-    elif len(sys.argv) == 5 and sys.argv[3] == "--opset":
-        export(sys.argv[1], sys.argv[2], opset=int(sys.argv[4]))
-    elif len(sys.argv) == 3:
-        export(sys.argv[1], sys.argv[2])
+    elif len(args) == 4 and args[2] == "--opset":
+        export(args[0], args[1], opset=int(args[3]), optimize=optimize)
+    elif len(args) == 2:
+        export(args[0], args[1], optimize=optimize)
     else:
-        sys.exit("error: expected NAME OUT.onnx [--opset N], or --list\n" + __doc__)
+        sys.exit("error: expected NAME OUT.onnx [--opset N] [--no-optimize], or --list\n"
+                 + __doc__)

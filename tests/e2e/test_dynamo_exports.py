@@ -8,6 +8,8 @@ each, as the exports take most of the suite's time."""
 import os
 import unittest
 
+import onnx as onnx_lib
+
 from tests.e2e.harness import MEGATRAIN, ROOT, Workdir, gradient_errors, read_jsonl, run
 
 EXPORT_PYTHON = os.path.join(ROOT, ".venv-export", "bin", "python")
@@ -76,6 +78,31 @@ class DynamoExports(unittest.TestCase):
         self.assertIn("index_topk covers --seq-len", r.stderr)
         self.assertFalse(os.path.exists(out))
 
+    def test_exports_without_the_optimizer(self):
+        """Without the ONNX optimizer the exporter writes torch.split as
+        SplitToSequence, a Conv1d weight squeezed and unsqueezed back with a
+        bias of zeros, softplus's beta of 1, and leaves computations on
+        weights in the graph: Mamba's A = −exp(A_log) and its skip
+        Unsqueeze(D), gated DeltaNet's −exp(A_log). Those tables would
+        freeze A_log and D: compile refuses, naming each; declared buffers,
+        they stay frozen and the rest trains as PyTorch does."""
+        for family, frozen in [("mamba2", (".A_log", ".D")), ("qwen3_5", (".A_log",))]:
+            with self.subTest(family=family):
+                onnx = self.w(family + "_unoptimized.onnx")
+                run([EXPORT_PYTHON, EXPORTER, family, onnx, "--no-optimize"], cwd=ROOT)
+                names = [t.name for t in onnx_lib.load(onnx).graph.initializer
+                         if t.name.endswith(frozen)]
+                self.assertTrue(names)
+                r = run([MEGATRAIN, "compile", onnx, "--batch", "2", "--seq-len", "16"],
+                        check=False)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn("would be frozen: a parameter there would never train", r.stderr)
+                self.assertEqual(set(r.stderr.split("--buffers ")[-1].strip().split(",")),
+                                 set(names))
+                plan = self.trains_like_pytorch(onnx, family + "_unoptimized",
+                                                "--buffers", ",".join(names))
+                self.assertTrue(set(names) <= set(plan["model_buffers"]))
+
     def check(self, names, *flags, opset=None):
         w = self.w
         export_flags = ["--opset", str(opset)] if opset else []
@@ -84,8 +111,7 @@ class DynamoExports(unittest.TestCase):
                 name = family + "".join(flags + tuple(export_flags)).replace("-", "_")
                 onnx = w(name + ".onnx")
                 run([EXPORT_PYTHON, EXPORTER, family, onnx, *export_flags], cwd=ROOT)
-                plan_dir, plan = w.compile(onnx, name, "--batch", "2", "--seq-len", "16",
-                                           "--micro-batches", "2", *flags)
+                plan = self.trains_like_pytorch(onnx, name, *flags)
                 if "--vocab-pieces" in flags:  # both tables cut, none left whole
                     pieces = int(flags[flags.index("--vocab-pieces") + 1])
                     kinds = [u["kind"] for u in plan["units"]]
@@ -96,18 +122,26 @@ class DynamoExports(unittest.TestCase):
                     self.assertEqual(chunked["layer"], 4)
                     self.assertEqual(chunked["layer.bwd"], 4)
                     self.assertEqual(set(chunked.values()), {4})
-                w.train(plan_dir, "--data", self.data, "--steps", "1",
-                        "--dump-grads", w(name + ".ours.st"), "--log-jsonl", w(name + ".ours.jsonl"))
-                w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",
-                         "--steps", "1", "--dump-grads", w(name + ".ref.st"),
-                         "--log-jsonl", w(name + ".ref.jsonl"))
-                ours = read_jsonl(w(name + ".ours.jsonl"))[0]["loss"]
-                ref = read_jsonl(w(name + ".ref.jsonl"))[0]["loss"]
-                self.assertLess(abs(ours - ref) / abs(ref), 1e-4)
-                errors, unmatched = gradient_errors(w(name + ".ours.st"), w(name + ".ref.st"))
-                self.assertEqual(unmatched, [])
-                for tensor, err in errors.items():
-                    self.assertLess(err, 1e-3, f"{name}: {tensor}")
+
+    def trains_like_pytorch(self, onnx, name, *flags):
+        """Compiles `onnx` with `flags`, trains a step, and holds loss and
+        gradients to the float64 oracle's; returns the plan."""
+        w = self.w
+        plan_dir, plan = w.compile(onnx, name, "--batch", "2", "--seq-len", "16",
+                                   "--micro-batches", "2", *flags)
+        w.train(plan_dir, "--data", self.data, "--steps", "1",
+                "--dump-grads", w(name + ".ours.st"), "--log-jsonl", w(name + ".ours.jsonl"))
+        w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",
+                 "--steps", "1", "--dump-grads", w(name + ".ref.st"),
+                 "--log-jsonl", w(name + ".ref.jsonl"))
+        ours = read_jsonl(w(name + ".ours.jsonl"))[0]["loss"]
+        ref = read_jsonl(w(name + ".ref.jsonl"))[0]["loss"]
+        self.assertLess(abs(ours - ref) / abs(ref), 1e-4)
+        errors, unmatched = gradient_errors(w(name + ".ours.st"), w(name + ".ref.st"))
+        self.assertEqual(unmatched, [])
+        for tensor, err in errors.items():
+            self.assertLess(err, 1e-3, f"{name}: {tensor}")
+        return plan
 
 
 if __name__ == "__main__":

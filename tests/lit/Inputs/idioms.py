@@ -445,7 +445,7 @@ def _(g):
     return ref
 
 
-def _causal_conv(g, pads, pad_op=False, bias=False):
+def _causal_conv(g, pads, pad_op=False, bias=False, unoptimized=False):
     """x [B,S,16] transposed to [B,16,S], a depthwise Conv with 3 taps per
     channel and `pads` (with `pad_op`, of a Pad op's K − 1 zeros before the
     positions; with `bias`, a bias per channel), sliced back to S positions,
@@ -458,6 +458,10 @@ def _causal_conv(g, pads, pad_op=False, bias=False):
     if bias:
         b, Bias = param(g, "conv.bias", [HIDDEN], std=0.5)
         conv_inputs.append(b)
+    if unoptimized:  # the weight squeezed and unsqueezed back, a bias of zeros
+        axis = g.ints(1)
+        conv_inputs = [g.op("Unsqueeze", g.op("Squeeze", w, axis), axis),
+                       g.tensor("zero_bias", np.zeros(HIDDEN, np.float32))]
     xt = g.op("Transpose", x, perm=[0, 2, 1])
     if pad_op:
         xt = g.op("Pad", xt, g.ints(0, 0, K - 1, 0, 0, 0))
@@ -494,6 +498,53 @@ def _(g):
 @idiom("causal-conv-bias", "causal-conv with a bias [16] on the Conv (Mamba's convolution)")
 def _(g):
     return _causal_conv(g, [2, 2], bias=True)
+
+
+@idiom("causal-conv-unoptimized", "causal-conv of Unsqueeze(Squeeze(w, 1), 1) with a bias of "
+       "zeros, as an export without the ONNX optimizer writes Conv1d")
+def _(g):
+    return _causal_conv(g, [2, 2], unoptimized=True)
+
+
+@idiom("split-to-sequence", "Concat(SequenceAt(s, 1), SequenceAt(s, -2)) of s = "
+       "SplitToSequence(x, [4, 12], axis -1), plus the same pieces of unbind: "
+       "SplitToSequence(Reshape(x, [0, 0, 2, 8]), axis 2, keepdims 0), as exports without the "
+       "ONNX optimizer write torch.split and unbind")
+def _(g):
+    x = x_input(g)
+    s = g.op("SplitToSequence", x, g.ints(4, 12), axis=-1)
+    swapped = g.op("Concat", g.op("SequenceAt", s, g.const(1, np.int64)),
+                   g.op("SequenceAt", s, g.const(-2, np.int64)), axis=-1)
+    u = g.op("SplitToSequence", g.op("Reshape", x, g.ints(0, 0, 2, 8)), axis=2, keepdims=0)
+    halves = g.op("Concat", g.op("SequenceAt", u, g.const(1, np.int64)),
+                  g.op("SequenceAt", u, g.const(0, np.int64)), axis=-1)
+    y_output(g, g.op("Add", swapped, halves), HIDDEN)
+
+    def ref(f):
+        x = f["x"]
+        return (np.concatenate([x[..., 4:], x[..., :4]], -1)
+                + np.concatenate([x[..., 8:], x[..., :8]], -1))
+    return ref
+
+
+@idiom("bad-sequence-of-activations", "SequenceLength(SplitToSequence(x, [4, 12], axis -1)) "
+       "added to x: a sequence of activations read other than by SequenceAt")
+def _(g):
+    x = x_input(g)
+    s = g.op("SplitToSequence", x, g.ints(4, 12), axis=-1)
+    n = g.op("Cast", g.op("SequenceLength", s), to=FLOAT)
+    y_output(g, g.op("Add", x, n), HIDDEN)
+    return None
+
+
+@idiom("identity-arithmetic", "Add(Sub(Div(Mul(x, CastLike(1.0, x)), ones [16]), 0.0), x): "
+       "products by ones and sums of zeros that an export without the ONNX optimizer keeps")
+def _(g):
+    x = x_input(g)
+    one = g.op("CastLike", g.const(1.0), x)
+    t = g.op("Div", g.op("Mul", x, one), g.tensor("ones", np.ones(HIDDEN, np.float32)))
+    y_output(g, g.op("Add", g.op("Sub", t, g.const(0.0)), x), HIDDEN)
+    return lambda f: 2 * f["x"]
 
 
 @idiom("clip-activation", "Clip(x, -0.5, 0.25) and Clip(x, min 0.1) of an activation, "
@@ -667,6 +718,29 @@ def _(g):
     scaled = g.op("Mul", x, g.op("Exp", w))
     y_output(g, g.op("Mul", scaled, g.op("Unsqueeze", d, g.ints(0, 1))), HIDDEN)
     return lambda f: f["x"] * np.exp(W) * D
+
+
+def _torch_signature(**kinds):
+    """torch's graph signature text: each name's kind (PARAMETER, BUFFER)."""
+    lines = [f"p_{n}: {k} target='{n}'" + (" persistent=False" if k == "BUFFER" else "")
+             for n, k in kinds.items()]
+    return "\n# inputs\n" + "\n".join(lines) + "\nx: USER_INPUT\n\n# outputs\ny: USER_OUTPUT\n"
+
+
+@idiom("table-from-torch-buffers", "table-from-initializers with torch's graph signature in "
+       "the graph's metadata naming w a BUFFER and d a PARAMETER")
+def _(g):
+    g.torch_signature = _torch_signature(w="BUFFER", d="PARAMETER")
+    return IDIOMS["table-from-initializers"][0](g)
+
+
+@idiom("bad-torch-buffer-as-weight", "Mul(x, w), w [16] a BUFFER in torch's graph signature")
+def _(g):
+    g.torch_signature = _torch_signature(w="BUFFER")
+    x = x_input(g)
+    w, _ = param(g, "w", [HIDDEN])
+    y_output(g, g.op("Mul", x, w), HIDDEN)
+    return None
 
 
 @idiom("bad-table-from-trained", "Add(Mul(x, w), Mul(x, Exp(w))), w [16]: w trains as a "
@@ -1913,11 +1987,43 @@ def _(g):
 
 # -- writing and checking --
 
+# torch's graph signature an idiom records (g.torch_signature), by name.
+TORCH_SIGNATURES = {}
+
+
 def build(name):
     build_fn, _, opset, domains = IDIOMS[name]
     g = Graph(name, opset=opset, seed=sum(map(ord, name)), domains=domains)
     ref = build_fn(g)
+    if hasattr(g, "torch_signature"):
+        TORCH_SIGNATURES[name] = g.torch_signature
     return g.model(producer="megatrain-idioms"), ref
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _field(number, payload):
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def with_graph_metadata(model, key, value):
+    """The model's bytes with GraphProto.metadata_props (field 16, IR
+    version 10) holding key: value, written by hand as the onnx package here
+    predates the field."""
+    entry = _field(1, key.encode()) + _field(2, value.encode())
+    graph = model.graph.SerializeToString() + _field(16, entry)
+    rest = onnx.ModelProto()
+    rest.CopyFrom(model)
+    rest.ClearField("graph")
+    return rest.SerializeToString() + _field(7, graph)
 
 
 def write(name, path):
@@ -1936,6 +2042,10 @@ def write(name, path):
             t.data_location = TensorProto.EXTERNAL
             for key, value in (("location", missing), ("offset", "0"), ("length", str(len(raw)))):
                 t.external_data.add(key=key, value=value)
+    if name in TORCH_SIGNATURES:
+        path.write_bytes(with_graph_metadata(
+            model, "pkg.torch.export.ExportedProgram.graph_signature", TORCH_SIGNATURES[name]))
+        return
     onnx.save(model, str(path))
 
 

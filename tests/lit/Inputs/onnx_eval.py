@@ -230,6 +230,19 @@ def _scatter_elements(a, x, i, u):
     return out
 
 
+def _split_to_sequence(a, x, split):
+    """A list of pieces (a sequence): chunks of one size for a scalar split,
+    pieces of one without the axis unless keepdims for none."""
+    axis = a.get("axis", 0) % x.ndim
+    if split is None:
+        pieces = np.split(x, x.shape[axis], axis)
+        return [p if a.get("keepdims", 1) else np.squeeze(p, axis) for p in pieces]
+    split = np.asarray(split).astype(np.int64)
+    if split.ndim == 0:
+        split = [min(int(split), x.shape[axis] - b) for b in range(0, x.shape[axis], int(split))]
+    return np.split(x, np.cumsum(split)[:-1], axis)
+
+
 def _split(a, x, split=None):
     axis = a.get("axis", 0)
     sizes = list(np.ravel(split)) if split is not None else a.get("split")
@@ -280,6 +293,10 @@ OPS = {
     "Slice": lambda a, x, s, e, ax=None, st=None: _slice(x, s, e, ax, st),
     "Pad": _pad,
     "Split": _split,
+    "SplitToSequence": lambda a, x, split=None: _split_to_sequence(a, x, split),
+    "SequenceAt": lambda a, seq, i: seq[int(i)],
+    "SequenceLength": lambda a, seq: np.int64(len(seq)),
+    "CastLike": lambda a, x, like: x.astype(like.dtype),
     "Expand": lambda a, x, s: x * np.ones([int(v) for v in s], x.dtype),
     "Tile": lambda a, x, r: np.tile(x, [int(v) for v in r]),
     "Range": lambda a, s, l, d: np.arange(s, l, d).astype(np.asarray(s).dtype),
@@ -343,6 +360,8 @@ def run(model, feeds, float64=False, outputs=None):
                 r = OPS[node.op_type](a, *[env[i] for i in node.input])
                 res = r if isinstance(r, tuple) else (r,)
             for name, value in zip(node.output, res):
-                env[name] = _widen(np.asarray(value), float64)
+                # A list is a sequence (SplitToSequence's), kept as one.
+                env[name] = (value if isinstance(value, list)
+                             else _widen(np.asarray(value), float64))
     names = outputs or [o.name for o in g.output]
     return {n: env[n] for n in names}
