@@ -31,9 +31,10 @@ std::string fixedSequenceNote(const onnx::GraphProto &graph) {
         "; note: input '{}' has a dynamic batch but a sequence length fixed "
         "at {}, which torch's exporter does when a layer loops over the "
         "sequence, as the scans of linear attention and state-space layers "
-        "do: export gated DeltaNet and Mamba-2 through "
-        "tools/gated_delta_node.py and tools/mamba2_node.py, which write each "
-        "scan as one node; other such layers are not supported",
+        "do: export gated DeltaNet, Mamba-2 and MiniMax's lightning attention "
+        "through tools/gated_delta_node.py, tools/mamba2_node.py and "
+        "tools/lightning_node.py, which write each scan as one node; other "
+        "such layers are not supported",
         vi.name(), dims[1].dim_value());
   }
   return "";

@@ -1,8 +1,8 @@
-"""The custom op behind each scan node that tools/gated_delta_node.py and
-tools/mamba2_node.py export (docs/importer.md, "Linear attention"): run
-eagerly it computes the scan position by position; torch.onnx.export
-writes it as one ai.megatrain node with inputs (q, k, v, g, beta) and
-v's shape.
+"""The custom op behind each scan node that tools/gated_delta_node.py,
+tools/mamba2_node.py and tools/lightning_node.py export (docs/importer.md,
+"Linear attention"): run eagerly it computes the scan position by position;
+torch.onnx.export writes it as one ai.megatrain node with inputs (q, k, v,
+g, beta), or (q, k, v, rate) for a constant decay, and v's shape.
 
 Run in the export venv (tools/install-export-venv.sh).
 """
@@ -13,7 +13,7 @@ import torch
 DOMAIN = "ai.megatrain"
 
 
-def _register_schema(node):
+def _register_schema(node, inputs):
     try:
         onnx.defs.get_schema(node, 1, DOMAIN)
         return
@@ -22,27 +22,38 @@ def _register_schema(node):
     types = [("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")]
     onnx.defs.register_schema(onnx.defs.OpSchema(
         node, DOMAIN, 1,
-        inputs=[onnx.defs.OpSchema.FormalParameter(n, "T") for n in ("q", "k", "v", "g", "beta")],
+        inputs=[onnx.defs.OpSchema.FormalParameter(n, "T") for n in inputs],
         outputs=[onnx.defs.OpSchema.FormalParameter("o", "T")],
         type_constraints=types))
 
 
-def scan_node(op_name, node, recurrent):
+def scan_node(op_name, node, recurrent, decay_rate=False):
     """The op megatrain::<op_name>, computing recurrent(q, k, v, g, beta)
     eagerly, and the custom_translation_table entry that exports it as
-    ai.megatrain.<node>; returns (op, table)."""
+    ai.megatrain.<node>; returns (op, table). With decay_rate the op takes
+    (q, k, v, rate) instead, rate one decay per value head (any shape of Hv
+    elements): g = −rate at every position, beta = 1."""
     if not hasattr(torch.ops.megatrain, op_name):
-        def scan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                 beta: torch.Tensor) -> torch.Tensor:
-            return recurrent(q, k, v, g, beta)
+        if decay_rate:
+            def scan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     rate: torch.Tensor) -> torch.Tensor:
+                g = -rate.reshape(1, 1, -1).to(v.dtype).expand(*v.shape[:3])
+                return recurrent(q, k, v, g, torch.ones_like(g))
+            fake = lambda q, k, v, rate: torch.empty_like(v)  # noqa: E731
+        else:
+            def scan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                     beta: torch.Tensor) -> torch.Tensor:
+                return recurrent(q, k, v, g, beta)
+            fake = lambda q, k, v, g, beta: torch.empty_like(v)  # noqa: E731
 
         op = torch.library.custom_op(f"megatrain::{op_name}", mutates_args=())(scan)
-        op.register_fake(lambda q, k, v, g, beta: torch.empty_like(v))
+        op.register_fake(fake)
     op = getattr(torch.ops.megatrain, op_name)
-    _register_schema(node)
+    inputs = ("q", "k", "v", "rate") if decay_rate else ("q", "k", "v", "g", "beta")
+    _register_schema(node, inputs)
     opset = onnxscript.values.Opset(DOMAIN, 1)
 
-    def to_onnx(q, k, v, g, beta):
-        return getattr(opset, node)(q, k, v, g, beta)
+    def to_onnx(*args):
+        return getattr(opset, node)(*args)
 
     return op, {op.default: to_onnx}

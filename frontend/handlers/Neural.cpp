@@ -170,6 +170,21 @@ void inferGatedScan(OpContext &ctx) {
   ctx.setOutput(0, ctx.in(2).dtype, v);
 }
 
+// DecayLinearRule(q, k, v, rate): GatedLinearRule with a constant decay per
+// value head, rate of Hv elements in any shape (MiniMax's slopes [Hv, 1, 1]).
+void inferDecayScan(OpContext &ctx) {
+  const Shape &q = ctx.shape(0), &k = ctx.shape(1), &v = ctx.shape(2);
+  if (q.size() != 4 || k != q || v.size() != 4 || v[0] != q[0] ||
+      v[1] != q[1] || v[2] % q[2] != 0)
+    ctx.error("expects q and k [B, S, Hk, Dk] and v [B, S, Hv, Dv] with Hv a "
+              "multiple of Hk, got q {}, k {}, v {}",
+              shapeStr(q), shapeStr(k), shapeStr(v));
+  if (ctx.in(3).numel() != v[2])
+    ctx.error("rate must hold one decay per value head ({}), got shape {}",
+              v[2], shapeStr(ctx.shape(3)));
+  ctx.setOutput(0, ctx.in(2).dtype, v);
+}
+
 } // namespace
 
 void addNeuralHandlers(std::vector<OpHandler> &t) {
@@ -190,6 +205,7 @@ void addNeuralHandlers(std::vector<OpHandler> &t) {
   t.push_back({"", "Attention", 23, inferAttention, nullptr});
   t.push_back({"ai.megatrain", "GatedDeltaRule", 1, inferGatedScan, nullptr});
   t.push_back({"ai.megatrain", "GatedLinearRule", 1, inferGatedScan, nullptr});
+  t.push_back({"ai.megatrain", "DecayLinearRule", 1, inferDecayScan, nullptr});
 }
 
 } // namespace mt::onnx_import

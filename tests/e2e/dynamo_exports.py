@@ -21,6 +21,7 @@ from export_common import build  # run by path, from the export venv
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import gated_delta_node  # noqa: E402  (tools/, beside the compiler)
+import lightning_node  # noqa: E402
 import mamba2_node  # noqa: E402
 
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -234,6 +235,11 @@ ARCHITECTURES = {
                    T.VaultGemmaForCausalLM),
     "jais2": (T.Jais2Config, dict(COMMON, head_dim=16, pad_token_id=0), T.Jais2ForCausalLM),
     "mellum": (T.MellumConfig, dict(COMMON, head_dim=16, pad_token_id=0), T.MellumForCausalLM),
+    "minimax": (T.MiniMaxConfig, dict(COMMON, head_dim=16, num_hidden_layers=4,
+                                     layer_types=["linear_attention", "full_attention"] * 2,
+                                     num_local_experts=8, num_experts_per_tok=2,
+                                     block_size=4, pad_token_id=0),
+                T.MiniMaxForCausalLM),
     "minimax_m2": (T.MiniMaxM2Config, dict(COMMON, head_dim=16, num_local_experts=8,
                                            num_experts_per_tok=2, pad_token_id=0),
                    T.MiniMaxM2ForCausalLM),
@@ -579,7 +585,8 @@ def export(name, path, seed=0, opset=None, optimize=True):
     model = build(ARCHITECTURES, name, seed)
     ids = torch.randint(0, 256, (2, 16))
     table = None
-    helper = next((h for h in (gated_delta_node, mamba2_node) if name in h.MODULES), None)
+    helper = next((h for h in (gated_delta_node, mamba2_node, lightning_node)
+                   if name in h.MODULES), None)
     if helper:
         # The node must compute what transformers' chunked scan does.
         with torch.no_grad():

@@ -188,3 +188,14 @@ def _gated_delta_rule(node, q, k, v, g, beta):
 @op("GatedLinearRule", 1, domain="ai.megatrain")
 def _gated_linear_rule(node, q, k, v, g, beta):
     return _gated_scan("GatedLinearRule", q, k, v, g, beta, delta=False)
+
+
+@op("DecayLinearRule", 1, domain="ai.megatrain")
+def _decay_linear_rule(node, q, k, v, rate):
+    """GatedLinearRule with g = −rate (one per value head) at every position
+    and beta = 1."""
+    if rate.numel() != v.shape[2]:
+        raise OracleError(f"DecayLinearRule: rate {tuple(rate.shape)} does not hold one "
+                          f"decay per value head ({v.shape[2]})")
+    g = -rate.reshape(1, 1, -1).to(v.dtype).expand(*v.shape[:3])
+    return _gated_scan("DecayLinearRule", q, k, v, g, torch.ones_like(g), delta=False)

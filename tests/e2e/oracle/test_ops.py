@@ -455,6 +455,16 @@ class GatedLinearRule(unittest.TestCase):
         np.testing.assert_allclose(o.ravel(), [4.0, 6.0], rtol=1e-12)
 
 
+class DecayLinearRule(unittest.TestCase):
+    def test_two_positions_by_hand(self):
+        # Dk = Dv = 1, rate ln 2 (decay 0.5): t0: M = 1·4 = 4, o = 2·4 = 8;
+        # t1: M = 0.5·4 + 0.5·2 = 3, o = 3·3 = 9.
+        q, k, v = (np.array(a).reshape(1, 2, 1, 1) for a in ([2.0, 3.0], [1.0, 0.5], [4.0, 2.0]))
+        rate = np.array([np.log(2.0)]).reshape(1, 1, 1)
+        o = run_node("DecayLinearRule", [q, k, v, rate], opset=1, domain="ai.megatrain")[0]
+        np.testing.assert_allclose(o.ravel(), [8.0, 9.0], rtol=1e-12)
+
+
 class ScatterElements(unittest.TestCase):
     def test_writes_updates_at_indices_along_axis(self):
         x = np.zeros((2, 4))

@@ -500,6 +500,48 @@ def _(g):
     return _causal_conv(g, [2, 2], bias=True)
 
 
+def _decay_linear(g):
+    """q, k [B,S,1,4] and v [B,S,4,4] projections of x scanned by
+    ai.megatrain.DecayLinearRule with a slope buffer [4, 1, 1]."""
+    x = x_input(g)
+    heads = lambda t, h, d: g.op("Reshape", t, g.ints(0, 0, h, d))  # noqa: E731
+    (q, Wq), (k, Wk) = matmul(g, x, HIDDEN, 4, "q.weight"), matmul(g, x, HIDDEN, 4, "k.weight")
+    v, Wv = matmul(g, x, HIDDEN, 16, "v.weight")
+    rates = np.array([0.5, 0.25, 0.125, 0.0625], np.float32).reshape(4, 1, 1)
+    o = g.op("DecayLinearRule", heads(q, 1, 4), heads(k, 1, 4), heads(v, 4, 4),
+             g.tensor("slope_rate", rates), domain="ai.megatrain")
+    y_output(g, g.op("Reshape", o, g.ints(0, 0, 16)), HIDDEN)
+
+    def ref(f):
+        xs = f["x"]
+        bs, sl = xs.shape[:2]
+        vs = (xs @ Wv).reshape(bs, sl, 4, 4)
+        qs, ks = (xs @ Wq).reshape(bs, sl, 4), (xs @ Wk).reshape(bs, sl, 4)
+        o = np.zeros_like(vs)
+        for bi in range(bs):
+            for h in range(4):
+                m = np.zeros((4, 4))
+                for t in range(sl):
+                    m = np.exp(-rates.ravel()[h]) * m + np.outer(ks[bi, t], vs[bi, t, h])
+                    o[bi, t, h] = m.T @ qs[bi, t]
+        return o.reshape(bs, sl, 16)
+    return ref
+
+
+@idiom("decay-linear", "ai.megatrain.DecayLinearRule(q, k, v, slope_rate [4,1,1]): a constant "
+       "decay per value head (MiniMax's lightning attention), the slopes a BUFFER in torch's "
+       "graph signature", domains={"ai.megatrain": 1})
+def _(g):
+    g.torch_signature = _torch_signature(slope_rate="BUFFER")
+    return _decay_linear(g)
+
+
+@idiom("decay-linear-unsigned", "decay-linear without torch's graph signature: nothing says "
+       "the slopes are a buffer", domains={"ai.megatrain": 1})
+def _(g):
+    return _decay_linear(g)
+
+
 @idiom("causal-conv-unoptimized", "causal-conv of Unsqueeze(Squeeze(w, 1), 1) with a bias of "
        "zeros, as an export without the ONNX optimizer writes Conv1d")
 def _(g):

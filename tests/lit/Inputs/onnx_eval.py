@@ -230,6 +230,12 @@ def _scatter_elements(a, x, i, u):
     return out
 
 
+def _constant_decay(rate, v):
+    """DecayLinearRule's g = −rate at every position and beta = 1."""
+    g = np.broadcast_to(-np.asarray(rate).reshape(1, 1, -1), v.shape[:3]).astype(v.dtype)
+    return g, np.ones_like(g)
+
+
 def _split_to_sequence(a, x, split):
     """A list of pieces (a sequence): chunks of one size for a scalar split,
     pieces of one without the axis unless keepdims for none."""
@@ -313,6 +319,8 @@ OPS = {
     "ScatterND": _scatter_nd,
     "GatedDeltaRule": lambda a, *x: _gated_scan(*x, delta=True),
     "GatedLinearRule": lambda a, *x: _gated_scan(*x, delta=False),
+    "DecayLinearRule": lambda a, q, k, v, rate: _gated_scan(
+        q, k, v, *_constant_decay(rate, v), delta=False),
     "Conv": _conv1d,
     "Not": lambda a, x: np.logical_not(x),
     "Clip": lambda a, x, lo=None, hi=None: np.clip(x, -np.inf if lo is None else lo,
