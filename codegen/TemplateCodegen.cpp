@@ -225,9 +225,10 @@ private:
                          qs[2], vs[2], qs[3], vs[3], delta ? "true" : "false",
                          shapeOf(g).size() == 4 ? "true" : "false");
   }
-  // An f32 param gradient argument (dw, db, dtable).
+  // An f32 param gradient argument (dw, db, dtable); null where the param
+  // is frozen and nothing reads it (the kernels skip a null one).
   FailureOr<std::string> paramGrad(Operation *op, Value v) {
-    if (!v)
+    if (!v || v.use_empty())
       return std::string("nullptr");
     Placement::Kind kind = where(v).kind;
     if (kind != Placement::ParamGrad && kind != Placement::SumNode)
@@ -396,6 +397,12 @@ private:
       for (Value d :
            {m.getDrouter(), m.getDgateUp(), m.getDdown(), m.getDrouterBias(),
             m.getDgateUpBias(), m.getDdownBias(), m.getDexpertScale()}) {
+        if (d && d.use_empty())
+          return op.emitOpError("has a frozen weight (its router, an "
+                                "expert or a bias, by --buffers): not "
+                                "supported, as the experts' kernels "
+                                "compute every gradient they take"),
+                 failure();
         auto g = paramGrad(&op, d);
         if (failed(g))
           return failure();

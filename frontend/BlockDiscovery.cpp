@@ -68,7 +68,10 @@ void sign(Block &b) {
         auto [it, fresh] = param.emplace(v, param.size());
         if (fresh)
           b.params.push_back(v);
-        s += "p" + std::to_string(it->second) + shapeStr(v->shape) + ",";
+        // Frozen or trained is part of a template: its backward differs.
+        bool frozen = !v->initializer || v->buffer;
+        s += "p" + std::to_string(it->second) + (frozen ? "f" : "") +
+             shapeStr(v->shape) + ",";
       } else {
         auto it = act.find(v);
         if (it == act.end())

@@ -62,7 +62,7 @@ private:
     auto param = b_.create<ParamOp>(loc(p->name), b_.getStringAttr(p->name),
                                     TypeAttr::get(typeOf(p)), FlatSymbolRefAttr(),
                                     UnitAttr(), UnitAttr(), StringAttr());
-    if (!p->initializer)
+    if (!p->initializer || p->buffer)
       param.setFrozen(true);
     else if (p->dtype != DType::F32)
       param.setStorage(dtypeName(p->dtype));

@@ -70,6 +70,9 @@ struct Value {
   /// A sequence of activations: its tensors (see lowerActivationSequence).
   std::vector<Value *> pieces;
   bool isGraphInput = false;
+  /// An initializer declared a buffer (torch's signature, --buffers): never
+  /// trained, even where the model reads it as a weight.
+  bool buffer = false;
   /// Computed from the fed input at run time (an activation).
   bool fromInput = false;
 

@@ -44,8 +44,8 @@ bool contains(const std::vector<Value *> &vs, const Value *v) {
   return std::find(vs.begin(), vs.end(), v) != vs.end();
 }
 
-// --buffers names float initializers, none of them read as a trained weight.
-void checkBufferNames(const OnnxFile &file, const std::vector<Value *> &params,
+// --buffers names float initializers.
+void checkBufferNames(const OnnxFile &file,
                       const std::vector<std::string> &buffers) {
   for (const std::string &b : buffers) {
     auto it = std::find_if(
@@ -55,33 +55,23 @@ void checkBufferNames(const OnnxFile &file, const std::vector<Value *> &params,
         !isFloat(dtypeFromOnnx(it->data_type())))
       fail("--buffers {}: '{}' has no float initializer of that name", b,
            file.path());
-    for (Value *p : params)
-      if (p->initializer == &*it)
-        fail("--buffers {}: the model reads it directly as a weight, which "
-             "trains",
-             b);
   }
-}
-
-// A buffer in torch's signature must not train.
-void checkSignatureBuffers(const TorchSignature &sig,
-                           const std::vector<Value *> &params) {
-  for (Value *p : params)
-    if (p->initializer && sig.buffers.count(p->name))
-      fail("initializer '{}' is a buffer (torch's export signature says so), "
-           "but the model reads it as a weight, which would train it: not "
-           "supported",
-           p->name);
 }
 
 // A table the importer computes from initializers at compile time (an
 // Unsqueeze or an Exp of one, applied to activations) is frozen, and so are
 // they: right for a buffer, silently wrong for a parameter, and ONNX itself
 // does not say which an initializer is. So each initializer behind a table
-// must be a buffer, by torch's signature or --buffers; one that also trains
-// directly would lose the table's share of its gradient.
+// must be declared a buffer (--buffers), unless torch's signature is there
+// to say: then only its parameters are refused, the exporter's own
+// initializers (literals, folds of buffers such as CTRL's sliced position
+// table) taken for constants. One that also trains directly would lose the
+// table's share of its gradient.
 void checkTableSources(const std::vector<Value *> &params,
+                       const TorchSignature &signature,
                        const std::set<std::string> &buffers) {
+  const bool signed_ =
+      !signature.parameters.empty() || !signature.buffers.empty();
   std::vector<std::string> undeclared;
   const Node *first = nullptr;
   for (Value *t : params) {
@@ -93,12 +83,13 @@ void checkTableSources(const std::vector<Value *> &params,
                             ? t->name
                             : fmt::format("node '{}'", (*user)->name);
     for (Value *s : t->sources) {
-      if (contains(params, s))
+      if (contains(params, s) && !s->buffer)
         fail("initializer '{}' trains as a weight, but {} also applies a "
              "value computed from it at compile time, whose share of its "
              "gradient would be lost: not supported",
              s->name, where);
       if (!buffers.count(s->name) &&
+          (!signed_ || signature.parameters.count(s->name)) &&
           std::find(undeclared.begin(), undeclared.end(), s->name) ==
               undeclared.end()) {
         undeclared.push_back(s->name);
@@ -150,6 +141,16 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
     throw ImportError(what + fixedSequenceNote(result.file->graph()));
   }
 
+  // Buffers, by torch's signature or --buffers, never train, even read as
+  // weights (Falcon-H1's µP vector).
+  const TorchSignature signature = torchSignature(result.file->graph());
+  checkBufferNames(*result.file, options.buffers);
+  std::set<std::string> buffers = signature.buffers;
+  buffers.insert(options.buffers.begin(), options.buffers.end());
+  for (auto &[name, v] : g->byName)
+    if (v->initializer && buffers.count(name))
+      v->buffer = true;
+
   std::vector<Block> blocks;
   if (options.discoverBlocks)
     blocks = discoverBlocks(*g);
@@ -161,17 +162,13 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
     for (Value *p : b.params)
       if (std::find(params.begin(), params.end(), p) == params.end())
         params.push_back(p);
-  checkBufferNames(*result.file, params, options.buffers);
-  const TorchSignature signature = torchSignature(result.file->graph());
-  checkSignatureBuffers(signature, params);
-  std::set<std::string> buffers = signature.buffers;
-  buffers.insert(options.buffers.begin(), options.buffers.end());
-  checkTableSources(params, buffers);
-  // Ties follow the graph's initializer order, as the oracle's rule does.
+  checkTableSources(params, signature, buffers);
+  // Ties follow the graph's initializer order, as the oracle's rule does;
+  // a buffer ties to nothing.
   std::vector<Value *> byInitOrder;
   for (const auto &t : result.file->graph().initializer())
     for (Value *p : params)
-      if (p->initializer == &t)
+      if (p->initializer == &t && !p->buffer)
         byInitOrder.push_back(p);
   std::map<Value *, Tie> ties;
   if (options.detectTies)
@@ -180,9 +177,10 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
     if (p->constant)
       result.paramData[p->name] = p->constant;
   for (const auto &t : result.file->graph().initializer()) {
-    bool isParam = std::any_of(params.begin(), params.end(),
-                               [&](Value *p) { return p->name == t.name(); });
-    if (isParam || !isFloat(dtypeFromOnnx(t.data_type())))
+    bool trained = std::any_of(params.begin(), params.end(), [&](Value *p) {
+      return p->name == t.name() && !p->buffer;
+    });
+    if (trained || !isFloat(dtypeFromOnnx(t.data_type())))
       continue;
     result.constantInitializers.push_back(t.name());
     if (t.dims_size() >= 1)

@@ -71,6 +71,14 @@ class CudaEmulatedTrainer(unittest.TestCase):
                    "--host-checkpoints", "1", "--mlp-chunk-tokens", "16",
                    "--loss-chunk-tokens", "16", "--vocab-pieces", "2", stress=True)
 
+    def test_frozen_weights(self):
+        # Weights frozen by --buffers: the whole embedding (its backward has
+        # nothing to do), a norm's and a projection's in one layer only,
+        # whose gradient kernels get no place to put one.
+        self.check(self.w.export("tiny-llama"), "llama-frozen", "--buffers",
+                   "embed_tokens.weight,layers.0.self_attn.q_proj.weight,"
+                   "layers.1.input_norm.weight")
+
     def test_gpt2_tied_with_biases(self):
         self.check(self.w.export("tiny-gpt2"), "gpt2", "--mlp-chunk-tokens", "16",
                    "--vocab-pieces", "2")

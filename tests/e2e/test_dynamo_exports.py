@@ -5,6 +5,7 @@ gradients matching PyTorch float64 autograd, as the exports of the older
 exporter do (test_unseen_architectures.py: loss 1e-4, gradients 1e-3
 relative per tensor). The families run in four quarters, one ctest entry
 each, as the exports take most of the suite's time."""
+import json
 import os
 import unittest
 
@@ -14,6 +15,14 @@ from tests.e2e.harness import MEGATRAIN, ROOT, Workdir, gradient_errors, read_js
 
 EXPORT_PYTHON = os.path.join(ROOT, ".venv-export", "bin", "python")
 EXPORTER = os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py")
+SIGNATURE = os.path.join(ROOT, "tests", "e2e", "torch_signature.py")
+
+
+def non_float(onnx):
+    """The initializers of `onnx` that hold no floats."""
+    floats = (onnx_lib.TensorProto.FLOAT, onnx_lib.TensorProto.FLOAT16,
+              onnx_lib.TensorProto.BFLOAT16, onnx_lib.TensorProto.DOUBLE)
+    return {t.name for t in onnx_lib.load(onnx).graph.initializer if t.data_type not in floats}
 
 
 class DynamoExports(unittest.TestCase):
@@ -129,6 +138,12 @@ class DynamoExports(unittest.TestCase):
         w = self.w
         plan_dir, plan = w.compile(onnx, name, "--batch", "2", "--seq-len", "16",
                                    "--micro-batches", "2", *flags)
+        # What torch's exporter says is a buffer never trains (read here by
+        # onnx in Python, apart from the importer's own reading).
+        kinds = json.loads(run([EXPORT_PYTHON, SIGNATURE, onnx]).stdout)
+        initializers = {t.name for t in onnx_lib.load(onnx).graph.initializer}
+        buffers = {t for t, k in kinds.items() if k != "PARAMETER" and t in initializers}
+        self.assertLessEqual(buffers, set(plan["constant_initializers"]) | non_float(onnx))
         w.train(plan_dir, "--data", self.data, "--steps", "1",
                 "--dump-grads", w(name + ".ours.st"), "--log-jsonl", w(name + ".ours.jsonl"))
         w.oracle(onnx, plan, "--data", self.data, "--batch", "4", "--seq-len", "16",

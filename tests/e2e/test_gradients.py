@@ -2,9 +2,15 @@
 autograd on the same weights and data (the oracle interprets the exported
 ONNX in float64). fp32 training must agree to 1e-3 relative L2 per tensor
 and 1e-4 in the loss; the observed agreement is about 1e-6."""
+import json
 import os
 import re
 import unittest
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from safetensors.numpy import load_file
 
 from tests.e2e.harness import MEGATRAIN, Workdir, gradient_errors, read_jsonl, run
 
@@ -52,6 +58,27 @@ class FirstStepGradients(unittest.TestCase):
         for model in FOLDED:
             with self.subTest(model=model):
                 self.check(model, folded=True)
+
+    def test_frozen_weights(self):
+        """--buffers freezes weights the model reads directly: the embedding,
+        layer 0's query projection (layer 1's trains: the two layers get
+        templates of their own) and layer 1's first norm. They get no
+        gradient, as in the oracle told to freeze the same, and keep their
+        values through training; the rest trains."""
+        frozen = ["embed_tokens.weight", "layers.0.self_attn.q_proj.weight",
+                  "layers.1.input_norm.weight"]
+        plan_dir = self.check("tiny-llama", extra=("--buffers", ",".join(frozen)), tag="frozen")
+        with open(os.path.join(plan_dir, "plan.json")) as f:
+            self.assertLessEqual(set(frozen), set(json.load(f)["constant_initializers"]))
+        self.w.train(plan_dir, "--data", self.data, "--steps", "2", "--lr", "1e-2",
+                     "--export", self.w("frozen.trained.safetensors"))
+        trained = load_file(self.w("frozen.trained.safetensors"))
+        initial = {t.name: numpy_helper.to_array(t)
+                   for t in onnx.load(self.w.export("tiny-llama")).graph.initializer}
+        for name in frozen:
+            np.testing.assert_array_equal(trained[name], initial[name], name)
+        for name in ("layers.1.self_attn.q_proj.weight", "layers.0.input_norm.weight"):
+            self.assertFalse(np.array_equal(trained[name], initial[name]), name)
 
     def test_one_micro_batch(self):
         self.check("tiny-llama", micro_batches=1)

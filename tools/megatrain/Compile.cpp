@@ -41,10 +41,10 @@ model:
                          (attention_mask, position_ids and token_type_ids
                          are bound by default)
   --no-tie-detect        do not tie initializers holding the same data
-  --buffers NAME,...     float initializers that are buffers, never
-                         trained: compile refuses one the model reaches only
-                         through a value computed from it at compile time
-                         unless it is named here (repeatable)
+  --buffers NAME,...     float initializers never to train: buffers the
+                         model reaches through values computed at compile
+                         time (compile names any it cannot tell from a
+                         parameter), or weights to freeze (repeatable)
 plan:
   --micro-batches M      micro-batches through each resident unit (default 1)
   --slots N              device weight slots, 2 = double buffering (default 2)

@@ -776,22 +776,30 @@ def _(g):
     return IDIOMS["table-from-initializers"][0](g)
 
 
-@idiom("bad-torch-buffer-as-weight", "Mul(x, w), w [16] a BUFFER in torch's graph signature")
+@idiom("table-from-exporter-initializer", "table-from-initializers with torch's graph "
+       "signature naming d a BUFFER and not naming w (the exporter's own initializer)")
+def _(g):
+    g.torch_signature = _torch_signature(d="BUFFER")
+    return IDIOMS["table-from-initializers"][0](g)
+
+
+@idiom("torch-buffer-as-weight", "Mul(x, w), w [16] a BUFFER in torch's graph signature "
+       "(Falcon-H1's µP vector)")
 def _(g):
     g.torch_signature = _torch_signature(w="BUFFER")
     x = x_input(g)
-    w, _ = param(g, "w", [HIDDEN])
+    w, W = param(g, "w", [HIDDEN])
     y_output(g, g.op("Mul", x, w), HIDDEN)
-    return None
+    return lambda f: f["x"] * W
 
 
-@idiom("bad-table-from-trained", "Add(Mul(x, w), Mul(x, Exp(w))), w [16]: w trains as a "
+@idiom("table-from-trained", "Add(Mul(x, w), Mul(x, Exp(w))), w [16]: w trains as a "
        "weight and also reaches the model through a table computed from it")
 def _(g):
     x = x_input(g)
-    w, _ = param(g, "w", [HIDDEN])
+    w, W = param(g, "w", [HIDDEN])
     y_output(g, g.op("Add", g.op("Mul", x, w), g.op("Mul", x, g.op("Exp", w))), HIDDEN)
-    return None
+    return lambda f: f["x"] * W + f["x"] * np.exp(W)
 
 
 @idiom("bad-pad-edge", "Add(x, Pad(x, pads [0,1,0, 0,-1,0], mode edge)): a shift that repeats "
