@@ -60,9 +60,9 @@ struct Value {
   /// Set when the value is known at compile time (folded or an initializer
   /// with data).
   ConstPtr constant;
-  /// The float initializers of rank >= 1 a folded value was computed from
-  /// (exporters' scalar constants left out): a table made of the value
-  /// freezes them, which must be asked for (ImportOptions::buffers).
+  /// The float initializers a folded value was computed from: a table made
+  /// of it freezes them (checkTableSources in Importer.cpp), and only a
+  /// value without any is a literal, which an idiom may drop.
   std::vector<Value *> sources;
   /// A folded ONNX sequence (dtype: its tensors'); sequences and loops are
   /// evaluated at import and never reach the model (ControlFlow.h).

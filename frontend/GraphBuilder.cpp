@@ -58,7 +58,7 @@ bool readsValues(const Node &n, size_t i) {
   return !(n.op == "CastLike" && i == 1);
 }
 
-// The float initializers of rank >= 1 behind a node's compile-time inputs.
+// The float initializers behind a node's compile-time inputs.
 std::vector<Value *> sourcesOf(const Node &n) {
   std::vector<Value *> out;
   auto add = [&](Value *s) {
@@ -69,7 +69,7 @@ std::vector<Value *> sourcesOf(const Node &n) {
     Value *v = n.inputs[i];
     if (!v || !readsValues(n, i))
       continue;
-    if (v->initializer && isFloat(v->dtype) && v->rank() >= 1)
+    if (v->initializer && isFloat(v->dtype))
       add(v);
     for (Value *s : v->sources)
       add(s);

@@ -83,6 +83,8 @@ void checkTableSources(const std::vector<Value *> &params,
                             ? t->name
                             : fmt::format("node '{}'", (*user)->name);
     for (Value *s : t->sources) {
+      if (s->rank() == 0) // the exporter's literals
+        continue;
       if (contains(params, s) && !s->buffer)
         fail("initializer '{}' trains as a weight, but {} also applies a "
              "value computed from it at compile time, whose share of its "

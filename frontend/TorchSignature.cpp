@@ -1,4 +1,4 @@
-//===- TorchSignature.cpp - what torch's exporter says each input is ------===//
+//===- TorchSignature.cpp - torch's record of params and buffers ----------===//
 #include "frontend/TorchSignature.h"
 
 #include <onnx/onnx_pb.h>

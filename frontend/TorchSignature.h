@@ -1,5 +1,4 @@
-//===- TorchSignature.h - what torch's exporter says each input is -*- C++
-//-*-===//
+//===- TorchSignature.h - torch's record of params and buffers -*- C++ -*-===//
 //
 // ONNX does not say which initializers are trained. torch's dynamo exporter
 // records it anyway: the graph's metadata `pkg.torch.export.ExportedProgram.

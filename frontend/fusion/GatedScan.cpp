@@ -41,7 +41,7 @@ void fuseDecayScans(Graph &g) {
     decay->constant = lazyConst(
         DType::F32, heads, [r, h = v[2]](int64_t i) { return -r->at(i % h); });
     decay->sources = rate->sources;
-    if (rate->initializer && isFloat(rate->dtype) && rate->rank() >= 1)
+    if (rate->initializer)
       decay->sources.push_back(rate);
     if (!ones || ones->shape != heads) {
       ones =

@@ -31,7 +31,8 @@ bool isScalar(Value *v, double expected, double rtol) {
 }
 
 bool isSplat(Value *v, double value) {
-  if (!v || !v->constant || isActivation(v))
+  if (!v || !v->constant || isActivation(v) || v->initializer ||
+      !v->sources.empty())
     return false;
   for (int64_t i = 0; i < v->constant->numel; ++i)
     if (v->constant->at(i) != value)

@@ -28,7 +28,9 @@ Node *producerOneOf(Value *v, std::initializer_list<const char *> ops);
 std::optional<double> constScalar(Value *v);
 /// v is a one-element constant within relative tolerance `rtol` of `expected`.
 bool isScalar(Value *v, double expected, double rtol = 1e-4);
-/// v is a compile-time constant, not an activation, every element `value`.
+/// v is a literal (a compile-time constant computed from no initializer:
+/// a weight of ones at its initial value is none) with every element
+/// `value`.
 bool isSplat(Value *v, double value);
 /// What v scales: through Mul and Div by one-element constants, whose
 /// product (a divisor as its reciprocal) multiplies `factor`.

@@ -461,7 +461,7 @@ def _causal_conv(g, pads, pad_op=False, bias=False, unoptimized=False):
     if unoptimized:  # the weight squeezed and unsqueezed back, a bias of zeros
         axis = g.ints(1)
         conv_inputs = [g.op("Unsqueeze", g.op("Squeeze", w, axis), axis),
-                       g.tensor("zero_bias", np.zeros(HIDDEN, np.float32))]
+                       g.const(np.zeros(HIDDEN, np.float32))]
     xt = g.op("Transpose", x, perm=[0, 2, 1])
     if pad_op:
         xt = g.op("Pad", xt, g.ints(0, 0, K - 1, 0, 0, 0))
@@ -579,14 +579,24 @@ def _(g):
     return None
 
 
-@idiom("identity-arithmetic", "Add(Sub(Div(Mul(x, CastLike(1.0, x)), ones [16]), 0.0), x): "
-       "products by ones and sums of zeros that an export without the ONNX optimizer keeps")
+@idiom("identity-arithmetic", "Add(Sub(Div(Mul(x, CastLike(1.0, x)), Constant ones [16]), 0.0), "
+       "x): products by ones and sums of zeros that an export without the ONNX optimizer keeps")
 def _(g):
     x = x_input(g)
     one = g.op("CastLike", g.const(1.0), x)
-    t = g.op("Div", g.op("Mul", x, one), g.tensor("ones", np.ones(HIDDEN, np.float32)))
+    t = g.op("Div", g.op("Mul", x, one), g.const(np.ones(HIDDEN, np.float32)))
     y_output(g, g.op("Add", g.op("Sub", t, g.const(0.0)), x), HIDDEN)
     return lambda f: 2 * f["x"]
+
+
+@idiom("weights-of-ones", "Add(Mul(x, w), b), w [16] a weight of ones and b [16] of zeros, "
+       "as at initialization: trained, not dropped for the identities they equal")
+def _(g):
+    x = x_input(g)
+    w, W = param(g, "w", [HIDDEN], std=0.0, mean=1.0)
+    b, B = param(g, "b", [HIDDEN], std=0.0)
+    y_output(g, g.op("Add", g.op("Mul", x, w), b), HIDDEN)
+    return lambda f: f["x"] * W + B
 
 
 @idiom("clip-activation", "Clip(x, -0.5, 0.25) and Clip(x, min 0.1) of an activation, "
