@@ -20,8 +20,7 @@ Run in the export venv (tools/install-export-venv.sh).
 import torch
 import torch.nn.functional as F
 
-from mamba2_node import _recurrent
-from scan_node import scan_node
+from scan_node import linear_recurrent, scan_node
 
 MODULES = ("minimax",)
 
@@ -31,7 +30,8 @@ def install():
     custom_translation_table for torch.onnx.export."""
     from transformers.models.minimax import modeling_minimax as mm
 
-    op, table = scan_node("decay_linear_rule", "DecayLinearRule", _recurrent, decay_rate=True)
+    op, table = scan_node("decay_linear_rule", "DecayLinearRule", linear_recurrent,
+                           decay_rate=True)
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None,
                 cache=None, **kwargs):

@@ -25,30 +25,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from scan_node import scan_node
+from scan_node import linear_recurrent, scan_node
 
 MODULES = ("mamba2", "bamba", "nemotron_h", "falcon_h1", "granitemoehybrid", "zamba2")
-
-
-def _recurrent(q, k, v, g, beta):
-    """The scan position by position, in float32 (eager runs only): per
-    batch and value head S ← e^g·S + k·(beta·v)ᵀ, o = Sᵀq."""
-    group = v.shape[2] // q.shape[2]
-    q, k = q.repeat_interleave(group, 2).float(), k.repeat_interleave(group, 2).float()
-    state = v.new_zeros(v.shape[0], v.shape[2], q.shape[3], v.shape[3], dtype=torch.float32)
-    out = []
-    for t in range(v.shape[1]):
-        state = state * g[:, t].float().exp()[..., None, None]
-        w = beta[:, t, :, None].float() * v[:, t].float()
-        state = state + k[:, t][..., :, None] * w[..., None, :]
-        out.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
-    return torch.stack(out, 1).to(v.dtype)
 
 
 def install():
     """Routes the chunked scan of every module in MODULES through the custom
     op; returns the custom_translation_table for torch.onnx.export."""
-    op, table = scan_node("gated_linear_rule", "GatedLinearRule", _recurrent)
+    op, table = scan_node("gated_linear_rule", "GatedLinearRule", linear_recurrent)
 
     def mamba2_chunk_scan(hidden_states, dt, A, B, C, chunk_size, D=None, dt_bias=None,
                           initial_states=None, dt_softplus=False,

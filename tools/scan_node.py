@@ -13,6 +13,21 @@ import torch
 DOMAIN = "ai.megatrain"
 
 
+def linear_recurrent(q, k, v, g, beta):
+    """GatedLinearRule's scan position by position, in float32 (eager runs
+    only): per batch and value head S ← e^g·S + k·(beta·v)ᵀ, o = Sᵀq."""
+    group = v.shape[2] // q.shape[2]
+    q, k = q.repeat_interleave(group, 2).float(), k.repeat_interleave(group, 2).float()
+    state = v.new_zeros(v.shape[0], v.shape[2], q.shape[3], v.shape[3], dtype=torch.float32)
+    out = []
+    for t in range(v.shape[1]):
+        state = state * g[:, t].float().exp()[..., None, None]
+        w = beta[:, t, :, None].float() * v[:, t].float()
+        state = state + k[:, t][..., :, None] * w[..., None, :]
+        out.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
+    return torch.stack(out, 1).to(v.dtype)
+
+
 def _register_schema(node, inputs):
     try:
         onnx.defs.get_schema(node, 1, DOMAIN)
