@@ -59,7 +59,7 @@ Value *tableOf(Graph &g, Tables &tables, Value *c) {
     name = fmt::format("mt.const.{}.{}", c->name, k);
   Value *t = g.newValue(name, DType::F32, c->shape);
   t->constant = c->constant;
-  t->sources = c->sources; // checked against ImportOptions::buffers
+  t->sources = c->sources; // checkTableSources (Importer.cpp) reads them
   tables.push_back(t);
   return t;
 }

@@ -150,18 +150,24 @@ void inferAttention(OpContext &ctx) {
               "training");
 }
 
-// MegaTrain's own nodes for the gated scans, GatedDeltaRule and
-// GatedLinearRule (docs/importer.md): q, k [B, S, Hk, Dk], v [B, S, Hv,
-// Dv], beta [B, S, Hv], g [B, S, Hv] or [B, S, Hv, Dk] (a decay per key
-// channel), Hv a multiple of Hk; the output is v's shape.
-void inferGatedScan(OpContext &ctx) {
-  const Shape &q = ctx.shape(0), &k = ctx.shape(1), &v = ctx.shape(2),
-              &g = ctx.shape(3), &beta = ctx.shape(4);
+// The scans' q and k [B, S, Hk, Dk] and v [B, S, Hv, Dv]; returns v's shape.
+const Shape &scanHeads(OpContext &ctx) {
+  const Shape &q = ctx.shape(0), &k = ctx.shape(1), &v = ctx.shape(2);
   if (q.size() != 4 || k != q || v.size() != 4 || v[0] != q[0] ||
       v[1] != q[1] || v[2] % q[2] != 0)
     ctx.error("expects q and k [B, S, Hk, Dk] and v [B, S, Hv, Dv] with Hv a "
               "multiple of Hk, got q {}, k {}, v {}",
               shapeStr(q), shapeStr(k), shapeStr(v));
+  return v;
+}
+
+// MegaTrain's own nodes for the gated scans, GatedDeltaRule and
+// GatedLinearRule (docs/importer.md): q, k [B, S, Hk, Dk], v [B, S, Hv,
+// Dv], beta [B, S, Hv], g [B, S, Hv] or [B, S, Hv, Dk] (a decay per key
+// channel), Hv a multiple of Hk; the output is v's shape.
+void inferGatedScan(OpContext &ctx) {
+  const Shape &v = scanHeads(ctx), &q = ctx.shape(0), &g = ctx.shape(3),
+              &beta = ctx.shape(4);
   const Shape heads{v[0], v[1], v[2]}, keys{v[0], v[1], v[2], q[3]};
   if ((g != heads && g != keys) || beta != heads)
     ctx.error("beta must be {} (one per value head and position) and g that "
@@ -173,12 +179,7 @@ void inferGatedScan(OpContext &ctx) {
 // DecayLinearRule(q, k, v, rate): GatedLinearRule with a constant decay per
 // value head, rate of Hv elements in any shape (MiniMax's slopes [Hv, 1, 1]).
 void inferDecayScan(OpContext &ctx) {
-  const Shape &q = ctx.shape(0), &k = ctx.shape(1), &v = ctx.shape(2);
-  if (q.size() != 4 || k != q || v.size() != 4 || v[0] != q[0] ||
-      v[1] != q[1] || v[2] % q[2] != 0)
-    ctx.error("expects q and k [B, S, Hk, Dk] and v [B, S, Hv, Dv] with Hv a "
-              "multiple of Hk, got q {}, k {}, v {}",
-              shapeStr(q), shapeStr(k), shapeStr(v));
+  const Shape &v = scanHeads(ctx);
   if (ctx.in(3).numel() != v[2])
     ctx.error("rate must hold one decay per value head ({}), got shape {}",
               v[2], shapeStr(ctx.shape(3)));
