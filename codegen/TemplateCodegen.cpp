@@ -372,6 +372,9 @@ private:
       os_ << llvm::formatv("  k.sigmoid_backward({0}, {1}, {2}, {3});\n",
                            grad(s.getDx()), ref(s.getDy()), ref(s.getX()),
                            count(s.getX()));
+    } else if (auto e = dyn_cast<ExpOp>(op)) {
+      os_ << llvm::formatv("  k.exp_forward({0}, {1}, {2});\n", ref(e.getY()),
+                           ref(e.getX()), count(e.getX()));
     } else if (auto s = dyn_cast<SoftplusOp>(op)) {
       os_ << llvm::formatv("  k.softplus_forward({0}, {1}, {2});\n",
                            ref(s.getY()), ref(s.getX()), count(s.getX()));

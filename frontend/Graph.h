@@ -73,6 +73,10 @@ struct Value {
   /// An initializer declared a buffer (torch's signature, --buffers): never
   /// trained, even where the model reads it as a weight.
   bool buffer = false;
+  /// An initializer of the exporter's own (torch's signature, present,
+  /// names it neither parameter nor buffer): a literal or an optimizer's
+  /// fold, never a parameter reached through a computation.
+  bool exporterConstant = false;
   /// Computed from the fed input at run time (an activation).
   bool fromInput = false;
 

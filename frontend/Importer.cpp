@@ -58,20 +58,15 @@ void checkBufferNames(const OnnxFile &file,
   }
 }
 
-// A table the importer computes from initializers at compile time (an
-// Unsqueeze or an Exp of one, applied to activations) is frozen, and so are
-// they: right for a buffer, silently wrong for a parameter, and ONNX itself
-// does not say which an initializer is. So each initializer behind a table
-// must be declared a buffer (--buffers), unless torch's signature is there
-// to say: then only its parameters are refused, the exporter's own
-// initializers (literals, folds of buffers such as CTRL's sliced position
-// table) taken for constants. One that also trains directly would lose the
-// table's share of its gradient.
-void checkTableSources(const std::vector<Value *> &params,
-                       const TorchSignature &signature,
-                       const std::set<std::string> &buffers) {
-  const bool signed_ =
-      !signature.parameters.empty() || !signature.buffers.empty();
+// A table the importer computes from initializers at compile time is
+// frozen, and so are they: right for a buffer, silently wrong for a
+// parameter. Fusion computes a parameter's computations at run time where
+// their ops have primitives (Lower.cpp); a table left with one behind it is
+// refused, unless declared a buffer (--buffers). With torch's signature,
+// the exporter's own initializers (literals, folds of buffers such as
+// CTRL's sliced position table) are constants. One that also trains
+// directly would lose the table's share of its gradient.
+void checkTableSources(const std::vector<Value *> &params) {
   std::vector<std::string> undeclared;
   const Node *first = nullptr;
   for (Value *t : params) {
@@ -90,8 +85,7 @@ void checkTableSources(const std::vector<Value *> &params,
              "value computed from it at compile time, whose share of its "
              "gradient would be lost: not supported",
              s->name, where);
-      if (!buffers.count(s->name) &&
-          (!signed_ || signature.parameters.count(s->name)) &&
+      if (!s->buffer && !s->exporterConstant &&
           std::find(undeclared.begin(), undeclared.end(), s->name) ==
               undeclared.end()) {
         undeclared.push_back(s->name);
@@ -131,9 +125,24 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
                          const ImportOptions &options) {
   ImportedModel result;
   result.file = OnnxFile::load(path);
+  const TorchSignature signature = torchSignature(result.file->graph());
+  const bool signed_ =
+      !signature.parameters.empty() || !signature.buffers.empty();
+  checkBufferNames(*result.file, options.buffers);
+  std::set<std::string> buffers = signature.buffers;
+  buffers.insert(options.buffers.begin(), options.buffers.end());
   std::unique_ptr<Graph> g;
   try {
     g = buildGraph(*result.file, options.bindings);
+    // Buffers, by torch's signature or --buffers, never train, even read
+    // as weights (Falcon-H1's µP vector). Fusion reads this: a parameter
+    // computed on is computed at run time, where its gradient flows.
+    for (auto &[name, v] : g->byName)
+      if (v->initializer) {
+        v->buffer = buffers.count(name) != 0;
+        v->exporterConstant =
+            signed_ && !v->buffer && !signature.parameters.count(name);
+      }
     fuseIdioms(*g);
   } catch (const ImportError &e) {
     // Only a node's refusal: a flag's error has its cause in the message.
@@ -142,16 +151,6 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
       throw;
     throw ImportError(what + fixedSequenceNote(result.file->graph()));
   }
-
-  // Buffers, by torch's signature or --buffers, never train, even read as
-  // weights (Falcon-H1's µP vector).
-  const TorchSignature signature = torchSignature(result.file->graph());
-  checkBufferNames(*result.file, options.buffers);
-  std::set<std::string> buffers = signature.buffers;
-  buffers.insert(options.buffers.begin(), options.buffers.end());
-  for (auto &[name, v] : g->byName)
-    if (v->initializer && buffers.count(name))
-      v->buffer = true;
 
   std::vector<Block> blocks;
   if (options.discoverBlocks)
@@ -164,7 +163,7 @@ ImportedModel importOnnx(mlir::MLIRContext &ctx, const std::string &path,
     for (Value *p : b.params)
       if (std::find(params.begin(), params.end(), p) == params.end())
         params.push_back(p);
-  checkTableSources(params, signature, buffers);
+  checkTableSources(params);
   // Ties follow the graph's initializer order, as the oracle's rule does;
   // a buffer ties to nothing.
   std::vector<Value *> byInitOrder;

@@ -183,6 +183,7 @@ LogicalResult ReluOp::verify() { return verifyElementwise(*this); }
 LogicalResult SiluOp::verify() { return verifyElementwise(*this); }
 LogicalResult SigmoidOp::verify() { return verifyElementwise(*this); }
 LogicalResult SoftplusOp::verify() { return verifyElementwise(*this); }
+LogicalResult ExpOp::verify() { return verifyElementwise(*this); }
 
 LogicalResult GeluOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")

@@ -332,6 +332,15 @@ def Mt_SigmoidOp : Mt_UnaryOp<"sigmoid"> {
   }];
 }
 
+def Mt_ExpOp : Mt_UnaryOp<"exp"> {
+  let summary = "y = exp(x) (a weight kept positive: Mamba-2's A = −exp(A_log))";
+  let description = [{
+    ```mlir
+    %y = mt.exp %x : (tensor<4xf32>) -> tensor<4xf32>
+    ```
+  }];
+}
+
 def Mt_GeluOp : Mt_PrimOp<"gelu"> {
   let summary = "GELU, exact (erf) or tanh-approximated";
   let description = [{

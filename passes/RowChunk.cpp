@@ -213,7 +213,7 @@ private:
           return isRow(o.getX()) && weight(o.getWeight()) &&
                  weight(o.getBias()) && row(o.getY());
         })
-        .Case<ScaleOp, ReluOp, SiluOp, SigmoidOp, GeluOp, SoftcapOp>(
+        .Case<ScaleOp, ReluOp, SiluOp, SigmoidOp, ExpOp, GeluOp, SoftcapOp>(
             [&](auto o) { return isRow(o.getX()) && row(o.getY()); })
         .Case([&](SwigluOp o) {
           return isRow(o.getGate()) && isRow(o.getUp()) && row(o.getY());

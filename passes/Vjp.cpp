@@ -142,6 +142,11 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     addGradient(s.getX(), g->getResult(0));
     return success();
   }
+  if (auto e = dyn_cast<ExpOp>(op)) { // x̄ = ȳ · y
+    addGradient(e.getX(),
+                b_.create<MulOp>(loc, e.getX().getType(), dy, e.getY()));
+    return success();
+  }
   if (auto s = dyn_cast<SoftplusOp>(op)) {
     Operation *g =
         create(loc, "mt.softplus_grad", {dy, s.getX()}, {s.getX().getType()});

@@ -64,6 +64,102 @@ Value *tableOf(Graph &g, Tables &tables, Value *c) {
   return t;
 }
 
+// An initializer that trains: neither a buffer nor the exporter's own
+// constant (its literals are rank 0).
+bool trains(const Value *s) {
+  return s->initializer && isFloat(s->dtype) && !s->buffer &&
+         !s->exporterConstant && s->rank() >= 1;
+}
+
+// A value the export computes from a parameter before applying it.
+bool computedFromParameter(const Value *c) {
+  return std::any_of(c->sources.begin(), c->sources.end(), trains);
+}
+
+// A primitive after `after` (which it becomes) of one f32 output.
+Value *append(Graph &g, Node *&after, const std::string &name, const char *prim,
+              std::vector<Value *> inputs, const Shape &shape) {
+  after = g.newNode(prim, name, std::move(inputs), after);
+  Value *y = g.addOutput(after, DType::F32, shape);
+  y->fromInput = true; // computed at run time, as activations are
+  return y;
+}
+
+// c, which the export computes from parameters (−exp(A_log) and D[:, None]
+// when exported without the ONNX optimizer), as primitives on the params
+// themselves, placed after `after`: computed at run time in the layer that
+// reads it, their gradients flow back to the parameters. Parts computed
+// from no parameter are frozen tables. Null where a step has no primitive:
+// c then stays a table, which checkTableSources (Importer.cpp) refuses.
+Value *atRunTime(Graph &g, Tables &tables, Value *c, Node *&after) {
+  auto w = weightView(c);
+  if (w && !w->transposed && trains(w->param))
+    return w->param;
+  if (!computedFromParameter(c))
+    return c->constant && c->constant->numel <= kMaterializeLimit
+               ? tableOf(g, tables, c)
+               : nullptr;
+  Node *p = c->producer;
+  if (!p || !p->domain.empty())
+    return nullptr;
+  const std::string &op = p->op;
+  const Shape &shape = c->shape;
+  auto unary = [&](const char *prim) -> Value * {
+    Value *x = atRunTime(g, tables, p->in(0), after);
+    return x ? append(g, after, p->name, prim, {x}, shape) : nullptr;
+  };
+  auto scaled = [&](Value *v, double factor) -> Value * {
+    Value *x = atRunTime(g, tables, v, after);
+    if (!x)
+      return nullptr;
+    Value *y = append(g, after, p->name, "mt.scale", {x}, shape);
+    after->setFloat("factor", factor);
+    return y;
+  };
+  if ((op == "Cast" || op == "Identity") && isFloat(c->dtype))
+    return atRunTime(g, tables, p->in(0), after);
+  if (op == "Neg")
+    return scaled(p->in(0), -1.0);
+  if (op == "Exp")
+    return unary("mt.exp");
+  if (op == "Sigmoid")
+    return unary("mt.sigmoid");
+  if (op == "Softplus")
+    return unary("mt.softplus");
+  if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
+      op == "Flatten") {
+    if (p->in(0)->shape == shape)
+      return atRunTime(g, tables, p->in(0), after);
+    return unary("mt.reshape");
+  }
+  if (op == "Mul" || op == "Div") {
+    if (auto k = constScalar(p->in(1)); k && p->in(1)->sources.empty())
+      return scaled(p->in(0), op == "Mul" ? *k : 1.0 / *k);
+    if (auto k = constScalar(p->in(0));
+        k && op == "Mul" && p->in(0)->sources.empty())
+      return scaled(p->in(1), *k);
+  }
+  if (op == "Mul" || op == "Add" || op == "Sub") {
+    // The larger operand first: the primitives broadcast the second.
+    Value *a = p->in(0), *b = p->in(1);
+    if (a->shape != shape)
+      std::swap(a, b);
+    if (a->shape != shape || (op == "Sub" && a != p->in(0)))
+      return nullptr;
+    Value *ra = atRunTime(g, tables, a, after);
+    Value *rb = ra ? atRunTime(g, tables, b, after) : nullptr;
+    if (!rb)
+      return nullptr;
+    if (op == "Sub") {
+      rb = append(g, after, p->name, "mt.scale", {rb}, b->shape);
+      after->setFloat("factor", -1.0);
+    }
+    return append(g, after, p->name, op == "Mul" ? "mt.mul" : "mt.add",
+                  {ra, rb}, shape);
+  }
+  return nullptr;
+}
+
 // Leaves the node alone when an operand fits no primitive: fuseIdioms then
 // reports the first unexplained node, usually where an idiom broke.
 // `identity` is the element that makes the op a no-op (1 for mt.mul, 0 for
@@ -75,14 +171,22 @@ void lowerBinary(Graph &g, Tables &tables, Node *n, const char *prim,
     replaceWithPrimitive(g, n, prim, {a, b}, n->out()->shape);
     return;
   }
-  auto computed = commuted(n, [](Value *c) {
-    return c->constant && !operand(c) && c->rank() >= 1 &&
-           c->constant->numel <= kMaterializeLimit;
-  });
+  auto computed = commuted(
+      n, [](Value *c) { return c->constant && !operand(c) && c->rank() >= 1; });
   if (!computed || !isActivation(computed->second) ||
       computed->second->shape != n->out()->shape)
     return;
   auto [c, x] = *computed;
+  if (computedFromParameter(c)) {
+    Node *after = n;
+    if (Value *r = atRunTime(g, tables, c, after)) {
+      g.replaceAllUses(
+          n->out(), append(g, after, n->name, prim, {x, r}, n->out()->shape));
+      return;
+    }
+  }
+  if (c->constant->numel > kMaterializeLimit)
+    return;
   const Const &k = *c->constant;
   bool noop = true;
   for (int64_t i = 0; i < k.numel && noop; ++i)
@@ -92,16 +196,6 @@ void lowerBinary(Graph &g, Tables &tables, Node *n, const char *prim,
   else
     replaceWithPrimitive(g, n, prim, {x, tableOf(g, tables, c)},
                          n->out()->shape);
-}
-
-// One primitive after `after` reading `inputs`, of its first input's shape.
-Value *step(Graph &g, Node *&after, const char *prim,
-            std::vector<Value *> inputs) {
-  const Shape shape = inputs[0]->shape;
-  after = g.newNode(prim, after->name, std::move(inputs), after);
-  Value *y = g.addOutput(after, DType::F32, shape);
-  y->fromInput = true;
-  return y;
 }
 
 // Clip(x, lo, hi) at constant bounds (absent ones infinite): lo + relu(x −
@@ -119,20 +213,22 @@ void lowerClip(Graph &g, Tables &tables, Node *n, Value *x) {
     return tableOf(g, tables, c);
   };
   Node *after = n;
+  auto step = [&](const char *prim, std::vector<Value *> inputs) {
+    const Shape shape = inputs[0]->shape;
+    return append(g, after, n->name, prim, std::move(inputs), shape);
+  };
   Value *y = x;
   if (lo && !std::isinf(*lo)) {
-    Value *r =
-        step(g, after, "mt.relu", {step(g, after, "mt.add", {y, table(-*lo)})});
-    y = step(g, after, "mt.add", {r, table(*lo)});
+    Value *r = step("mt.relu", {step("mt.add", {y, table(-*lo)})});
+    y = step("mt.add", {r, table(*lo)});
   }
   if (hi && !std::isinf(*hi)) {
-    Value *below = step(g, after, "mt.scale", {y});
+    Value *below = step("mt.scale", {y});
     after->setFloat("factor", -1.0);
-    Value *r = step(g, after, "mt.relu",
-                    {step(g, after, "mt.add", {below, table(*hi)})});
-    Value *neg = step(g, after, "mt.scale", {r});
+    Value *r = step("mt.relu", {step("mt.add", {below, table(*hi)})});
+    Value *neg = step("mt.scale", {r});
     after->setFloat("factor", -1.0);
-    y = step(g, after, "mt.add", {neg, table(*hi)});
+    y = step("mt.add", {neg, table(*hi)});
   }
   g.replaceAllUses(n->out(), y);
 }
@@ -335,6 +431,8 @@ void lower(Graph &g, Tables &tables, Node *n) {
     replaceWithPrimitive(g, n, "mt.mul", {x, x}, n->out()->shape);
   } else if (op == "Div" && isActivation(x) && constScalar(n->in(1))) {
     lowerScale(g, n, x, 1.0 / *constScalar(n->in(1)));
+  } else if (op == "Exp" && isActivation(x)) {
+    replaceWithPrimitive(g, n, "mt.exp", {x}, n->out()->shape);
   } else if (op == "Neg" && isActivation(x)) {
     lowerScale(g, n, x, -1.0);
   } else if (op == "Clip" && isActivation(x)) {

@@ -39,6 +39,7 @@ enum class Pointwise : int {
   SiluGrad,
   Sigmoid,
   SigmoidGrad,
+  Exp,
   Softplus,
   SoftplusGrad,
   Gelu,
@@ -62,6 +63,9 @@ __global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
       break;
     case Pointwise::Sigmoid:
       y[i] = f2bf(sigmoid(v));
+      break;
+    case Pointwise::Exp:
+      y[i] = f2bf(expf(v));
       break;
     case Pointwise::Softplus:
       y[i] = f2bf(fmaxf(v, 0.f) + log1pf(expf(-fabsf(v))));
@@ -524,6 +528,11 @@ void CudaKernels::relu_backward(void *dx, const void *dy, const void *x,
   if (n > 0)
     MT_LAUNCH(pointwise_kernel<Pointwise::ReluGrad>, blocks_for(n), kBlock, S_,
               B(dx), B(dy), B(x), n);
+}
+void CudaKernels::exp_forward(void *y, const void *x, int64_t n) {
+  if (n > 0)
+    MT_LAUNCH(pointwise_kernel<Pointwise::Exp>, blocks_for(n), kBlock, S_, B(y),
+              static_cast<const bf16 *>(nullptr), B(x), n);
 }
 void CudaKernels::sigmoid_forward(void *y, const void *x, int64_t n) {
   if (n > 0)

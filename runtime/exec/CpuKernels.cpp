@@ -145,6 +145,10 @@ void CpuKernels::relu_backward(void *dx, const void *dy, const void *x,
   cpu::relu_backward(F(dx), F(dy), F(x), n);
   store(dx, n);
 }
+void CpuKernels::exp_forward(void *y, const void *x, int64_t n) {
+  cpu::exp_forward(F(y), F(x), n);
+  store(y, n);
+}
 void CpuKernels::softplus_forward(void *y, const void *x, int64_t n) {
   cpu::softplus_forward(F(y), F(x), n);
   store(y, n);

@@ -65,6 +65,7 @@ public:
   void relu_backward(void *dx, const void *dy, const void *x,
                      int64_t n) override;
   void sigmoid_forward(void *y, const void *x, int64_t n) override;
+  void exp_forward(void *y, const void *x, int64_t n) override;
   void softplus_forward(void *y, const void *x, int64_t n) override;
   void softplus_backward(void *dx, const void *dy, const void *x,
                          int64_t n) override;

@@ -106,6 +106,7 @@ public:
   virtual void relu_backward(void *dx, const void *dy, const void *x,
                              int64_t n) = 0;
   virtual void sigmoid_forward(void *y, const void *x, int64_t n) = 0;
+  virtual void exp_forward(void *y, const void *x, int64_t n) = 0;
   virtual void softplus_forward(void *y, const void *x, int64_t n) = 0;
   virtual void softplus_backward(void *dx, const void *dy, const void *x,
                                  int64_t n) = 0;

@@ -124,6 +124,12 @@ void sigmoid_backward(float *dx, const float *dy, const float *x, int64_t n) {
   }
 }
 
+void exp_forward(float *y, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = std::exp(x[i]);
+}
+
 void softplus_forward(float *y, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i)

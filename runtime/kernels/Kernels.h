@@ -155,6 +155,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
 void relu_forward(float *y, const float *x, int64_t n);
 void relu_backward(float *dx, const float *dy, const float *x, int64_t n);
 void sigmoid_forward(float *y, const float *x, int64_t n);
+// y = exp(x); its gradient is ȳ · y, a product (mt.mul).
+void exp_forward(float *y, const float *x, int64_t n);
 void sigmoid_backward(float *dx, const float *dy, const float *x, int64_t n);
 // y = log(1 + exp(x)), computed as max(x, 0) + log1p(exp(−|x|)).
 void softplus_forward(float *y, const float *x, int64_t n);

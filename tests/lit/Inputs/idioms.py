@@ -761,8 +761,8 @@ def _(g):
 
 
 @idiom("table-from-initializers", "Mul(Mul(x, Exp(w)), Unsqueeze(d, [0, 1])), w and d [16] "
-       "initializers: tables computed from them at compile time (a Mamba export without "
-       "the optimizer), refused unless both are named buffers")
+       "initializers computed on before they are applied (a Mamba export without the "
+       "optimizer): computed at run time, so that both train, or tables of buffers")
 def _(g):
     x = x_input(g)
     w, W = param(g, "w", [HIDDEN])
@@ -770,6 +770,15 @@ def _(g):
     scaled = g.op("Mul", x, g.op("Exp", w))
     y_output(g, g.op("Mul", scaled, g.op("Unsqueeze", d, g.ints(0, 1))), HIDDEN)
     return lambda f: f["x"] * np.exp(W) * D
+
+
+@idiom("table-from-unsupported", "Mul(x, Cos(w)), w [16]: a computation on a parameter that "
+       "no primitive computes, refused unless w is a buffer")
+def _(g):
+    x = x_input(g)
+    w, W = param(g, "w", [HIDDEN])
+    y_output(g, g.op("Mul", x, g.op("Cos", w)), HIDDEN)
+    return lambda f: f["x"] * np.cos(W)
 
 
 def _torch_signature(**kinds):
@@ -803,8 +812,8 @@ def _(g):
     return lambda f: f["x"] * W
 
 
-@idiom("table-from-trained", "Add(Mul(x, w), Mul(x, Exp(w))), w [16]: w trains as a "
-       "weight and also reaches the model through a table computed from it")
+@idiom("table-from-trained", "Add(Mul(x, w), Mul(x, Exp(w))), w [16]: w read as a weight "
+       "and through a computation on it, trained by both")
 def _(g):
     x = x_input(g)
     w, W = param(g, "w", [HIDDEN])

@@ -916,6 +916,9 @@ TEST_F(CudaKernelsTest, Activations) {
   k_->swiglu_backward(dg.dev(), du.dev(), dy.dev(), x.dev(), u.dev(), n);
   cpu_.swiglu_forward(y.host(), x.host(), u.host(), n);
   cpu_.swiglu_backward(dg.host(), du.host(), dy.host(), x.host(), u.host(), n);
+  Tensor e = Tensor::output(n);
+  k_->exp_forward(e.dev(), x.dev(), n);
+  cpu_.exp_forward(e.host(), x.host(), n);
   Tensor s = Tensor::output(n);
   k_->scale_forward(s.dev(), x.dev(), n, 0.125f);
   cpu_.scale_forward(s.host(), x.host(), n, 0.125f);
@@ -923,6 +926,7 @@ TEST_F(CudaKernelsTest, Activations) {
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "swiglu";
   EXPECT_TRUE(near(dg.fetch(), dg.h, kUlp, kPointwise)) << "dgate";
   EXPECT_TRUE(near(du.fetch(), du.h, kUlp, kPointwise)) << "dup";
+  EXPECT_TRUE(near(e.fetch(), e.h, kUlp, kPointwise)) << "exp";
   EXPECT_TRUE(near(s.fetch(), s.h, 0, 0)) << "scale";
 }
 
