@@ -8,7 +8,8 @@
 //             com.microsoft SimplifiedLayerNormalization.
 //   LayerNorm d = x - ReduceMean(x); d / Sqrt(ReduceMean(d²) + eps) with the
 //             same variants, optional Mul by weight and Add of bias; and
-//             LayerNormalization (opset 17).
+//             LayerNormalization (opset 17), its scale a weight, c + weight
+//             or literal ones, its bias a weight, literal zeros or none.
 //   L2 norm   x / Sqrt(ReduceSum(x²) + eps) in the same forms, weightless
 //             (gated DeltaNet's queries and keys): as sum = D · mean, it is
 //             a weightless RMSNorm with eps / D, scaled by 1 / √D.
@@ -161,35 +162,47 @@ Affine matchAffine(Node *normalized, int64_t d, bool withBias) {
   return a;
 }
 
-void emitRmsNorm(Graph &g, Node *root, Value *x, Value *weight, double eps,
-                 double weightOffset = 0) {
-  if (weightOffset == 0) {
-    std::vector<Value *> ins{x};
-    if (weight)
-      ins.push_back(weight);
-    replaceWithPrimitive(g, root, "mt.rms_norm", ins, x->shape)
-        ->setFloat("eps", eps);
-    return;
-  }
-  // norm(x) · (c + w): the offset is a frozen one-element table, added to
-  // the weight at run time, so w itself stays the trained param.
-  Node *norm = g.newNode("mt.rms_norm", root->name, {x}, root);
+// A weightless norm `prim` of x after root, times (c + w), plus an optional
+// bias: the offset c is a frozen one-element table added to the weight at
+// run time, so w itself stays the trained param. Replaces root's output.
+void emitOffsetNorm(Graph &g, Node *root, const char *prim, Value *x,
+                    Value *weight, double offset, Value *bias, double eps) {
+  Node *norm = g.newNode(prim, root->name, {x}, root);
   norm->setFloat("eps", eps);
   Value *n = g.addOutput(norm, DType::F32, x->shape);
   n->fromInput = true;
-  std::string name = fmt::format("mt.const.{}", weightOffset);
+  std::string name = fmt::format("mt.const.{}", offset);
   Value *&c = g.byName[name]; // one table per offset, shared by every norm
   if (!c) {
     c = g.newValue(name, DType::F32, {1});
-    c->constant = denseConst(DType::F32, {1}, {weightOffset});
+    c->constant = denseConst(DType::F32, {1}, {offset});
   }
   Node *add = g.newNode("mt.add", root->name, {weight, c}, norm);
   Value *scale = g.addOutput(add, DType::F32, weight->shape);
   scale->fromInput = true;
-  Node *mul = g.newNode("mt.mul", root->name, {n, scale}, add);
-  Value *y = g.addOutput(mul, DType::F32, x->shape);
+  Node *last = g.newNode("mt.mul", root->name, {n, scale}, add);
+  Value *y = g.addOutput(last, DType::F32, x->shape);
   y->fromInput = true;
+  if (bias) {
+    last = g.newNode("mt.add", root->name, {y, bias}, last);
+    y = g.addOutput(last, DType::F32, x->shape);
+    y->fromInput = true;
+  }
   g.replaceAllUses(root->out(), y);
+}
+
+void emitRmsNorm(Graph &g, Node *root, Value *x, Value *weight, double eps,
+                 double weightOffset = 0) {
+  if (weightOffset != 0) {
+    emitOffsetNorm(g, root, "mt.rms_norm", x, weight, weightOffset, nullptr,
+                   eps);
+    return;
+  }
+  std::vector<Value *> ins{x};
+  if (weight)
+    ins.push_back(weight);
+  replaceWithPrimitive(g, root, "mt.rms_norm", ins, x->shape)
+      ->setFloat("eps", eps);
 }
 
 // x / √(Σx² + eps) = rms_norm(x; eps / D) / √D.
@@ -258,11 +271,34 @@ void fuseNorms(Graph &g) {
     if (!lastDimOnly(n))
       fail("{}: normalizing over more than the last dim is not supported",
            n->describe());
-    auto w = weightView(n->in(1)), b = weightView(n->in(2));
-    if (!w || (n->in(2) && !b))
-      fail("{}: scale and bias must be weights (initializers)", n->describe());
-    emitLayerNorm(g, n, n->in(0), w->param, b ? b->param : nullptr,
-                  n->getFloat("epsilon", 1e-5));
+    // Scale: a weight, c + w (Nemotron's 1 + w, as an export without the
+    // ONNX optimizer leaves it) or literal ones (OLMo's norm without
+    // weights); bias: a weight, literal zeros or none.
+    const int64_t d = n->in(0)->dim(-1);
+    const double eps = n->getFloat("epsilon", 1e-5);
+    auto feature = [d](Value *v) -> Value * {
+      auto view = weightView(v);
+      return view && !view->transposed && view->param->shape == Shape{d}
+                 ? view->param
+                 : nullptr;
+    };
+    Value *bias = n->in(2) ? feature(n->in(2)) : nullptr;
+    if (n->in(2) && !bias && !isSplat(n->in(2), 0.0))
+      fail("{}: bias must be a [{}] weight (an initializer)", n->describe(), d);
+    if (auto ops =
+            commuted(producer(n->in(1), "Add"),
+                     [](Value *c) { return constScalar(c).has_value(); });
+        ops && !ops->first->initializer && feature(ops->second)) {
+      emitOffsetNorm(g, n, "mt.layer_norm", n->in(0), feature(ops->second),
+                     *constScalar(ops->first), bias, eps);
+      continue;
+    }
+    Value *scale = feature(n->in(1));
+    if (!scale && !isSplat(n->in(1), 1.0))
+      fail("{}: scale must be a [{}] weight (an initializer), c + weight or "
+           "ones",
+           n->describe(), d);
+    emitLayerNorm(g, n, n->in(0), scale, bias, eps);
   }
   for (auto [op, domain] :
        {std::pair{"RMSNormalization", ""},

@@ -109,6 +109,20 @@ class DynamoExports(unittest.TestCase):
                                                 "--buffers", ",".join(names))
                 self.assertTrue(set(names) <= set(plan["model_buffers"]))
 
+    def test_norms_without_the_optimizer(self):
+        """Without the ONNX optimizer a LayerNorm's scale may be computed:
+        Nemotron's 1 + w (w trains), OLMo's ones (no weight at all; the
+        optimizer would fold them into an initializer that trains)."""
+        for family in ["nemotron", "olmo"]:
+            with self.subTest(family=family):
+                onnx = self.w(family + "_unoptimized.onnx")
+                run([EXPORT_PYTHON, EXPORTER, family, onnx, "--no-optimize"], cwd=ROOT)
+                plan = self.trains_like_pytorch(onnx, family + "_unoptimized")
+                norms = [t.name for t in onnx_lib.load(onnx).graph.initializer
+                         if "layernorm" in t.name]
+                self.assertEqual(bool(norms), family == "nemotron")
+                self.assertFalse(set(norms) & set(plan["constant_initializers"]))
+
     def check(self, names, *flags, opset=None):
         w = self.w
         export_flags = ["--opset", str(opset)] if opset else []

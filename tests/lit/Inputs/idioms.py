@@ -1001,6 +1001,27 @@ def _(g):
     return lambda f: fm.layer_norm(f["x"], W, None, 1e-5)
 
 
+@idiom("layernorm-op-offset-weight", "LayerNormalization(x, Add(w, 1), b): Nemotron's 1 + w, "
+       "as an export without the ONNX optimizer leaves it")
+def _(g):
+    w, W = param(g, "ln.weight", [HIDDEN])
+    b, B = param(g, "ln.bias", [HIDDEN])
+    scale = g.op("Add", w, g.const(1.0))
+    y_output(g, g.op("LayerNormalization", x_input(g), scale, b, axis=-1, epsilon=1e-5),
+             HIDDEN)
+    return lambda f: fm.layer_norm(f["x"], 1 + W, B, 1e-5)
+
+
+@idiom("layernorm-op-ones", "LayerNormalization(x, Expand(1, Shape(x)[-1:])): OLMo's norm "
+       "without weights, its scale literal ones")
+def _(g):
+    x = x_input(g)
+    width = g.op("Slice", g.op("Shape", x), g.ints(-1), g.ints(2**62), g.ints(0))
+    ones = g.op("Expand", g.const(1.0), width)
+    y_output(g, g.op("LayerNormalization", x, ones, axis=-1, epsilon=1e-5), HIDDEN)
+    return lambda f: fm.layer_norm(f["x"], None, None, 1e-5)
+
+
 @idiom("layernorm-decomposed",
        "ReduceMean(x), Sub(x,m), Pow(d,2), ReduceMean, Add eps 1e-5, Sqrt, Div(d,.), Mul(.,w), Add(.,b)")
 def _(g):
