@@ -4,6 +4,7 @@
 #include "frontend/Error.h"
 #include "frontend/fusion/Match.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -33,16 +34,76 @@ Node *topKNear(Node *n) {
   return nullptr;
 }
 
+// An op that returns its first input as it is, whatever the values: what
+// an export without the ONNX optimizer writes around a router's indices
+// and the experts' weights (a Max, Min, Sum or Concat of one input, an
+// Expand or Reshape to the input's own shape, a Transpose by the identity),
+// and around a strided slice, one per axis (a Slice of every element).
+bool isIdentity(const Node *n) {
+  const Value *x = n->in(0);
+  if (!n->domain.empty() || n->out()->shape != x->shape ||
+      n->out()->dtype != x->dtype)
+    return false;
+  const std::string &op = n->op;
+  if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean" ||
+      op == "Concat")
+    return n->inputs.size() == 1;
+  if (op == "Expand" || op == "Reshape")
+    return true;
+  if (op == "Slice") {
+    std::vector<int64_t> steps = n->getInts("steps");
+    return std::all_of(steps.begin(), steps.end(),
+                       [](int64_t s) { return s == 1; });
+  }
+  if (op == "Transpose") {
+    std::vector<int64_t> perm = n->getInts("perm");
+    for (size_t i = 0; i < perm.size(); ++i)
+      if (perm[i] != int64_t(i))
+        return false;
+    return true;
+  }
+  return false;
+}
+
+bool isView(const Node *n) {
+  return n && n->domain.empty() &&
+         (n->op == "Reshape" || n->op == "Squeeze" || n->op == "Unsqueeze" ||
+          n->op == "Flatten");
+}
+
+// The earliest value behind a run of views ending in n whose shape is n's
+// (Squeeze(Unsqueeze(h)) is h: views keep the elements in order), or null.
+Value *viewedBack(const Node *n) {
+  if (!isView(n))
+    return nullptr;
+  Value *found = nullptr;
+  for (const Node *v = n; isView(v); v = v->in(0)->producer)
+    if (v->in(0)->shape == n->out()->shape)
+      found = v->in(0);
+  return found;
+}
+
 } // namespace
 
 void removeNoOps(Graph &g) {
   for (auto &node : g.nodes()) {
     Node *n = node.get();
     Value *x = n->in(0);
-    if (!isActivation(x) || n->outputs.empty())
+    if (!x || n->outputs.empty())
       continue;
+    if (x->initializer && isIdentity(n)) { // a weight seen as it is
+      g.replaceAllUses(n->out(), x);
+      continue;
+    }
+    if (!isActivation(x))
+      continue;
+    if (Value *same = viewedBack(n)) {
+      g.replaceAllUses(n->out(), same);
+      continue;
+    }
     bool noOp =
-        (n->op == "Identity" || n->op == "Dropout") && n->domain.empty();
+        ((n->op == "Identity" || n->op == "Dropout") && n->domain.empty()) ||
+        isIdentity(n);
     // The trainer computes in f32 throughout: casts between float types (an
     // fp16 export's upcasts around norms and softmax) change nothing, and
     // casts between integer types only touch token ids.

@@ -123,6 +123,18 @@ class DynamoExports(unittest.TestCase):
                 self.assertEqual(bool(norms), family == "nemotron")
                 self.assertFalse(set(norms) & set(plan["constant_initializers"]))
 
+    def test_views_without_the_optimizer(self):
+        """Without the ONNX optimizer the exporter writes ops that change
+        nothing around a router's indices and the experts' weights (a Max
+        of one input, an Expand to the same shape, identity Transposes:
+        Mixtral), Squeeze(Unsqueeze(h)) before gpt-oss's strided slices, and
+        a strided slice as one Slice per axis (GPT-J's rotary)."""
+        for family in ["mixtral", "gpt_oss", "gptj"]:
+            with self.subTest(family=family):
+                onnx = self.w(family + "_unoptimized.onnx")
+                run([EXPORT_PYTHON, EXPORTER, family, onnx, "--no-optimize"], cwd=ROOT)
+                self.trains_like_pytorch(onnx, family + "_unoptimized")
+
     def check(self, names, *flags, opset=None):
         w = self.w
         export_flags = ["--opset", str(opset)] if opset else []

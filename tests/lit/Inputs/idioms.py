@@ -589,6 +589,18 @@ def _(g):
     return lambda f: 2 * f["x"]
 
 
+@idiom("identity-views", "Add(MatMul(x, Transpose(w, [0, 1])), Concat(Max(Expand(Transpose(x, "
+       "[0, 1, 2]), Shape(x))))): views that change nothing, as an export without the ONNX "
+       "optimizer writes them around a router's indices and the experts' weights")
+def _(g):
+    x = x_input(g)
+    w, W = param(g, "w", [HIDDEN, HIDDEN])
+    proj = g.op("MatMul", x, g.op("Transpose", w, perm=[0, 1]))
+    same = g.op("Expand", g.op("Transpose", x, perm=[0, 1, 2]), g.op("Shape", x))
+    y_output(g, g.op("Add", proj, g.op("Concat", g.op("Max", same), axis=-1)), HIDDEN)
+    return lambda f: f["x"] @ W + f["x"]
+
+
 @idiom("weights-of-ones", "Add(Mul(x, w), b), w [16] a weight of ones and b [16] of zeros, "
        "as at initialization: trained, not dropped for the identities they equal")
 def _(g):
