@@ -392,10 +392,14 @@ bool routingOf(Node *topk, Value *w, Routing &r) {
     return producerOneOf(v, {"Softmax", "Sigmoid"}) != nullptr;
   };
   if (auto biased = commuted(producer(scores, "Add"), isScore)) {
-    auto bias = weightView(biased->second);
-    if (!bias || bias->transposed)
+    // Frozen either way: an initializer, or one seen through a Squeeze (an
+    // export without the ONNX optimizer).
+    Value *bias = biased->second;
+    if (auto view = weightView(bias); view && !view->transposed)
+      bias = view->param;
+    if (!bias->constant || isActivation(bias))
       return false;
-    r.bias = bias->param;
+    r.bias = bias;
     scores = biased->first;
   }
   Node *probs = producerOneOf(scores, {"Softmax", "Sigmoid"});
@@ -422,12 +426,10 @@ bool routingOf(Node *topk, Value *w, Routing &r) {
   return w == picked || renormalized(w, picked);
 }
 
-// A frozen copy of a selection bias: it chooses experts and gets no
-// gradient, so it is a table, not a trained param.
+// A frozen copy of a selection bias (an initializer or a view of one): it
+// chooses experts and gets no gradient, so it is a table, not a trained
+// param.
 Value *frozenCopy(Graph &g, Value *param) {
-  if (!param->constant)
-    fail("initializer '{}': the experts' selection bias has no data",
-         param->name);
   std::string name = "mt.moe.bias." + param->name;
   Value *&t = g.byName[name];
   if (!t) {
