@@ -64,18 +64,6 @@ Value *tableOf(Graph &g, Tables &tables, Value *c) {
   return t;
 }
 
-// An initializer that trains: neither a buffer nor the exporter's own
-// constant (its literals are rank 0).
-bool trains(const Value *s) {
-  return s->initializer && isFloat(s->dtype) && !s->buffer &&
-         !s->exporterConstant && s->rank() >= 1;
-}
-
-// A value the export computes from a parameter before applying it.
-bool computedFromParameter(const Value *c) {
-  return std::any_of(c->sources.begin(), c->sources.end(), trains);
-}
-
 // A primitive after `after` (which it becomes) of one f32 output.
 Value *append(Graph &g, Node *&after, const std::string &name, const char *prim,
               std::vector<Value *> inputs, const Shape &shape) {
@@ -93,7 +81,7 @@ Value *append(Graph &g, Node *&after, const std::string &name, const char *prim,
 // c then stays a table, which checkTableSources (Importer.cpp) refuses.
 Value *atRunTime(Graph &g, Tables &tables, Value *c, Node *&after) {
   auto w = weightView(c);
-  if (w && !w->transposed && trains(w->param))
+  if (w && !w->transposed && isParameter(w->param))
     return w->param;
   if (!computedFromParameter(c))
     return c->constant && c->constant->numel <= kMaterializeLimit
@@ -133,10 +121,9 @@ Value *atRunTime(Graph &g, Tables &tables, Value *c, Node *&after) {
     return unary("mt.reshape");
   }
   if (op == "Mul" || op == "Div") {
-    if (auto k = constScalar(p->in(1)); k && p->in(1)->sources.empty())
+    if (auto k = constScalar(p->in(1)))
       return scaled(p->in(0), op == "Mul" ? *k : 1.0 / *k);
-    if (auto k = constScalar(p->in(0));
-        k && op == "Mul" && p->in(0)->sources.empty())
+    if (auto k = constScalar(p->in(0)); k && op == "Mul")
       return scaled(p->in(1), *k);
   }
   if (op == "Mul" || op == "Add" || op == "Sub") {

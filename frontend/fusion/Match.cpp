@@ -1,6 +1,7 @@
 //===- Match.cpp - small matchers for idiom fusion ------------------------===//
 #include "frontend/fusion/Match.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mt::onnx_import {
@@ -19,8 +20,18 @@ Node *producerOneOf(Value *v, std::initializer_list<const char *> ops) {
   return nullptr;
 }
 
+bool isParameter(const Value *v) {
+  return v->initializer && isFloat(v->dtype) && !v->buffer &&
+         !v->exporterConstant && v->rank() >= 1;
+}
+
+bool computedFromParameter(const Value *v) {
+  return std::any_of(v->sources.begin(), v->sources.end(), isParameter);
+}
+
 std::optional<double> constScalar(Value *v) {
-  if (!v || !v->constant || v->constant->numel != 1)
+  if (!v || !v->constant || v->constant->numel != 1 || isParameter(v) ||
+      computedFromParameter(v))
     return std::nullopt;
   return v->constant->at(0);
 }

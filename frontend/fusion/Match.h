@@ -24,7 +24,14 @@ Node *producer(Value *v, const char *op);
 /// v's producer when its op is one of `ops`, else null.
 Node *producerOneOf(Value *v, std::initializer_list<const char *> ops);
 
-/// The value of a one-element compile-time constant.
+/// An initializer that trains: neither a buffer nor the exporter's own
+/// constant (its literals are rank 0).
+bool isParameter(const Value *v);
+/// A value the export computes from a parameter (fusion computes it at run
+/// time, in the layer that reads it).
+bool computedFromParameter(const Value *v);
+/// The value of a one-element compile-time constant that is no parameter,
+/// nor computed from one (a learned scale is no literal).
 std::optional<double> constScalar(Value *v);
 /// v is a one-element constant within relative tolerance `rtol` of `expected`.
 bool isScalar(Value *v, double expected, double rtol = 1e-4);

@@ -784,6 +784,16 @@ def _(g):
     return lambda f: f["x"] * np.exp(W) * D
 
 
+@idiom("scalar-parameters", "Add(Mul(x, w), Mul(x, Exp(t))), w and t [1]: one-element "
+       "weights, a scale and a log-scale, which train (no literal factors)")
+def _(g):
+    x = x_input(g)
+    w, W = param(g, "w", [1])
+    t, T = param(g, "t", [1])
+    y_output(g, g.op("Add", g.op("Mul", x, w), g.op("Mul", x, g.op("Exp", t))), HIDDEN)
+    return lambda f: f["x"] * W + f["x"] * np.exp(T)
+
+
 @idiom("table-from-unsupported", "Mul(x, Cos(w)), w [16]: a computation on a parameter that "
        "no primitive computes, refused unless w is a buffer")
 def _(g):
