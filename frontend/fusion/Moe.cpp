@@ -62,20 +62,6 @@ Value *unview(Value *v) {
   return v;
 }
 
-// The earliest value behind v's views with v's shape (Squeeze(Unsqueeze(o))
-// is o).
-Value *sameShapeSource(Value *v) {
-  Value *source = v;
-  for (Value *u = v;;) {
-    Node *n = producerOneOf(u, {"Reshape", "Squeeze", "Unsqueeze"});
-    if (!n)
-      return source;
-    u = n->in(0);
-    if (u->shape == v->shape)
-      source = u;
-  }
-}
-
 // The initializer of a weight operand of `rank`, untransposed.
 Value *weightOfRank(Value *v, int64_t rank) {
   auto w = weightView(v);
@@ -104,14 +90,13 @@ Value *gathered(Value *v, int64_t rank, Value *&idx) {
 // plus GatherND(bias, idx).
 std::optional<ExpertProduct> expertProduct(Value *v) {
   ExpertProduct p;
-  v = sameShapeSource(v);
   if (Node *add = producer(v, "Add")) {
     for (int side = 0; side < 2 && !p.bias; ++side) {
       Value *bidx = nullptr;
       if (Value *b = gathered(add->in(side), 2, bidx)) {
         p.bias = b;
         p.idx = bidx;
-        v = sameShapeSource(add->in(1 - side));
+        v = add->in(1 - side);
       }
     }
     if (!p.bias)
@@ -573,7 +558,7 @@ void fuseDenseMoe(Graph &g, Node *sum) {
   if (sum->getInts("axes") != std::vector<int64_t>{0} ||
       sum->getInt("keepdims", 1) != 0 || sum->in(0)->rank() != 3)
     return;
-  Node *mm2 = producer(sameShapeSource(sum->in(0)), "MatMul");
+  Node *mm2 = producer(sum->in(0), "MatMul");
   Value *down = mm2 ? weightOfRank(mm2->in(1), 3) : nullptr;
   auto act = down ? activationOf(mm2->in(0)) : std::nullopt;
   Node *mm1 = act && !act->interleaved && !act->gelu
