@@ -64,15 +64,6 @@ Value *tableOf(Graph &g, Tables &tables, Value *c) {
   return t;
 }
 
-// A primitive after `after` (which it becomes) of one f32 output.
-Value *append(Graph &g, Node *&after, const std::string &name, const char *prim,
-              std::vector<Value *> inputs, const Shape &shape) {
-  after = g.newNode(prim, name, std::move(inputs), after);
-  Value *y = g.addOutput(after, DType::F32, shape);
-  y->fromInput = true; // computed at run time, as activations are
-  return y;
-}
-
 // c, which the export computes from parameters (−exp(A_log) and D[:, None]
 // when exported without the ONNX optimizer), as primitives on the params
 // themselves, placed after `after`: computed at run time in the layer that
@@ -94,13 +85,13 @@ Value *atRunTime(Graph &g, Tables &tables, Value *c, Node *&after) {
   const Shape &shape = c->shape;
   auto unary = [&](const char *prim) -> Value * {
     Value *x = atRunTime(g, tables, p->in(0), after);
-    return x ? append(g, after, p->name, prim, {x}, shape) : nullptr;
+    return x ? appendPrimitive(g, after, p->name, prim, {x}, shape) : nullptr;
   };
   auto scaled = [&](Value *v, double factor) -> Value * {
     Value *x = atRunTime(g, tables, v, after);
     if (!x)
       return nullptr;
-    Value *y = append(g, after, p->name, "mt.scale", {x}, shape);
+    Value *y = appendPrimitive(g, after, p->name, "mt.scale", {x}, shape);
     after->setFloat("factor", factor);
     return y;
   };
@@ -138,11 +129,11 @@ Value *atRunTime(Graph &g, Tables &tables, Value *c, Node *&after) {
     if (!rb)
       return nullptr;
     if (op == "Sub") {
-      rb = append(g, after, p->name, "mt.scale", {rb}, b->shape);
+      rb = appendPrimitive(g, after, p->name, "mt.scale", {rb}, b->shape);
       after->setFloat("factor", -1.0);
     }
-    return append(g, after, p->name, op == "Mul" ? "mt.mul" : "mt.add",
-                  {ra, rb}, shape);
+    return appendPrimitive(g, after, p->name, op == "Mul" ? "mt.mul" : "mt.add",
+                           {ra, rb}, shape);
   }
   return nullptr;
 }
@@ -167,8 +158,8 @@ void lowerBinary(Graph &g, Tables &tables, Node *n, const char *prim,
   if (computedFromParameter(c)) {
     Node *after = n;
     if (Value *r = atRunTime(g, tables, c, after)) {
-      g.replaceAllUses(
-          n->out(), append(g, after, n->name, prim, {x, r}, n->out()->shape));
+      g.replaceAllUses(n->out(), appendPrimitive(g, after, n->name, prim,
+                                                 {x, r}, n->out()->shape));
       return;
     }
   }
@@ -202,7 +193,7 @@ void lowerClip(Graph &g, Tables &tables, Node *n, Value *x) {
   Node *after = n;
   auto step = [&](const char *prim, std::vector<Value *> inputs) {
     const Shape shape = inputs[0]->shape;
-    return append(g, after, n->name, prim, std::move(inputs), shape);
+    return appendPrimitive(g, after, n->name, prim, std::move(inputs), shape);
   };
   Value *y = x;
   if (lo && !std::isinf(*lo)) {

@@ -135,11 +135,20 @@ Node *soleUser(Value *v) {
   return v && v->users.size() == 1 ? v->users[0] : nullptr;
 }
 
+Value *appendPrimitive(Graph &g, Node *&after, const std::string &name,
+                       const char *op, std::vector<Value *> inputs,
+                       const Shape &shape) {
+  after = g.newNode(op, name, std::move(inputs), after);
+  Value *y = g.addOutput(after, DType::F32, shape);
+  y->fromInput = true;
+  return y;
+}
+
 Node *replaceWithPrimitive(Graph &g, Node *root, const char *op,
                            std::vector<Value *> inputs, const Shape &shape) {
-  Node *n = g.newNode(op, root->name, std::move(inputs), root);
-  g.addOutput(n, DType::F32, shape)->fromInput = true;
-  g.replaceAllUses(root->out(), n->out());
+  Node *n = root;
+  g.replaceAllUses(root->out(), appendPrimitive(g, n, root->name, op,
+                                                std::move(inputs), shape));
   return n;
 }
 

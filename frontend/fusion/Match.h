@@ -71,6 +71,12 @@ std::vector<Node *> nodesWithOp(Graph &g, const char *op,
 /// The one node reading v, or null when v has zero or several users.
 Node *soleUser(Value *v);
 
+/// A primitive node right after `after` (which then points at it), named
+/// `name`, with one f32 output of `shape` computed at run time.
+Value *appendPrimitive(Graph &g, Node *&after, const std::string &name,
+                       const char *op, std::vector<Value *> inputs,
+                       const Shape &shape);
+
 /// Creates a primitive node right after `root`, with one f32 output of
 /// `shape`, and redirects every use of root's first output to it.
 Node *replaceWithPrimitive(Graph &g, Node *root, const char *op,

@@ -123,39 +123,47 @@ struct Affine {
   double weightOffset = 0; // the norm scales by (offset + weight): Gemma's 1 + w
 };
 
+// The [d] weight behind v (through casts and views), or null.
+Value *featureWeight(Value *v, int64_t d) {
+  auto view = weightView(v);
+  return view && !view->transposed && view->param->shape == Shape{d}
+             ? view->param
+             : nullptr;
+}
+
+// c + w for a scalar c and a [d] weight w (Gemma's and Nemotron's 1 + w).
+std::optional<std::pair<double, Value *>> offsetWeight(Value *v, int64_t d) {
+  auto ops = commuted(producer(v, "Add"),
+                      [](Value *c) { return constScalar(c).has_value(); });
+  Value *w = ops ? featureWeight(ops->second, d) : nullptr;
+  if (!w)
+    return std::nullopt;
+  return std::make_pair(*constScalar(ops->first), w);
+}
+
 Affine matchAffine(Node *normalized, int64_t d, bool withBias) {
   Affine a{normalized};
   auto isFeatureWeight = [d](Value *w) {
-    auto view = weightView(w);
-    return view && !view->transposed && view->param->shape == Shape{d};
-  };
-  // c + w for a scalar c and a [D] weight w (Gemma scales by 1 + w).
-  auto offsetWeight = [&](Value *v) -> std::optional<std::pair<double, Value *>> {
-    auto ops = commuted(producer(v, "Add"),
-                        [](Value *c) { return constScalar(c).has_value(); });
-    if (!ops || !isFeatureWeight(ops->second))
-      return std::nullopt;
-    return std::make_pair(*constScalar(ops->first),
-                          weightView(ops->second)->param);
+    return featureWeight(w, d) != nullptr;
   };
   Node *user = soleUser(a.root->out());
   if (user && user->op == "Mul" && user->domain.empty()) {
     if (auto ops = commuted(user, isFeatureWeight); ops && ops->second == a.root->out()) {
-      a.weight = weightView(ops->first)->param;
+      a.weight = featureWeight(ops->first, d);
       a.root = user;
       user = soleUser(a.root->out());
-    } else if (auto ops = commuted(user, [&](Value *w) {
-                 return offsetWeight(w).has_value();
-               });
+    } else if (auto ops = commuted(
+                   user,
+                   [&](Value *w) { return offsetWeight(w, d).has_value(); });
                ops && ops->second == a.root->out()) {
-      std::tie(a.weightOffset, a.weight) = *offsetWeight(ops->first);
+      std::tie(a.weightOffset, a.weight) = *offsetWeight(ops->first, d);
       a.root = user;
       user = soleUser(a.root->out());
     }
   }
   if (withBias && user && user->op == "Add" && user->domain.empty()) {
     if (auto ops = commuted(user, isFeatureWeight); ops && ops->second == a.root->out()) {
-      a.bias = weightView(ops->first)->param;
+      a.bias = featureWeight(ops->first, d);
       a.root = user;
     }
   }
@@ -167,27 +175,21 @@ Affine matchAffine(Node *normalized, int64_t d, bool withBias) {
 // run time, so w itself stays the trained param. Replaces root's output.
 void emitOffsetNorm(Graph &g, Node *root, const char *prim, Value *x,
                     Value *weight, double offset, Value *bias, double eps) {
-  Node *norm = g.newNode(prim, root->name, {x}, root);
-  norm->setFloat("eps", eps);
-  Value *n = g.addOutput(norm, DType::F32, x->shape);
-  n->fromInput = true;
+  Node *after = root;
+  Value *n = appendPrimitive(g, after, root->name, prim, {x}, x->shape);
+  after->setFloat("eps", eps);
   std::string name = fmt::format("mt.const.{}", offset);
   Value *&c = g.byName[name]; // one table per offset, shared by every norm
   if (!c) {
     c = g.newValue(name, DType::F32, {1});
     c->constant = denseConst(DType::F32, {1}, {offset});
   }
-  Node *add = g.newNode("mt.add", root->name, {weight, c}, norm);
-  Value *scale = g.addOutput(add, DType::F32, weight->shape);
-  scale->fromInput = true;
-  Node *last = g.newNode("mt.mul", root->name, {n, scale}, add);
-  Value *y = g.addOutput(last, DType::F32, x->shape);
-  y->fromInput = true;
-  if (bias) {
-    last = g.newNode("mt.add", root->name, {y, bias}, last);
-    y = g.addOutput(last, DType::F32, x->shape);
-    y->fromInput = true;
-  }
+  Value *scale = appendPrimitive(g, after, root->name, "mt.add", {weight, c},
+                                 weight->shape);
+  Value *y =
+      appendPrimitive(g, after, root->name, "mt.mul", {n, scale}, x->shape);
+  if (bias)
+    y = appendPrimitive(g, after, root->name, "mt.add", {y, bias}, x->shape);
   g.replaceAllUses(root->out(), y);
 }
 
@@ -276,24 +278,15 @@ void fuseNorms(Graph &g) {
     // weights); bias: a weight, literal zeros or none.
     const int64_t d = n->in(0)->dim(-1);
     const double eps = n->getFloat("epsilon", 1e-5);
-    auto feature = [d](Value *v) -> Value * {
-      auto view = weightView(v);
-      return view && !view->transposed && view->param->shape == Shape{d}
-                 ? view->param
-                 : nullptr;
-    };
-    Value *bias = n->in(2) ? feature(n->in(2)) : nullptr;
+    Value *bias = n->in(2) ? featureWeight(n->in(2), d) : nullptr;
     if (n->in(2) && !bias && !isSplat(n->in(2), 0.0))
       fail("{}: bias must be a [{}] weight (an initializer)", n->describe(), d);
-    if (auto ops =
-            commuted(producer(n->in(1), "Add"),
-                     [](Value *c) { return constScalar(c).has_value(); });
-        ops && !ops->first->initializer && feature(ops->second)) {
-      emitOffsetNorm(g, n, "mt.layer_norm", n->in(0), feature(ops->second),
-                     *constScalar(ops->first), bias, eps);
+    if (auto offset = offsetWeight(n->in(1), d)) {
+      emitOffsetNorm(g, n, "mt.layer_norm", n->in(0), offset->second,
+                     offset->first, bias, eps);
       continue;
     }
-    Value *scale = feature(n->in(1));
+    Value *scale = featureWeight(n->in(1), d);
     if (!scale && !isSplat(n->in(1), 1.0))
       fail("{}: scale must be a [{}] weight (an initializer), c + weight or "
            "ones",
