@@ -1,6 +1,6 @@
 """The custom op behind each scan node that tools/gated_delta_node.py,
-tools/mamba2_node.py and tools/lightning_node.py export (docs/importer.md,
-"Linear attention"): run eagerly it computes the scan position by position;
+tools/mamba_node.py, tools/mamba2_node.py and tools/lightning_node.py
+export (docs/importer.md, "Linear attention"): run eagerly it computes the scan position by position;
 torch.onnx.export writes it as one ai.megatrain node with inputs (q, k, v,
 g, beta), or (q, k, v, rate) for a constant decay, and v's shape.
 
@@ -15,13 +15,15 @@ DOMAIN = "ai.megatrain"
 
 def linear_recurrent(q, k, v, g, beta):
     """GatedLinearRule's scan position by position, in float32 (eager runs
-    only): per batch and value head S ← e^g·S + k·(beta·v)ᵀ, o = Sᵀq."""
+    only): per batch and value head S ← e^g·S + k·(beta·v)ᵀ, o = Sᵀq; g
+    [B, S, Hv] decays the whole state, g [B, S, Hv, Dk] each key row."""
     group = v.shape[2] // q.shape[2]
     q, k = q.repeat_interleave(group, 2).float(), k.repeat_interleave(group, 2).float()
     state = v.new_zeros(v.shape[0], v.shape[2], q.shape[3], v.shape[3], dtype=torch.float32)
     out = []
     for t in range(v.shape[1]):
-        state = state * g[:, t].float().exp()[..., None, None]
+        decay = g[:, t].float().exp()
+        state = state * (decay[..., None] if g.dim() == 4 else decay[..., None, None])
         w = beta[:, t, :, None].float() * v[:, t].float()
         state = state + k[:, t][..., :, None] * w[..., None, :]
         out.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))

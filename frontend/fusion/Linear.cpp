@@ -5,6 +5,9 @@
 //   MatMul(x, Transpose(W))  W is [out, in]   (nn.Linear, unfolded export)
 //   Gemm(x, W, b, transB)    either layout, per transB; alpha = beta = 1
 //   then an optional Add of a [out] bias.
+//   MatMul(W, y)             W is [out, in], y [..., in, T]: the weight on
+//                            the left (Mamba's dt_proj.weight @ dtᵀ), the
+//                            linear of yᵀ transposed back.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/fusion/Fusion.h"
@@ -53,6 +56,51 @@ void fuseMatMul(Graph &g, Node *mm) {
   emitLinear(g, mm, x, *w, w->transposed, nullptr);
 }
 
+// The permutation that swaps the last two of `rank` axes.
+std::vector<int64_t> swapLastTwo(size_t rank) {
+  std::vector<int64_t> perm(rank);
+  for (size_t i = 0; i < rank; ++i)
+    perm[i] = int64_t(i);
+  std::swap(perm[rank - 2], perm[rank - 1]);
+  return perm;
+}
+
+// MatMul(W, y) = (yᵀ · Wᵀ)ᵀ over the last two axes: a linear of yᵀ with W
+// as stored [out, in] (or, through a Transpose, [in, out]).
+void fuseLeftMatMul(Graph &g, Node *mm) {
+  Value *y = mm->in(1);
+  auto w = weightView(mm->in(0));
+  if (!isActivation(y) || !w || w->param->rank() != 2 || y->rank() < 2)
+    return;
+  std::vector<int64_t> swap = swapLastTwo(y->rank());
+  Node *at = mm;
+  auto transposed = [&](Value *v, const std::string &name) {
+    Shape s = v->shape;
+    std::swap(s[s.size() - 2], s[s.size() - 1]);
+    Value *t = appendPrimitive(g, at, name, "mt.transpose", {v}, s);
+    at->setInts("perm", swap);
+    return t;
+  };
+  // y is often already the transpose of the activation that the linear
+  // reads.
+  Node *t = producer(y, "Transpose");
+  Value *x = t && t->getInts("perm") == swap
+                 ? t->in(0)
+                 : transposed(y, mm->name + ".input");
+  Shape xw = x->shape;
+  xw.back() = w->transposed ? w->param->dim(1) : w->param->dim(0);
+  Value *lin = appendPrimitive(g, at, mm->name + ".linear", "mt.linear",
+                               {x, w->param, nullptr}, xw);
+  at->setString("w_layout", w->transposed ? "in_out" : "out_in");
+  // A product transposed straight back is the linear itself.
+  Node *back = soleUser(mm->out());
+  if (back && back->op == "Transpose" && back->domain.empty() &&
+      back->getInts("perm") == swap)
+    g.replaceAllUses(back->out(), lin);
+  else
+    g.replaceAllUses(mm->out(), transposed(lin, mm->name));
+}
+
 void fuseGemm(Graph &g, Node *gemm) {
   Value *x = gemm->in(0);
   auto w = weightView(gemm->in(1));
@@ -79,6 +127,8 @@ void fuseGemm(Graph &g, Node *gemm) {
 void fuseLinear(Graph &g) {
   for (Node *n : nodesWithOp(g, "MatMul"))
     fuseMatMul(g, n);
+  for (Node *n : nodesWithOp(g, "MatMul"))
+    fuseLeftMatMul(g, n);
   for (Node *n : nodesWithOp(g, "Gemm"))
     fuseGemm(g, n);
 }

@@ -151,9 +151,10 @@ void lowerBinary(Graph &g, Tables &tables, Node *n, const char *prim,
   }
   auto computed = commuted(
       n, [](Value *c) { return c->constant && !operand(c) && c->rank() >= 1; });
-  if (!computed || !isActivation(computed->second) ||
-      computed->second->shape != n->out()->shape)
+  if (!computed || !isActivation(computed->second))
     return;
+  // c broadcasts against x as a weight would (Mamba's dt[..., None] · A,
+  // computed at run time or frozen).
   auto [c, x] = *computed;
   if (computedFromParameter(c)) {
     Node *after = n;
@@ -166,7 +167,7 @@ void lowerBinary(Graph &g, Tables &tables, Node *n, const char *prim,
   if (c->constant->numel > kMaterializeLimit)
     return;
   const Const &k = *c->constant;
-  bool noop = true;
+  bool noop = x->shape == n->out()->shape;
   for (int64_t i = 0; i < k.numel && noop; ++i)
     noop = k.at(i) == identity;
   if (noop)

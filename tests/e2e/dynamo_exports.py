@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import gated_delta_node  # noqa: E402  (tools/, beside the compiler)
 import lightning_node  # noqa: E402
 import mamba2_node  # noqa: E402
+import mamba_node  # noqa: E402
 
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
@@ -47,6 +48,10 @@ GATED_DELTA = dict(COMMON, num_hidden_layers=4, head_dim=16, linear_num_key_head
 MAMBA2 = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, expand=2, num_heads=8,
               head_dim=16, state_size=16, n_groups=2, conv_kernel=4, chunk_size=8,
               time_step_min=0.5, time_step_max=1.0, use_cache=False, tie_word_embeddings=False)
+# Mamba-1 mixers: 128 channels, each a state of 16.
+MAMBA = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, expand=2, state_size=16,
+             conv_kernel=4, time_step_min=0.5, time_step_max=1.0, use_cache=False,
+             tie_word_embeddings=False)
 # The same mixer in the hybrids' naming.
 MAMBA2_MIXER = dict(mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16,
                     mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)
@@ -472,6 +477,22 @@ ARCHITECTURES = {
     "olmo_hybrid": (T.OlmoHybridConfig, dict(GATED_DELTA, pad_token_id=0),
                     T.OlmoHybridForCausalLM),
     "lara_mini": (T.LaraMiniConfig, GATED_DELTA, T.LaraMiniForCausalLM),
+    # Mamba: every layer a mixer (in_proj to x and the gate z; a causal conv
+    # over x; x_proj to a low-rank time step, B and C; the selective scan, a
+    # state of 16 per channel each with its own decay; y·silu(z); out_proj).
+    # Time steps from 0.5 to 1, as for Mamba-2. Falcon Mamba: the same with
+    # weightless RMSNorms on the time step, B and C. Exported through
+    # tools/mamba_node.py.
+    "mamba": (T.MambaConfig, MAMBA, T.MambaForCausalLM),
+    "falcon_mamba": (T.FalconMambaConfig, MAMBA, T.FalconMambaForCausalLM),
+    # Jamba: Mamba mixers (RMSNorms on the time step, B and C) and an
+    # attention layer, routed experts every other layer.
+    "jamba": (T.JambaConfig,
+              dict(COMMON, num_hidden_layers=4, attn_layer_period=4, attn_layer_offset=1,
+                   expert_layer_period=2, expert_layer_offset=0, num_experts=4,
+                   num_experts_per_tok=2, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+                   use_mamba_kernels=False, tie_word_embeddings=False),
+              T.JambaForCausalLM),
     # Mamba-2: every layer a mixer (in_proj to the gate, x, B, C and dt; a
     # causal conv over x, B and C; the scan; an RMSNorm gated by SiLU over
     # each group; out_proj). Exported through tools/mamba2_node.py.
@@ -585,7 +606,7 @@ def export(name, path, seed=0, opset=None, optimize=True):
     model = build(ARCHITECTURES, name, seed)
     ids = torch.randint(0, 256, (2, 16))
     table = None
-    helper = next((h for h in (gated_delta_node, mamba2_node, lightning_node)
+    helper = next((h for h in (gated_delta_node, mamba_node, mamba2_node, lightning_node)
                    if name in h.MODULES), None)
     if helper:
         # The node must compute what transformers' chunked scan does.

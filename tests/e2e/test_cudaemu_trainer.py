@@ -139,6 +139,12 @@ class CudaEmulatedTrainer(unittest.TestCase):
         # beside MLA and experts, through the generated calls.
         self.check(self.dynamo_export("kimi_linear"), "kimi_linear", "--micro-batches", "2")
 
+    def test_jamba_selective_scan(self):
+        # Jamba's Mamba-1 mixers: 128 value heads of one column on one key
+        # head, a decay per key channel (a block's tile one lane wide),
+        # beside attention and experts, through the generated calls.
+        self.check(self.dynamo_export("jamba"), "jamba", "--micro-batches", "2")
+
     def test_bamba_mamba2(self):
         # Bamba's Mamba-2 mixers beside an attention layer: the scan without
         # the delta rule on the same kernels, the convolution's bias and its

@@ -91,12 +91,14 @@ class DynamoExports(unittest.TestCase):
         """Without the ONNX optimizer the exporter writes torch.split as
         SplitToSequence, a Conv1d weight squeezed and unsqueezed back with a
         bias of zeros, softplus's beta of 1, and leaves computations on
-        weights in the graph: Mamba's A = −exp(A_log) and its skip
-        Unsqueeze(D), gated DeltaNet's −exp(A_log). Those run in the layer,
+        weights in the graph: Mamba-2's A = −exp(A_log) and its skip
+        Unsqueeze(D), Mamba-1's −exp(A_log) broadcast against the time
+        step, gated DeltaNet's −exp(A_log). Those run in the layer,
         so A_log and D train as in PyTorch (their gradients held to the
         oracle's, which differentiates the same graph); declared buffers,
         they are frozen tables."""
-        for family, computed in [("mamba2", (".A_log", ".D")), ("qwen3_5", (".A_log",))]:
+        for family, computed in [("mamba2", (".A_log", ".D")), ("mamba", (".A_log",)),
+                                 ("qwen3_5", (".A_log",))]:
             with self.subTest(family=family):
                 onnx = self.w(family + "_unoptimized.onnx")
                 run([EXPORT_PYTHON, EXPORTER, family, onnx, "--no-optimize"], cwd=ROOT)

@@ -738,6 +738,44 @@ def _(g):
     return ref
 
 
+@idiom("selective-scan", "Mamba-1's scan (tools/mamba_node.py, unoptimized): dt = "
+       "Softplus(MatMul(dt_proj.weight [8,2], Transpose(x·Wr)) + bias [8,1]) over 8 channels "
+       "[B,8,S], transposed back; GatedLinearRule(Unsqueeze(C), Unsqueeze(B), Unsqueeze(v), "
+       "Unsqueeze(dt)·Neg(Exp(A_log [8,4])), dt): a value head of one column per channel, the "
+       "decay per key channel; Squeeze, plus v·D, out_proj", domains={"ai.megatrain": 1})
+def _(g):
+    x = x_input(g)
+    (v, Wv), (r, Wr) = matmul(g, x, HIDDEN, 8, "x.weight"), matmul(g, x, HIDDEN, 2, "dt_rank.weight")
+    (c, Wc), (b, Wb) = matmul(g, x, HIDDEN, 4, "c.weight"), matmul(g, x, HIDDEN, 4, "b.weight")
+    dt_w, DtW = param(g, "dt_proj.weight", [8, 2], std=0.5)
+    dt_b, DtB = param(g, "dt_proj.bias", [8, 1], std=0.5)
+    a_log, ALog = param(g, "A_log", [8, 4], std=0.3, mean=0.5)
+    skip, D = param(g, "D", [8], std=0.5, mean=1.0)
+    dt = g.op("Softplus", g.op("Add", g.op("MatMul", dt_w, g.op("Transpose", r, perm=[0, 2, 1])),
+                               dt_b))
+    dt = g.op("Transpose", dt, perm=[0, 2, 1])
+    a = g.op("Neg", g.op("Exp", a_log))
+    o = g.op("GatedLinearRule", g.unsqueeze(c, 2), g.unsqueeze(b, 2), g.unsqueeze(v, 3),
+             g.op("Mul", g.unsqueeze(dt, 3), a), dt, domain="ai.megatrain")
+    o = g.op("Add", g.op("Squeeze", o, g.ints(3)), g.op("Mul", v, skip))
+    y, Wo = matmul(g, o, 8, HIDDEN, "out.weight")
+    y_output(g, y, HIDDEN)
+
+    def ref(f):
+        xs = f["x"]
+        vs, qs, ks = xs @ Wv, xs @ Wc, xs @ Wb
+        dts = np.log1p(np.exp(np.swapaxes(DtW @ np.swapaxes(xs @ Wr, 1, 2) + DtB, 1, 2)))
+        A = -np.exp(ALog)
+        o = np.zeros_like(vs)
+        for bi in range(xs.shape[0]):
+            h = np.zeros((8, 4))  # per channel, a state of 4
+            for t in range(xs.shape[1]):
+                h = np.exp(dts[bi, t][:, None] * A) * h + dts[bi, t][:, None] * vs[bi, t][:, None] * ks[bi, t]
+                o[bi, t] = h @ qs[bi, t]
+        return (o + vs * D) @ Wo
+    return ref
+
+
 @idiom("bad-gated-delta-heads", "GatedDeltaRule with 3 value heads on 2 key heads (no grouping)",
        domains={"ai.megatrain": 1})
 def _(g):
@@ -1186,6 +1224,15 @@ def _(g):
     y = g.op("MatMul", x_input(g), g.op("Transpose", w, perm=[1, 0]))
     y_output(g, g.op("Add", b, y), 32)
     return lambda f: fm.linear(f["x"], W, B, "out_in")
+
+
+@idiom("linear-left-matmul", "Transpose(MatMul(W[32,16], Transpose(x, perm=[0,2,1])), "
+       "perm=[0,2,1]): the weight on the left of channels-first activations")
+def _(g):
+    w, W = param(g, "fc.weight", [32, HIDDEN], std=HIDDEN ** -0.5)
+    y = g.op("MatMul", w, g.op("Transpose", x_input(g), perm=[0, 2, 1]))
+    y_output(g, g.op("Transpose", y, perm=[0, 2, 1]), 32)
+    return lambda f: fm.linear(f["x"], W, None, "out_in")
 
 
 def _gemm_linear(g, trans_b):
