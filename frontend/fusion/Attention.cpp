@@ -514,7 +514,8 @@ private:
 
   // Granite SWA's sinks: the product scaled by Unsqueeze(Sigmoid(
   // ReduceLogSumExp(logits, last) − sinks), -1) (that is, by Σ / (Σ +
-  // exp(sink))), sinks a param of H elements [1, H, 1]. Returns the Mul
+  // exp(sink))), sinks a param of H elements [1, H, 1] (or a Reshape of
+  // [H], exported without the ONNX optimizer). Returns the Mul
   // whose output the attention with sinks is, and sets `sinks`; else null.
   static Node *sinkScaled(Node *mm, Value *logits, Value *&sinks) {
     Node *mul = soleUser(mm->out());
@@ -528,7 +529,10 @@ private:
     Node *sub = sig ? producer(sig->in(0), "Sub") : nullptr;
     Node *lse = sub ? producer(sub->in(0), "ReduceLogSumExp") : nullptr;
     const int64_t H = logits->dim(1);
-    auto param = lse ? weightView(sub->in(1)) : std::nullopt;
+    Value *w = lse ? sub->in(1) : nullptr;
+    if (Node *r = w ? producer(w, "Reshape") : nullptr)
+      w = r->in(0);
+    auto param = w ? weightView(w) : std::nullopt;
     if (!param || param->transposed || param->param->numel() != H ||
         sub->in(1)->shape != Shape{1, H, 1} || lse->in(0) != logits ||
         lse->getInts("axes") != std::vector<int64_t>{3} ||

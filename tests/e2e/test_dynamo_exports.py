@@ -130,9 +130,10 @@ class DynamoExports(unittest.TestCase):
         nothing around a router's indices and the experts' weights (a Max
         of one input, an Expand to the same shape, identity Transposes:
         Mixtral), Squeeze(Unsqueeze(h)) before gpt-oss's strided slices, a
-        strided slice as one Slice per axis (GPT-J's rotary), and ERNIE 4.5's
-        selection bias Squeezed at run time."""
-        for family in ["mixtral", "gpt_oss", "gptj", "ernie4_5_moe"]:
+        strided slice as one Slice per axis (GPT-J's rotary), ERNIE 4.5's
+        selection bias Squeezed at run time, and Granite SWA's sinks
+        reshaped to [1, H, 1] at run time."""
+        for family in ["mixtral", "gpt_oss", "gptj", "ernie4_5_moe", "granite_swa"]:
             with self.subTest(family=family):
                 onnx = self.w(family + "_unoptimized.onnx")
                 run([EXPORT_PYTHON, EXPORTER, family, onnx, "--no-optimize"], cwd=ROOT)
