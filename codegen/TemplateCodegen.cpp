@@ -400,12 +400,7 @@ private:
       for (Value d :
            {m.getDrouter(), m.getDgateUp(), m.getDdown(), m.getDrouterBias(),
             m.getDgateUpBias(), m.getDdownBias(), m.getDexpertScale()}) {
-        if (d && d.use_empty())
-          return op.emitOpError("has a frozen weight (its router, an "
-                                "expert or a bias, by --buffers): not "
-                                "supported, as the experts' kernels "
-                                "compute every gradient they take"),
-                 failure();
+        // A frozen weight's gradient has no use: the kernels skip it.
         auto g = paramGrad(&op, d);
         if (failed(g))
           return failure();

@@ -9,6 +9,7 @@ import os
 import unittest
 
 import numpy as np
+import onnx as onnx_lib
 from safetensors.numpy import load_file
 
 from tests.e2e.harness import BUILD, PYTHON, ROOT, Workdir, read_jsonl, run
@@ -109,6 +110,16 @@ class CudaEmulatedTrainer(unittest.TestCase):
         # 16 of 32 tokens.
         self.check(self.dynamo_export("mixtral"), "mixtral", "--micro-batches", "2",
                    "--mlp-chunk-tokens", "16")
+
+    def test_mixtral_frozen_experts(self):
+        # Frozen by --buffers: the first layer's router and one of its
+        # expert tensors (the exporter's transposed copy), whose gradient
+        # kernels are skipped, in 2 chunks of 16 tokens.
+        onnx = self.dynamo_export("mixtral")
+        experts = next(t.name for t in onnx_lib.load(onnx).graph.initializer
+                       if len(t.dims) == 3)
+        self.check(onnx, "mixtral-frozen", "--mlp-chunk-tokens", "16", "--buffers",
+                   "model.model.layers.0.mlp.gate.weight," + experts)
 
     def test_gpt_oss(self):
         # gpt-oss's attention sinks (their gradient from each row's

@@ -65,6 +65,20 @@ class DynamoExports(unittest.TestCase):
         with the tokens, its two layer templates (sliding, full) each."""
         self.check(["mixtral", "olmoe", "gemma4_moe"], "--mlp-chunk-tokens", "8")
 
+    def test_frozen_experts(self):
+        """--buffers freezes a router and an expert tensor of Mixtral's first
+        layer (the exporter's transposed copy), with the experts in chunks
+        of tokens: no gradient for either (the oracle freezes them too), the
+        rest as PyTorch's."""
+        onnx = self.w("mixtral_frozen.onnx")
+        run([EXPORT_PYTHON, EXPORTER, "mixtral", onnx], cwd=ROOT)
+        experts = next(t.name for t in onnx_lib.load(onnx).graph.initializer
+                       if len(t.dims) == 3)
+        frozen = ["model.model.layers.0.mlp.gate.weight", experts]
+        plan = self.trains_like_pytorch(onnx, "mixtral_frozen", "--mlp-chunk-tokens", "8",
+                                        "--buffers", ",".join(frozen))
+        self.assertTrue(set(frozen) <= set(plan["model_buffers"]))
+
     def test_opset_18_exports(self):
         """Exports asked for opset 18, where the exporter writes GELU out in
         Pow, Tanh and products: Gemma 4's GeGLU experts (GELU inside the
