@@ -239,7 +239,8 @@ build_trainers() {
 parity() {
   local rc=0 m t
   for m in tiny-llama tiny-gpt2 tiny-bloom tiny-window tiny-gemma2 tiny-mixtral \
-           tiny-llama4 tiny-qwen3_5 tiny-bamba tiny-kimi_linear tiny-llama-bf16master; do
+           tiny-llama4 tiny-qwen3_5 tiny-bamba tiny-kimi_linear tiny-jamba \
+           tiny-llama-bf16master; do
     t=$WORK/plans/$m/trainer
     [ -x "$t" ] || { echo "  no trainer for $m"; rc=1; continue; }
     local common=(--data "$PLANS/tokens.u32" --steps 1 --seed 3 --threads 4)

@@ -27,6 +27,9 @@
 #                                              the convolution's bias (.venv-export)
 #   bench/device/plans/tiny-kimi_linear        parity of Kimi Delta Attention (a
 #                                              decay per key channel) (.venv-export)
+#   bench/device/plans/tiny-jamba              parity of Mamba-1's selective scan
+#                                              (value heads of one column) beside
+#                                              attention and experts (.venv-export)
 #   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
 #   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
 #   bench/device/plans/llama-1b-32k            long context: 1 x 32768 tokens, the
@@ -79,6 +82,8 @@ EXPORT_PY=${EXPORT_PY:-.venv-export/bin/python}
 "$EXPORT_PY" tests/e2e/dynamo_exports.py kimi_linear "$TMP/tiny-kimi_linear.onnx" > /dev/null 2>&1
 "$MT" compile "$TMP/tiny-kimi_linear.onnx" --batch 4 --seq-len 128 -o "$OUT/tiny-kimi_linear" \
   --no-build
+"$EXPORT_PY" tests/e2e/dynamo_exports.py jamba "$TMP/tiny-jamba.onnx" > /dev/null 2>&1
+"$MT" compile "$TMP/tiny-jamba.onnx" --batch 4 --seq-len 128 -o "$OUT/tiny-jamba" --no-build
 
 # name, then structure_model.py flags (Llama shapes, vocab 32000).
 structure() {
