@@ -112,8 +112,8 @@ class CudaEmulatedTrainer(unittest.TestCase):
                    "--mlp-chunk-tokens", "16")
 
     def test_mixtral_frozen_experts(self):
-        # Frozen by --buffers: the first layer's router and one of its
-        # expert tensors (the exporter's transposed copy), whose gradient
+        # Frozen by --buffers: the first layer's router and an expert tensor
+        # (the export's first three-dimensional initializer), whose gradient
         # kernels are skipped, in 2 chunks of 16 tokens.
         onnx = self.dynamo_export("mixtral")
         experts = next(t.name for t in onnx_lib.load(onnx).graph.initializer

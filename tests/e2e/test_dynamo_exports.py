@@ -66,9 +66,9 @@ class DynamoExports(unittest.TestCase):
         self.check(["mixtral", "olmoe", "gemma4_moe"], "--mlp-chunk-tokens", "8")
 
     def test_frozen_experts(self):
-        """--buffers freezes a router and an expert tensor of Mixtral's first
-        layer (the exporter's transposed copy), with the experts in chunks
-        of tokens: no gradient for either (the oracle freezes them too), the
+        """--buffers freezes Mixtral's first router and an expert tensor (the
+        export's first three-dimensional initializer), with the experts in
+        chunks of tokens: no gradient for either (the oracle freezes them too), the
         rest as PyTorch's."""
         onnx = self.w("mixtral_frozen.onnx")
         run([EXPORT_PYTHON, EXPORTER, "mixtral", onnx], cwd=ROOT)
