@@ -163,15 +163,16 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     // rule); the backward replays the forward from checkpoints and does
     // twice its work. The scan runs on CUDA cores in f32, about a fifteenth
     // of the tensor cores' bf16 rate, and half that again for its
-    // sequential steps. A block's lanes are 32 columns of one value head,
-    // so Dv is rounded up to 32: Mamba-1's heads of one column leave 31 of
-    // 32 lanes idle.
+    // sequential steps. A block's 32 lanes hold columns of value heads: a
+    // head narrower than 32 columns takes Dv's power of 2 of them, a wider
+    // one whole tiles of 32.
     const bool forward = isa<GatedDeltaOp, GatedLinearOp>(op);
     Value v = op->getOperand(forward ? 2 : 3);
     Value q = op->getOperand(forward ? 0 : 1);
     double dk = cast<RankedTensorType>(q.getType()).getShape().back();
     double dv = cast<RankedTensorType>(v.getType()).getShape().back();
-    double lanes = 32 * std::ceil(dv / 32);
+    double lanes =
+        dv > 32 ? 32 * std::ceil(dv / 32) : std::exp2(std::ceil(std::log2(dv)));
     flops = 8 * numel(v) / dv * lanes * dk * (forward ? 1.0 : 3.0);
     eff = 1.0 / 30;
   }

@@ -5,29 +5,34 @@
 // correction terms drop out; the steps and barriers are the same. With a
 // decay per key channel (Kimi Delta Attention) each row of the state has
 // its own. Column j of the state reads only v[..., j] (and k, q, g, beta),
-// so a block of 8 warps owns a (batch, value head, tile of 32
-// columns): lane = column, warp w = rows w, w + 8, ..., each thread's part
-// of the state in registers (kR rows, Dk ≤ 8·kR ≤ 256). Sums over rows
-// (u, o, ddelta) and over columns (dq, dk) go through shared memory and are
-// added in a fixed order; nothing is atomic.
+// so a block of 8 warps owns a (batch, tile of 32 lanes): lane = column,
+// warp w = rows w, w + 8, ..., each thread's part of the state in
+// registers (kR rows, Dk ≤ 8·kR ≤ 256). A value head of 32 columns or
+// more spans ⌈Dv/32⌉ tiles; narrower heads share one, each lane a column
+// of one of its heads (Mamba-1's heads of one column: 32 heads a block).
+// The heads of a block read one key head. Sums over rows (u, o, ddelta)
+// and over columns (dq, dk, dg) go through shared memory and are added in
+// a fixed order; nothing is atomic.
 //
-// Forward: T steps of two barriers each, B·Hv·⌈Dv/32⌉ blocks.
+// Forward: T steps of two barriers each, one block per batch and tile.
 // Backward: a forward pass stores each block's state every kChunk positions;
 // then, chunk by chunk in reverse, the block recomputes the chunk's states
 // into scratch and walks them back with dS in registers (two barriers a
-// step). dv has one writer; dq and dk (sums over columns), dg per key
-// channel (the same) or per head, and dbeta (per column) go to scratch as
-// per-tile partials, which a second kernel adds in (head, tile, column)
-// order. Time runs in segments of 256 positions so that the partials stay
-// small; dS carries over in scratch. Scratch, in floats: B·Hv·(⌈T/64⌉ +
-// 65)·Dk'·Dv' (Dk' = 8·kR, Dv' = Dv rounded up to 32) for checkpoints,
-// chunk states and the carry, plus 256·B·Hv·⌈Dv/32⌉·(2·Dk + 64) partials
-// (3·Dk + 64 with a decay per key channel): about 0.3 GB for Qwen3.5's 32
-// heads of 128 × 128 over 4096 positions. The backward's shared memory
-// is 2 (3 with a decay per key channel) · 8·kR · 33 floats: past Dk = 128
-// with a decay per key channel it needs a GPU with more than 99 KiB a block
-// (sm_80, sm_90). The backward costs about four forward passes of
-// arithmetic, plus a write and a read of every state.
+// step). dv has one writer; dq and dk (sums over the block's columns),
+// dg per key channel (the same over a head's) or per head, and dbeta (per
+// column) go to scratch as per-block and per-head partials, which second
+// kernels add in (block, head, column) order. Time runs in segments of 256
+// positions so that the partials stay small; dS carries over in scratch.
+// Scratch, in floats: blocks·(⌈T/64⌉ + 65)·256·kR (Dk ≤ 8·kR) for
+// checkpoints, chunk states and the carry, plus 256·B·(blocks·2·Dk +
+// Hv·⌈Dv/32⌉·(2·lanes + Dk)) partials (lanes a head's columns take in its
+// tile; the Dk only with a decay per key channel): about 0.3 GB for
+// Qwen3.5's 32 heads of 128 × 128 over 4096 positions, 0.2 GB for Falcon
+// Mamba's 8192 one-column heads with a 16-channel state. The backward's
+// shared memory is 2 (3 with a decay per key channel) · 8·kR · 33 floats:
+// past Dk = 128 with a decay per key channel it needs a GPU with more than
+// 99 KiB a block (sm_80, sm_90). The backward costs about four forward
+// passes of arithmetic, plus a write and a read of every state.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,14 +52,20 @@ struct Dims {
   int64_t Bn, T, Hk, Hv, Dk, Dv;
   bool delta;     // the delta rule's correction v − Sᵀk
   bool key_decay; // g [B, T, Hv, Dk], a decay per key channel (row of S)
+  int lanes;      // the lanes one value head takes in a tile: Dv's power of 2
+  int pack;       // value heads per block, all of one key head
   __host__ __device__ int64_t tiles() const { return (Dv + kTile - 1) / kTile; }
+  /// Blocks along the value heads.
+  __host__ __device__ int64_t groups() const { return (Hv + pack - 1) / pack; }
   __host__ __device__ int64_t chunks() const {
     return (T + kChunk - 1) / kChunk;
   }
-  /// Partial sums per (position, batch, head, tile): dq, dk, dg and dbeta
-  /// per column, then dg per key channel where the decay is per channel.
-  __host__ __device__ int64_t width() const {
-    return 2 * Dk + 2 * kTile + (key_decay ? Dk : 0);
+  /// Partial sums per (position, batch, block): dq and dk.
+  __host__ __device__ int64_t block_width() const { return 2 * Dk; }
+  /// Partial sums per (position, batch, head, tile): dg and dbeta per
+  /// column, then dg per key channel where the decay is per channel.
+  __host__ __device__ int64_t head_width() const {
+    return 2 * lanes + (key_decay ? Dk : 0);
   }
   __device__ int64_t qk(int64_t b, int64_t t, int64_t h) const {
     return ((b * T + t) * Hk + h / (Hv / Hk)) * Dk;
@@ -66,6 +77,28 @@ struct Dims {
     return (b * T + t) * Hv + h;
   }
 };
+
+/// The thread's column: value head h (clamped into range, so that the
+/// lanes of no head load in bounds), column j of it. A lane of no column
+/// keeps a zero state: its v and dout read as 0.
+struct Column {
+  int64_t h, j;
+  int c;      // lane within the head's lanes
+  bool owner; // the lane belongs to a head (j may still be past Dv)
+  bool valid; // ... and to one of its columns
+};
+
+__device__ __forceinline__ Column column_of(const Dims &d) {
+  const int lane = threadIdx.x % kTile, p = lane / d.lanes;
+  Column col;
+  col.c = lane % d.lanes;
+  col.h = int64_t(blockIdx.y) * d.pack + p;
+  col.j = int64_t(blockIdx.x) * kTile + col.c;
+  col.owner = p < d.pack && col.h < d.Hv;
+  col.valid = col.owner && col.j < d.Dv;
+  col.h = min64(col.h, d.Hv - 1);
+  return col;
+}
 
 /// The thread's rows' decays at (b, t, h): e^g, one per row where the decay
 /// is per key channel.
@@ -86,9 +119,10 @@ __device__ __forceinline__ void load_decays(float (&dr)[kR], const bf16 *g,
     dr[r] = e;
 }
 
-/// The block's index among all (batch, head, tile) blocks.
+/// The block's index among all (batch, head group, tile) blocks.
 __device__ __forceinline__ int64_t block_slot(const Dims &d) {
-  return (int64_t(blockIdx.z) * d.Hv + blockIdx.y) * d.tiles() + blockIdx.x;
+  return (int64_t(blockIdx.z) * d.groups() + blockIdx.y) * d.tiles() +
+         blockIdx.x;
 }
 
 /// The thread's rows of a Dk vector (0 past Dk).
@@ -155,15 +189,15 @@ __global__ void __launch_bounds__(kBlock)
                                const bf16 *beta, Dims d) {
   __shared__ float part[2][kWarps][kTile], opart[kWarps][kTile];
   const int lane = threadIdx.x % kTile, w = threadIdx.x / kTile;
-  const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int64_t j = int64_t(blockIdx.x) * kTile + lane;
+  const Column col = column_of(d);
+  const int64_t b = blockIdx.z, h = col.h, j = col.j;
   const int64_t per = kR * kBlock, slot = block_slot(d);
   float S[kR] = {}, kr[kR];
   for (int64_t t = 0; t < d.T; ++t) {
     if (ckpt && t % kChunk == 0)
       put(ckpt + (slot * d.chunks() + t / kChunk) * per, S);
     load_rows(kr, k + d.qk(b, t, h), d.Dk);
-    const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
+    const float vj = col.valid ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
     float dr[kR];
     load_decays(dr, g, d, d.gb(b, t, h));
     advance(S, kr, dr, bf2f(beta[d.gb(b, t, h)]), vj, d.delta, part[t & 1]);
@@ -176,7 +210,7 @@ __global__ void __launch_bounds__(kBlock)
       po += S[r] * qr[r];
     opart[w][lane] = po;
     __syncthreads();
-    if (w == 0 && j < d.Dv)
+    if (w == 0 && col.valid)
       o[d.vo(b, t, h) + j] = f2bf(column_sum(opart));
   }
 }
@@ -186,11 +220,12 @@ __global__ void __launch_bounds__(kBlock)
 // terms of dq, dk (and dg) before their sums over columns.
 template <int kR>
 __global__ void __launch_bounds__(kBlock)
-    gated_scan_backward_kernel(bf16 *dv, float *partials, float *states,
-                                float *carry, const float *ckpt,
-                                const bf16 *dout, const bf16 *q, const bf16 *k,
-                                const bf16 *v, const bf16 *g, const bf16 *beta,
-                                Dims d, int64_t c_begin, int64_t c_end) {
+    gated_scan_backward_kernel(bf16 *dv, float *block_partials,
+                               float *head_partials, float *states,
+                               float *carry, const float *ckpt,
+                               const bf16 *dout, const bf16 *q, const bf16 *k,
+                               const bf16 *v, const bf16 *g, const bf16 *beta,
+                               Dims d, int64_t c_begin, int64_t c_end) {
   constexpr int kRows = kWarps * kR, kPad = kTile + 1;
   MT_DYNAMIC_SHARED(smem);
   float *pq = reinterpret_cast<float *>(smem), *pk = pq + kRows * kPad,
@@ -198,8 +233,8 @@ __global__ void __launch_bounds__(kBlock)
   __shared__ float part[2][kWarps][kTile], ddp[kWarps][kTile],
       dgp[kWarps][kTile], us[kChunk][kTile];
   const int lane = threadIdx.x % kTile, w = threadIdx.x / kTile;
-  const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int64_t j = int64_t(blockIdx.x) * kTile + lane;
+  const Column col = column_of(d);
+  const int64_t b = blockIdx.z, h = col.h, j = col.j;
   const int64_t per = kR * kBlock, slot = block_slot(d);
   float *chunk_states = states + slot * kChunk * per;
   float dS[kR] = {}, kr[kR];
@@ -213,7 +248,7 @@ __global__ void __launch_bounds__(kBlock)
       const int64_t t = t0 + tau;
       put(chunk_states + tau * per, S);
       load_rows(kr, k + d.qk(b, t, h), d.Dk);
-      const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
+      const float vj = col.valid ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
       float dr[kR];
       load_decays(dr, g, d, d.gb(b, t, h));
       const float u = advance(S, kr, dr, bf2f(beta[d.gb(b, t, h)]), vj, d.delta,
@@ -227,8 +262,8 @@ __global__ void __launch_bounds__(kBlock)
       load_decays(decay, g, d, d.gb(b, t, h));
       const float bt = bf2f(beta[d.gb(b, t, h)]);
       const float corr = d.delta ? bt : 0.f; // the correction's beta
-      const float vj = j < d.Dv ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
-      const float doj = j < d.Dv ? bf2f(dout[d.vo(b, t, h) + j]) : 0.f;
+      const float vj = col.valid ? bf2f(v[d.vo(b, t, h) + j]) : 0.f;
+      const float doj = col.valid ? bf2f(dout[d.vo(b, t, h) + j]) : 0.f;
       float qr[kR];
       load_rows(qr, q + d.qk(b, t, h), d.Dk);
       load_rows(kr, k + d.qk(b, t, h), d.Dk);
@@ -262,48 +297,65 @@ __global__ void __launch_bounds__(kBlock)
         dS[r] *= decay[r];
       }
       dgp[w][lane] = pg;
-      float *out = partials +
-                   (((t - c_begin * kChunk) * d.Bn + b) * d.Hv + h) *
-                       d.tiles() * d.width() +
-                   blockIdx.x * d.width();
-      if (w == 0) {
-        out[2 * d.Dk + kTile + lane] = ddelta * (vj - u);
-        if (dv && j < d.Dv)
+      // The records of this position: the block's, and those of the
+      // block's heads (this lane's at `mine`).
+      const int64_t at = (t - c_begin * kChunk) * d.Bn + b;
+      float *out = block_partials +
+                   ((at * d.groups() + blockIdx.y) * d.tiles() + blockIdx.x) *
+                       d.block_width();
+      const int64_t first = int64_t(blockIdx.y) * d.pack;
+      auto head_record = [&](int64_t head) {
+        return head_partials +
+               ((at * d.Hv + head) * d.tiles() + blockIdx.x) * d.head_width();
+      };
+      if (w == 0 && col.owner) {
+        head_record(h)[d.lanes + col.c] = ddelta * (vj - u);
+        if (dv && col.valid)
           add_store(dv, d.vo(b, t, h) + j, bt * ddelta);
       }
       __syncthreads();
+      // Lanes of no column hold zeros, so dq and dk sum every lane.
       for (int64_t i = threadIdx.x; i < d.Dk; i += kBlock) {
-        float sq = 0.f, sk = 0.f, sg = 0.f;
+        float sq = 0.f, sk = 0.f;
         for (int l = 0; l < kTile; ++l) {
           sq += pq[i * kPad + l];
           sk += pk[i * kPad + l];
-          if (d.key_decay)
-            sg += pgk[i * kPad + l];
         }
         out[i] = sq;
         out[d.Dk + i] = sk;
-        if (d.key_decay)
-          out[2 * d.Dk + 2 * kTile + i] = sg;
       }
-      if (threadIdx.x < kTile)
-        out[2 * d.Dk + threadIdx.x] = column_sum(dgp);
+      if (d.key_decay)
+        for (int64_t e = threadIdx.x; e < d.Dk * d.pack; e += kBlock) {
+          const int64_t i = e % d.Dk, p = e / d.Dk;
+          if (first + p >= d.Hv)
+            continue;
+          float sg = 0.f;
+          for (int l = int(p) * d.lanes; l < (int(p) + 1) * d.lanes; ++l)
+            sg += pgk[i * kPad + l];
+          head_record(first + p)[2 * d.lanes + i] = sg;
+        }
+      if (threadIdx.x < kTile && col.owner)
+        head_record(h)[col.c] = column_sum(dgp);
     }
   }
   if (c_begin > 0)
     put(carry + slot * per, dS);
 }
 
-// dq, dk [b, t0 + tl, hk, i] += the partials of the key head's value heads.
+// dq, dk [b, t0 + tl, hk, i] += the partials of the key head's blocks.
 __global__ void gated_scan_reduce_qk(bf16 *dq, bf16 *dk, const float *partials,
                                       Dims d, int64_t t0, int64_t len) {
-  const int64_t n = d.Bn * len * d.Hk * d.Dk, G = d.Hv / d.Hk;
-  const int64_t tiles = d.tiles(), W = d.width();
+  const int64_t n = d.Bn * len * d.Hk * d.Dk, tiles = d.tiles();
+  const int64_t W = d.block_width(), G = d.Hv / d.Hk;
+  const int64_t per_key = (G + d.pack - 1) / d.pack; // blocks of a key head
   for (int64_t e = global_index(); e < n; e += global_stride()) {
     const int64_t i = e % d.Dk, hk = e / d.Dk % d.Hk;
     const int64_t tl = e / (d.Dk * d.Hk) % len, b = e / (d.Dk * d.Hk * len);
     float sq = 0.f, sk = 0.f;
-    for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
-      const float *p = partials + ((tl * d.Bn + b) * d.Hv + h) * tiles * W;
+    for (int64_t y = hk * per_key; y < min64((hk + 1) * per_key, d.groups());
+         ++y) {
+      const float *p =
+          partials + ((tl * d.Bn + b) * d.groups() + y) * tiles * W;
       for (int64_t tile = 0; tile < tiles; ++tile) {
         sq += p[tile * W + i];
         sk += p[tile * W + d.Dk + i];
@@ -320,14 +372,15 @@ __global__ void gated_scan_reduce_qk(bf16 *dq, bf16 *dk, const float *partials,
 // dg [b, t0 + tl, h, i] += the partials of row i, a decay per key channel.
 __global__ void gated_scan_reduce_gk(bf16 *dg, const float *partials, Dims d,
                                      int64_t t0, int64_t len) {
-  const int64_t n = d.Bn * len * d.Hv * d.Dk, tiles = d.tiles(), W = d.width();
+  const int64_t n = d.Bn * len * d.Hv * d.Dk, tiles = d.tiles();
+  const int64_t W = d.head_width();
   for (int64_t e = global_index(); e < n; e += global_stride()) {
     const int64_t i = e % d.Dk, h = e / d.Dk % d.Hv;
     const int64_t tl = e / (d.Dk * d.Hv) % len, b = e / (d.Dk * d.Hv * len);
     const float *p = partials + ((tl * d.Bn + b) * d.Hv + h) * tiles * W;
     float sg = 0.f;
     for (int64_t tile = 0; tile < tiles; ++tile)
-      sg += p[tile * W + 2 * d.Dk + 2 * kTile + i];
+      sg += p[tile * W + 2 * d.lanes + i];
     add_store(dg, ((b * d.T + t0 + tl) * d.Hv + h) * d.Dk + i, sg);
   }
 }
@@ -337,15 +390,15 @@ __global__ void gated_scan_reduce_gk(bf16 *dg, const float *partials, Dims d,
 __global__ void gated_scan_reduce_gb(bf16 *dg, bf16 *dbeta,
                                       const float *partials, Dims d, int64_t t0,
                                       int64_t len) {
-  const int64_t n = d.Bn * len * d.Hv, tiles = d.tiles(), W = d.width();
+  const int64_t n = d.Bn * len * d.Hv, tiles = d.tiles(), W = d.head_width();
   for (int64_t e = global_index(); e < n; e += global_stride()) {
     const int64_t h = e % d.Hv, tl = e / d.Hv % len, b = e / (d.Hv * len);
     const float *p = partials + ((tl * d.Bn + b) * d.Hv + h) * tiles * W;
     float sg = 0.f, sb = 0.f;
     for (int64_t tile = 0; tile < tiles; ++tile)
-      for (int l = 0; l < kTile; ++l) {
-        sg += p[tile * W + 2 * d.Dk + l];
-        sb += p[tile * W + 2 * d.Dk + kTile + l];
+      for (int l = 0; l < d.lanes; ++l) {
+        sg += p[tile * W + l];
+        sb += p[tile * W + d.lanes + l];
       }
     const int64_t at = (b * d.T + t0 + tl) * d.Hv + h;
     if (dg)
@@ -363,7 +416,16 @@ Dims checked_dims(const char *op, int64_t Bn, int64_t T, int64_t Hk, int64_t Hv,
   if (Dk > kMaxDk)
     fail("cuda ", op, ": key head dim ", Dk, " is over the ", kMaxDk,
          " the gated scan kernels support");
-  return {Bn, T, Hk, Hv, Dk, Dv, delta, key_decay};
+  // A head narrower than a tile takes the power of 2 lanes that hold its
+  // columns; as many heads share a block as fill it, and divide a key
+  // head's group, so that a block reads one key head.
+  int lanes = 1;
+  while (lanes < min64(Dv, kTile))
+    lanes *= 2;
+  int pack = kTile / lanes;
+  while (Hk > 1 && (Hv / Hk) % pack != 0)
+    pack /= 2;
+  return {Bn, T, Hk, Hv, Dk, Dv, delta, key_decay, lanes, pack};
 }
 
 /// Calls f(std::integral_constant<int, kR>) with the rows per thread for Dk.
@@ -383,7 +445,7 @@ template <class F> void with_rows(int64_t Dk, F &&f) {
 }
 
 dim3 grid_of(const Dims &d) {
-  return dim3(unsigned(d.tiles()), unsigned(d.Hv), unsigned(d.Bn));
+  return dim3(unsigned(d.tiles()), unsigned(d.groups()), unsigned(d.Bn));
 }
 
 } // namespace
@@ -419,15 +481,19 @@ void CudaKernels::gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
   const cudaStream_t s = cudaStream_t(stream_);
   with_rows(Dk, [&](auto rows) {
     constexpr int kR = decltype(rows)::value;
-    const int64_t per = kR * kBlock, blocks = Bn * Hv * d.tiles();
+    const int64_t per = kR * kBlock, blocks = Bn * d.groups() * d.tiles();
     const int64_t segment = min64(T, kSegmentChunks * kChunk);
     const int64_t ckpt_n = blocks * d.chunks() * per,
                   states_n = blocks * kChunk * per, carry_n = blocks * per;
-    const int64_t partials_n = segment * Bn * Hv * d.tiles() * d.width();
+    const int64_t block_partials_n = segment * blocks * d.block_width(),
+                  head_partials_n =
+                      segment * Bn * Hv * d.tiles() * d.head_width();
     float *ckpt = static_cast<float *>(scratch(
-        (ckpt_n + states_n + carry_n + partials_n) * int64_t(sizeof(float))));
+        (ckpt_n + states_n + carry_n + block_partials_n + head_partials_n) *
+        int64_t(sizeof(float))));
     float *states = ckpt + ckpt_n, *carry = states + states_n,
-          *partials = carry + carry_n;
+          *block_partials = carry + carry_n,
+          *head_partials = block_partials + block_partials_n;
     MT_LAUNCH(gated_scan_forward_kernel<kR>, grid_of(d), dim3(kBlock), s,
               static_cast<bf16 *>(nullptr), ckpt, B(q), B(k), B(v), B(g),
               B(beta), d);
@@ -436,23 +502,23 @@ void CudaKernels::gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
     for (int64_t c_end = d.chunks(); c_end > 0;) {
       const int64_t c_begin = max64(0, c_end - kSegmentChunks);
       const int64_t t0 = c_begin * kChunk, len = min64(T, c_end * kChunk) - t0;
-      launch_kernel_shared("gated_scan_backward_kernel",
-                           gated_scan_backward_kernel<kR>, grid_of(d),
-                           dim3(kBlock), shared, s, B(dv), partials, states,
-                           carry, static_cast<const float *>(ckpt), B(dout),
-                           B(q), B(k), B(v), B(g), B(beta), d, c_begin, c_end);
+      launch_kernel_shared(
+          "gated_scan_backward_kernel", gated_scan_backward_kernel<kR>,
+          grid_of(d), dim3(kBlock), shared, s, B(dv), block_partials,
+          head_partials, states, carry, static_cast<const float *>(ckpt),
+          B(dout), B(q), B(k), B(v), B(g), B(beta), d, c_begin, c_end);
       if (dq || dk)
         MT_LAUNCH(gated_scan_reduce_qk, blocks_for(Bn * len * Hk * Dk),
                   kThreads, s, B(dq), B(dk),
-                  static_cast<const float *>(partials), d, t0, len);
+                  static_cast<const float *>(block_partials), d, t0, len);
       if (dg && key_decay)
         MT_LAUNCH(gated_scan_reduce_gk, blocks_for(Bn * len * Hv * Dk),
-                  kThreads, s, B(dg), static_cast<const float *>(partials), d,
-                  t0, len);
+                  kThreads, s, B(dg), static_cast<const float *>(head_partials),
+                  d, t0, len);
       if ((dg && !key_decay) || dbeta)
         MT_LAUNCH(gated_scan_reduce_gb, blocks_for(Bn * len * Hv), kThreads, s,
                   B(key_decay ? nullptr : dg), B(dbeta),
-                  static_cast<const float *>(partials), d, t0, len);
+                  static_cast<const float *>(head_partials), d, t0, len);
       c_end = c_begin;
     }
   });

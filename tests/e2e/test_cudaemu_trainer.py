@@ -152,8 +152,8 @@ class CudaEmulatedTrainer(unittest.TestCase):
 
     def test_jamba_selective_scan(self):
         # Jamba's Mamba-1 mixers: 128 value heads of one column on one key
-        # head, a decay per key channel (a block's tile one lane wide),
-        # beside attention and experts, through the generated calls.
+        # head, a decay per key channel (32 heads to a block), beside
+        # attention and experts, through the generated calls.
         self.check(self.dynamo_export("jamba"), "jamba", "--micro-batches", "2")
 
     def test_bamba_mamba2(self):

@@ -766,7 +766,10 @@ TEST_F(CudaKernelsTest, CausalConv) {
 // Two value heads per key head; T = 150 spans three of the backward's
 // 64-position chunks and T = 300 two of its 256-position segments (dS carried
 // between them), with a ragged second tile of columns; Dk = Dv = 128 is
-// Qwen3.5's head and Dk = 256 the widest the kernels take. |k|² stays below
+// Qwen3.5's head and Dk = 256 the widest the kernels take. Heads narrower
+// than a tile share one: 37 heads of one column (Mamba-1's) fill a block and
+// a ragged second; six heads of 3 columns a key head, two to a block; 32
+// heads of one column each of two key heads, a block each. |k|² stays below
 // 1 so that the state stays bounded. Three rules: with the delta rule's
 // correction (Qwen3.5), without (Mamba-2), and with it and a decay per key
 // channel (Kimi Delta Attention).
@@ -779,9 +782,10 @@ TEST_F(CudaKernelsTest, GatedScan) {
   };
   for (const Rule rule :
        {Rule{true, false}, Rule{false, false}, Rule{true, true}})
-    for (const Case c :
-         {Case{2, 150, 1, 2, 8, 6}, Case{1, 300, 2, 4, 20, 40},
-          Case{1, 5, 1, 2, 128, 128}, Case{1, 4, 1, 1, 256, 40}}) {
+    for (const Case c : {Case{2, 150, 1, 2, 8, 6}, Case{1, 300, 2, 4, 20, 40},
+                         Case{1, 5, 1, 2, 128, 128}, Case{1, 4, 1, 1, 256, 40},
+                         Case{2, 70, 1, 37, 16, 1}, Case{1, 70, 2, 12, 8, 3},
+                         Case{1, 300, 2, 64, 16, 1}}) {
       const bool delta = rule.delta, key_decay = rule.key_decay;
       const int64_t nqk = c.B * c.T * c.Hk * c.Dk,
                     nvo = c.B * c.T * c.Hv * c.Dv, ngb = c.B * c.T * c.Hv,
@@ -811,12 +815,12 @@ TEST_F(CudaKernelsTest, GatedScan) {
                                v.host(), g.host(), beta.host(), c.B, c.T, c.Hk,
                                c.Hv, c.Dk, c.Dv, delta, key_decay);
       sync();
-      const std::string at = std::string(key_decay ? "key decay"
-                                         : delta   ? "delta"
-                                                   : "linear") +
-                             " T=" + std::to_string(c.T) +
-                             " Dk=" + std::to_string(c.Dk) +
-                             " Dv=" + std::to_string(c.Dv);
+      const std::string at =
+          std::string(key_decay ? "key decay"
+                      : delta   ? "delta"
+                                : "linear") +
+          " T=" + std::to_string(c.T) + " Dk=" + std::to_string(c.Dk) +
+          " Hv=" + std::to_string(c.Hv) + " Dv=" + std::to_string(c.Dv);
       EXPECT_TRUE(near(o.fetch(), o.h, kUlp, kSums)) << "o, " << at;
       EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kSums)) << "dq, " << at;
       EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kSums)) << "dk, " << at;
