@@ -433,23 +433,24 @@ private:
                            shapeOf(c.getW())[2]);
     } else if (auto s = dyn_cast<XieluOp>(op)) {
       os_ << llvm::formatv("  k.xielu_forward({0}, {1}, {2}, {3}, {4}, {5}, "
-                           "{6});\n",
+                           "{6}, {7});\n",
                            ref(s.getY()), ref(s.getX()), ref(s.getAlphaP()),
                            ref(s.getAlphaN()), count(s.getX()),
                            lit(s.getBeta().convertToDouble()),
-                           lit(s.getEps().convertToDouble()));
+                           lit(s.getEps().convertToDouble()),
+                           s.getSoftplus() ? "true" : "false");
     } else if (auto s = dyn_cast<XieluGradOp>(op)) {
       auto dap = paramGrad(&op, s.getDalphaP()),
            dan = paramGrad(&op, s.getDalphaN());
       if (failed(dap) || failed(dan))
         return failure();
-      os_ << llvm::formatv("  k.xielu_backward({0}, {1}, {2}, {3}, {4}, {5}, "
-                           "{6}, {7}, {8}, {9});\n",
-                           grad(s.getDx()), *dap, *dan, ref(s.getDy()),
-                           ref(s.getX()), ref(s.getAlphaP()),
-                           ref(s.getAlphaN()), count(s.getX()),
-                           lit(s.getBeta().convertToDouble()),
-                           lit(s.getEps().convertToDouble()));
+      os_ << llvm::formatv(
+          "  k.xielu_backward({0}, {1}, {2}, {3}, {4}, {5}, "
+          "{6}, {7}, {8}, {9}, {10});\n",
+          grad(s.getDx()), *dap, *dan, ref(s.getDy()), ref(s.getX()),
+          ref(s.getAlphaP()), ref(s.getAlphaN()), count(s.getX()),
+          lit(s.getBeta().convertToDouble()), lit(s.getEps().convertToDouble()),
+          s.getSoftplus() ? "true" : "false");
     } else if (auto s = dyn_cast<SoftcapOp>(op)) {
       os_ << llvm::formatv("  k.softcap_forward({0}, {1}, {2}, {3});\n",
                            ref(s.getY()), ref(s.getX()), count(s.getX()),

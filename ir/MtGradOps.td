@@ -269,7 +269,7 @@ def Mt_GatedLinearGradOp : Mt_GradOp<"gated_linear_grad"> {
 }
 
 def Mt_XieluGradOp : Mt_GradOp<"xielu_grad"> {
-  let summary = "dx, dαp, dαn of mt.xielu";
+  let summary = "dx, dalpha_p, dalpha_n of mt.xielu (through the softplus with `softplus`)";
   let description = [{
     ```mlir
     %dx, %dap, %dan = mt.xielu_grad %dy, %x, %ap, %an {beta = 5.0e-01 : f64, eps = -1.0e-06 : f64} : (tensor<2x16x128xf32>, tensor<2x16x128xf32>, tensor<1xf32>, tensor<1xf32>) -> (tensor<2x16x128xf32>, tensor<1xf32>, tensor<1xf32>)
@@ -277,7 +277,7 @@ def Mt_XieluGradOp : Mt_GradOp<"xielu_grad"> {
   }];
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$x,
                        Mt_GradTensor:$alpha_p, Mt_GradTensor:$alpha_n,
-                       F64Attr:$beta, F64Attr:$eps);
+                       F64Attr:$beta, F64Attr:$eps, UnitAttr:$softplus);
   let results = (outs Mt_GradTensor:$dx, Mt_GradTensor:$dalpha_p,
                       Mt_GradTensor:$dalpha_n);
 }

@@ -447,15 +447,18 @@ def Mt_XieluOp : Mt_PrimOp<"xielu"> {
   let summary = "xIELU (Apertus): a trained quadratic above 0, a trained ELU below";
   let description = [{
     y = αp·x² + β·x where x > 0, αn·(expm1(min(x, eps)) − x) + β·x elsewhere.
-    αp and αn are one-element params (the exported softplus(α) values); β and
-    eps are constants.
+    β and eps are constants. alpha_p and alpha_n are one-element params: αp
+    and αn themselves (an optimizer's fold of the trained alphas' softplus),
+    or with `softplus` the trained alphas as transformers keeps them, αp =
+    softplus(alpha_p) and αn = β + softplus(alpha_n).
 
     ```mlir
     %y = mt.xielu %x, %ap, %an {beta = 5.0e-01 : f64, eps = -1.0e-06 : f64} : (tensor<2x16x128xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x128xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$x, Mt_FloatTensor:$alpha_p,
-                       Mt_FloatTensor:$alpha_n, F64Attr:$beta, F64Attr:$eps);
+                       Mt_FloatTensor:$alpha_n, F64Attr:$beta, F64Attr:$eps,
+                       UnitAttr:$softplus);
   let results = (outs Mt_FloatTensor:$y);
   let assemblyFormat = "$x `,` $alpha_p `,` $alpha_n attr-dict `:` functional-type(operands, results)";
 }

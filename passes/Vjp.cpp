@@ -230,9 +230,12 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
   }
   if (auto s = dyn_cast<XieluOp>(op)) {
     SmallVector<Value> primals{s.getX(), s.getAlphaP(), s.getAlphaN()};
+    SmallVector<NamedAttribute> attrs{attr("beta"), attr("eps")};
+    if (s.getSoftplus())
+      attrs.push_back(attr("softplus"));
     Operation *g = create(loc, "mt.xielu_grad",
                           {dy, s.getX(), s.getAlphaP(), s.getAlphaN()},
-                          typesOf(primals), {attr("beta"), attr("eps")});
+                          typesOf(primals), attrs);
     for (auto [p, d] : llvm::zip(primals, g->getResults()))
       addGradient(p, d);
     return success();

@@ -95,6 +95,19 @@ void removeNoOps(Graph &g) {
       g.replaceAllUses(n->out(), x);
       continue;
     }
+    // x · 1, x / 1, x + 0, x − 0 by constants that do not broadcast x (an
+    // export without the ONNX optimizer keeps softplus's beta of 1, also on
+    // weights: xIELU's alphas).
+    auto identity = [&](Value *c, double one) {
+      return isSplat(c, one) && n->out()->shape == x->shape &&
+             n->out()->dtype == x->dtype;
+    };
+    if (n->domain.empty() && n->inputs.size() == 2 &&
+        (((n->op == "Mul" || n->op == "Div") && identity(n->in(1), 1)) ||
+         ((n->op == "Add" || n->op == "Sub") && identity(n->in(1), 0)))) {
+      g.replaceAllUses(n->out(), x);
+      continue;
+    }
     if (!isActivation(x))
       continue;
     if (Value *same = viewedBack(n)) {
@@ -110,15 +123,6 @@ void removeNoOps(Graph &g) {
     if (n->op == "Cast" || n->op == "CastLike")
       noOp = (isFloat(x->dtype) && isFloat(n->out()->dtype)) ||
              (isInteger(x->dtype) && isInteger(n->out()->dtype));
-    // x · 1, x / 1, x + 0, x − 0 by constants that do not broadcast x (an
-    // export without the ONNX optimizer keeps softplus's beta of 1).
-    auto identity = [&](Value *c, double one) {
-      return isSplat(c, one) && n->out()->shape == x->shape &&
-             n->out()->dtype == x->dtype;
-    };
-    if (n->domain.empty() && n->inputs.size() == 2)
-      noOp |= ((n->op == "Mul" || n->op == "Div") && identity(n->in(1), 1)) ||
-              ((n->op == "Add" || n->op == "Sub") && identity(n->in(1), 0));
     if (noOp)
       g.replaceAllUses(n->out(), x);
   }

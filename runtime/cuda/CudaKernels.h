@@ -192,12 +192,12 @@ public:
                            int64_t Dk, int64_t Dv, bool delta,
                            bool key_decay) override;
   void xielu_forward(void *y, const void *x, const void *alpha_p,
-                     const void *alpha_n, int64_t n, float beta,
-                     float eps) override;
+                     const void *alpha_n, int64_t n, float beta, float eps,
+                     bool softplus) override;
   void xielu_backward(void *dx, float *dalpha_p, float *dalpha_n,
                       const void *dy, const void *x, const void *alpha_p,
-                      const void *alpha_n, int64_t n, float beta,
-                      float eps) override;
+                      const void *alpha_n, int64_t n, float beta, float eps,
+                      bool softplus) override;
   void swiglu_forward(void *y, const void *gate, const void *up,
                       int64_t n) override;
   void swiglu_backward(void *dgate, void *dup, const void *dy, const void *gate,

@@ -101,11 +101,26 @@ __global__ void pointwise_kernel(bf16 *y, const bf16 *dy, const bf16 *x,
   }
 }
 
-// xIELU: ap and an are read from their one-element weights.
+// xIELU: ap and an are read from their one-element weights, themselves or
+// through the softplus (cpu::xielu_alphas).
+__device__ __forceinline__ float xielu_softplus(float a) {
+  return a > 20.f ? a : log1pf(expf(a));
+}
+__device__ __forceinline__ float xielu_alpha_p(const bf16 *ap, bool softplus) {
+  const float a = bf2f(ap[0]);
+  return softplus ? xielu_softplus(a) : a;
+}
+__device__ __forceinline__ float xielu_alpha_n(const bf16 *an, float beta,
+                                               bool softplus) {
+  const float a = bf2f(an[0]);
+  return softplus ? beta + xielu_softplus(a) : a;
+}
+
 __global__ void xielu_forward_kernel(bf16 *y, const bf16 *x, const bf16 *ap,
                                      const bf16 *an, int64_t n, float beta,
-                                     float eps) {
-  const float a_p = bf2f(ap[0]), a_n = bf2f(an[0]);
+                                     float eps, bool softplus) {
+  const float a_p = xielu_alpha_p(ap, softplus),
+              a_n = xielu_alpha_n(an, beta, softplus);
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const float v = bf2f(x[i]);
     y[i] = f2bf(v > 0.f ? a_p * v * v + beta * v
@@ -114,9 +129,10 @@ __global__ void xielu_forward_kernel(bf16 *y, const bf16 *x, const bf16 *ap,
 }
 
 __global__ void xielu_backward_kernel(bf16 *dx, const bf16 *dy, const bf16 *x,
-                                      const bf16 *ap, const bf16 *an,
-                                      int64_t n, float beta, float eps) {
-  const float a_p = bf2f(ap[0]), a_n = bf2f(an[0]);
+                                      const bf16 *ap, const bf16 *an, int64_t n,
+                                      float beta, float eps, bool softplus) {
+  const float a_p = xielu_alpha_p(ap, softplus),
+              a_n = xielu_alpha_n(an, beta, softplus);
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const float v = bf2f(x[i]);
     const float d = v > 0.f ? 2.f * a_p * v + beta
@@ -143,9 +159,14 @@ template <bool Positive> struct XieluParamGrad {
     return v > 0.f ? 0.f : bf2f(dy[i]) * (expm1f(fminf(v, eps)) - v);
   }
 };
-struct Column {
+/// Column sums times the softplus' derivative at a one-element weight (1
+/// where alpha is null).
+struct ThroughSoftplus {
   const float *v;
-  __device__ float operator()(int64_t m, int64_t) const { return v[m]; }
+  const bf16 *alpha;
+  __device__ float operator()(int64_t m, int64_t) const {
+    return alpha ? v[m] / (1.f + expf(-bf2f(alpha[0]))) : v[m];
+  }
 };
 
 __global__ void swiglu_forward_kernel(bf16 *y, const bf16 *gate, const bf16 *up,
@@ -603,10 +624,10 @@ void CudaKernels::softcap_backward(void *dx, const void *dy, const void *x,
 }
 void CudaKernels::xielu_forward(void *y, const void *x, const void *alpha_p,
                                 const void *alpha_n, int64_t n, float beta,
-                                float eps) {
+                                float eps, bool softplus) {
   if (n > 0)
     MT_LAUNCH(xielu_forward_kernel, blocks_for(n), kBlock, S_, B(y), B(x),
-              B(alpha_p), B(alpha_n), n, beta, eps);
+              B(alpha_p), B(alpha_n), n, beta, eps, softplus);
 }
 
 // The param gradients in fixed order, no atomics: column sums of the
@@ -614,27 +635,29 @@ void CudaKernels::xielu_forward(void *y, const void *x, const void *alpha_p,
 void CudaKernels::xielu_backward(void *dx, float *dalpha_p, float *dalpha_n,
                                  const void *dy, const void *x,
                                  const void *alpha_p, const void *alpha_n,
-                                 int64_t n, float beta, float eps) {
+                                 int64_t n, float beta, float eps,
+                                 bool softplus) {
   if (n <= 0)
     return;
   if (dx)
     MT_LAUNCH(xielu_backward_kernel, blocks_for(n), kBlock, S_, B(dx), B(dy),
-              B(x), B(alpha_p), B(alpha_n), n, beta, eps);
+              B(x), B(alpha_p), B(alpha_n), n, beta, eps, softplus);
   const int64_t M = (n + kXieluCols - 1) / kXieluCols;
   const int64_t partials = std::max(column_chunks(M) * kXieluCols,
                                     column_chunks(kXieluCols));
   float *columns =
       static_cast<float *>(scratch((kXieluCols + partials) * 4));
   float *part = columns + kXieluCols;
-  auto total = [&](float *out, auto summand) {
+  auto total = [&](float *out, auto summand, const void *alpha) {
     zero_f32(columns, kXieluCols);
     column_sums(columns, part, M, kXieluCols, summand, S_);
-    column_sums(out, part, kXieluCols, 1, Column{columns}, S_);
+    column_sums(out, part, kXieluCols, 1,
+                ThroughSoftplus{columns, softplus ? B(alpha) : nullptr}, S_);
   };
   if (dalpha_p)
-    total(dalpha_p, XieluParamGrad<true>{B(dy), B(x), n, eps});
+    total(dalpha_p, XieluParamGrad<true>{B(dy), B(x), n, eps}, alpha_p);
   if (dalpha_n)
-    total(dalpha_n, XieluParamGrad<false>{B(dy), B(x), n, eps});
+    total(dalpha_n, XieluParamGrad<false>{B(dy), B(x), n, eps}, alpha_n);
 }
 void CudaKernels::swiglu_forward(void *y, const void *gate, const void *up,
                                  int64_t n) {

@@ -254,16 +254,27 @@ void CpuKernels::gated_scan_backward(void *dq, void *dk, void *dv, void *dg,
 }
 void CpuKernels::xielu_forward(void *y, const void *x, const void *alpha_p,
                                const void *alpha_n, int64_t n, float beta,
-                               float eps) {
-  cpu::xielu_forward(F(y), F(x), n, *F(alpha_p), *F(alpha_n), beta, eps);
+                               float eps, bool softplus) {
+  const cpu::XieluAlphas a =
+      cpu::xielu_alphas(*F(alpha_p), *F(alpha_n), beta, softplus);
+  cpu::xielu_forward(F(y), F(x), n, a.ap, a.an, beta, eps);
   store(y, n);
 }
 void CpuKernels::xielu_backward(void *dx, float *dalpha_p, float *dalpha_n,
                                 const void *dy, const void *x,
                                 const void *alpha_p, const void *alpha_n,
-                                int64_t n, float beta, float eps) {
-  cpu::xielu_backward(F(dx), dalpha_p, dalpha_n, F(dy), F(x), n, *F(alpha_p),
-                      *F(alpha_n), beta, eps);
+                                int64_t n, float beta, float eps,
+                                bool softplus) {
+  const cpu::XieluAlphas a =
+      cpu::xielu_alphas(*F(alpha_p), *F(alpha_n), beta, softplus);
+  float dap = 0.f, dan = 0.f;
+  cpu::xielu_backward(F(dx), dalpha_p ? &dap : nullptr,
+                      dalpha_n ? &dan : nullptr, F(dy), F(x), n, a.ap, a.an,
+                      beta, eps);
+  if (dalpha_p)
+    *dalpha_p += a.dap * dap;
+  if (dalpha_n)
+    *dalpha_n += a.dan * dan;
   store(dx, n);
 }
 void CpuKernels::softcap_forward(void *y, const void *x, int64_t n, float cap) {

@@ -104,12 +104,12 @@ public:
                            int64_t Dk, int64_t Dv, bool delta,
                            bool key_decay) override;
   void xielu_forward(void *y, const void *x, const void *alpha_p,
-                     const void *alpha_n, int64_t n, float beta,
-                     float eps) override;
+                     const void *alpha_n, int64_t n, float beta, float eps,
+                     bool softplus) override;
   void xielu_backward(void *dx, float *dalpha_p, float *dalpha_n,
                       const void *dy, const void *x, const void *alpha_p,
-                      const void *alpha_n, int64_t n, float beta,
-                      float eps) override;
+                      const void *alpha_n, int64_t n, float beta, float eps,
+                      bool softplus) override;
   void softcap_forward(void *y, const void *x, int64_t n, float cap) override;
   void softcap_backward(void *dx, const void *dy, const void *x, int64_t n,
                         float cap) override;

@@ -160,14 +160,18 @@ public:
                                    const void *beta, int64_t B, int64_t T,
                                    int64_t Hk, int64_t Hv, int64_t Dk,
                                    int64_t Dv, bool delta, bool key_decay) = 0;
-  /// alpha_p, alpha_n: one-element weights (cpu::xielu_forward's ap, an).
+  /// alpha_p, alpha_n: one-element weights, cpu::xielu_forward's ap and an
+  /// themselves, or with `softplus` ap = softplus(alpha_p) and an = beta +
+  /// softplus(alpha_n) (transformers' parametrization); dalpha_p and
+  /// dalpha_n are then gradients of alpha_p and alpha_n through it.
   virtual void xielu_forward(void *y, const void *x, const void *alpha_p,
                              const void *alpha_n, int64_t n, float beta,
-                             float eps) = 0;
+                             float eps, bool softplus) = 0;
   virtual void xielu_backward(void *dx, float *dalpha_p, float *dalpha_n,
                               const void *dy, const void *x,
                               const void *alpha_p, const void *alpha_n,
-                              int64_t n, float beta, float eps) = 0;
+                              int64_t n, float beta, float eps,
+                              bool softplus) = 0;
   virtual void swiglu_forward(void *y, const void *gate, const void *up,
                               int64_t n) = 0;
   virtual void swiglu_backward(void *dgate, void *dup, const void *dy,

@@ -74,6 +74,13 @@ void xielu_forward(float *y, const float *x, int64_t n, float ap, float an,
   }
 }
 
+XieluAlphas xielu_alphas(float p, float n, float beta, bool softplus) {
+  if (!softplus)
+    return {p, n, 1.f, 1.f};
+  auto sp = [](float a) { return a > 20.f ? a : std::log1p(std::exp(a)); };
+  return {sp(p), beta + sp(n), sigmoid(p), sigmoid(n)};
+}
+
 // d/dx: 2·ap·x + beta above 0; an·(exp(x) − 1) + beta below eps, where
 // min(x, eps) passes x; −an + beta between eps and 0, where it is constant.
 // The param gradients sum fixed chunks in order: the same bits on any

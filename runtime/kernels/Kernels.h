@@ -176,6 +176,13 @@ void softcap_backward(float *dx, const float *dy, const float *x, int64_t n,
 // to dx and to *dap, *dan (either may be null), summing in double.
 void xielu_forward(float *y, const float *x, int64_t n, float ap, float an,
                    float beta, float eps);
+// ap and an from xIELU's params p and n: themselves, or with `softplus`
+// softplus(p) and beta + softplus(n) (torch's softplus: x past 20); dap and
+// dan are their derivatives in p and n.
+struct XieluAlphas {
+  float ap, an, dap, dan;
+};
+XieluAlphas xielu_alphas(float p, float n, float beta, bool softplus);
 void xielu_backward(float *dx, float *dap, float *dan, const float *dy,
                     const float *x, int64_t n, float ap, float an, float beta,
                     float eps);

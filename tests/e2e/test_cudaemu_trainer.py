@@ -93,14 +93,14 @@ class CudaEmulatedTrainer(unittest.TestCase):
         run([PYTHON, "-m", "tests.e2e.hf_architectures", "bloom", onnx], cwd=ROOT)
         self.check(onnx, "bloom")
 
-    def dynamo_export(self, family):
+    def dynamo_export(self, family, *flags):
         """The family's export by tests/e2e/dynamo_exports.py (torch 2.15)."""
         python = os.path.join(ROOT, ".venv-export", "bin", "python")
         if not os.path.exists(python):
             raise AssertionError(f"{python} is missing: run tools/install-export-venv.sh")
-        onnx = self.w(family + ".onnx")
-        run([python, os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py"), family, onnx],
-            cwd=ROOT)
+        onnx = self.w(family + "".join(flags) + ".onnx")
+        run([python, os.path.join(ROOT, "tests", "e2e", "dynamo_exports.py"), family, onnx,
+             *flags], cwd=ROOT)
         return onnx
 
     def test_mixtral_experts(self):
@@ -155,6 +155,12 @@ class CudaEmulatedTrainer(unittest.TestCase):
         # head, a decay per key channel (32 heads to a block), beside
         # attention and experts, through the generated calls.
         self.check(self.dynamo_export("jamba"), "jamba", "--micro-batches", "2")
+
+    def test_apertus_xielu_through_softplus(self):
+        # Apertus without the ONNX optimizer: xIELU on its raw alphas, the
+        # softplus and its derivative inside the kernels, through the
+        # generated calls.
+        self.check(self.dynamo_export("apertus", "--no-optimize"), "apertus_unoptimized")
 
     def test_bamba_mamba2(self):
         # Bamba's Mamba-2 mixers beside an attention layer: the scan without

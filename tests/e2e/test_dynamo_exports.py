@@ -107,12 +107,14 @@ class DynamoExports(unittest.TestCase):
         bias of zeros, softplus's beta of 1, and leaves computations on
         weights in the graph: Mamba-2's A = −exp(A_log) and its skip
         Unsqueeze(D), Mamba-1's −exp(A_log) broadcast against the time
-        step, gated DeltaNet's −exp(A_log). Those run in the layer,
-        so A_log and D train as in PyTorch (their gradients held to the
-        oracle's, which differentiates the same graph); declared buffers,
-        they are frozen tables."""
+        step, gated DeltaNet's −exp(A_log), Apertus's xIELU alphas through
+        softplus. Those run in the layer, so A_log, D and the alphas train
+        as in PyTorch (their gradients held to the oracle's, which
+        differentiates the same graph); declared buffers, they are frozen
+        tables."""
         for family, computed in [("mamba2", (".A_log", ".D")), ("mamba", (".A_log",)),
-                                 ("qwen3_5", (".A_log",))]:
+                                 ("qwen3_5", (".A_log",)),
+                                 ("apertus", (".alpha_p", ".alpha_n"))]:
             with self.subTest(family=family):
                 onnx = self.w(family + "_unoptimized.onnx")
                 run([EXPORT_PYTHON, EXPORTER, family, onnx, "--no-optimize"], cwd=ROOT)

@@ -155,6 +155,33 @@ def _(g):
     return ref
 
 
+@idiom("xielu-softplus", "xielu with ap = Softplus(αp) and an = beta + Softplus(αn) of [1] "
+       "weights under torch's threshold, Where(Greater(Mul(α,1),20), α, Div(Softplus(Mul(α,1)),1)): "
+       "Apertus's xIELU without the ONNX optimizer")
+def _(g):
+    x = x_input(g)
+    p, P = param(g, "act.alpha_p", [1], mean=0.8)
+    n, N = param(g, "act.alpha_n", [1], mean=-0.4)
+
+    def softplus(a):
+        scaled = g.op("Mul", a, g.const(1.0))
+        sp = g.op("Div", g.op("Softplus", scaled), g.const(1.0))
+        return g.op("Where", g.op("Greater", scaled, g.const(20.0)), a, sp)
+    ap, an = softplus(p), g.op("Add", g.const(0.5), softplus(n))
+    lin = g.op("Mul", g.const(0.5), x)
+    pos = g.op("Add", g.op("Mul", g.op("Mul", ap, x), x), lin)
+    expm1 = g.op("Sub", g.op("Exp", g.op("Min", x, g.const(-1e-6))), g.const(1.0))
+    neg = g.op("Add", g.op("Mul", g.op("Sub", expm1, x), an), lin)
+    y_output(g, g.op("Where", g.op("Greater", x, g.const(0.0)), pos, neg), HIDDEN)
+
+    def ref(f):
+        x = f["x"]
+        a_p, a_n = np.log1p(np.exp(P[0])), 0.5 + np.log1p(np.exp(N[0]))
+        return np.where(x > 0, a_p * x * x + 0.5 * x,
+                        a_n * (np.expm1(np.minimum(x, -1e-6)) - x) + 0.5 * x)
+    return ref
+
+
 def _batched_experts(g, xs, idx, w, gate_up, down, K, activation):
     """HF's batched experts on the rows xs [T, 16]: each row repeated K times,
     GatherND of each choice's gate_up [E, 2I, 16] and down [E, 16, I], batched

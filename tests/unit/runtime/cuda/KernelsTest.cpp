@@ -851,25 +851,31 @@ TEST_F(CudaKernelsTest, GatedScanSomeGradients) {
 }
 
 // xIELU over a ragged last row of the param gradients' [n / 1024, 1024]
-// view; values reach both branches and the band between eps and 0.
+// view; values reach both branches and the band between eps and 0. The
+// alphas as params, or through transformers' softplus.
 TEST_F(CudaKernelsTest, Xielu) {
   const int64_t n = 5000;
   Tensor x = Tensor::random(n, 86, -6.f, 4.f), dy = Tensor::random(n, 87);
   Tensor ap = Tensor::random(1, 88, 0.5f, 1.f),
-         an = Tensor::random(1, 89, 0.1f, 0.5f);
-  Tensor y = Tensor::output(n), dx = Tensor::grad(n, 90);
-  Tensor dap = Tensor::f32(1, 91), dan = Tensor::f32(1, 92);
-  k_->xielu_forward(y.dev(), x.dev(), ap.dev(), an.dev(), n, 0.5f, -1e-6f);
-  cpu_.xielu_forward(y.host(), x.host(), ap.host(), an.host(), n, 0.5f, -1e-6f);
-  k_->xielu_backward(dx.dev(), dap.dev_f32(), dan.dev_f32(), dy.dev(), x.dev(),
-                     ap.dev(), an.dev(), n, 0.5f, -1e-6f);
-  cpu_.xielu_backward(dx.host(), dap.host(), dan.host(), dy.host(), x.host(),
-                      ap.host(), an.host(), n, 0.5f, -1e-6f);
-  sync();
-  EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "y";
-  EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise)) << "dx";
-  EXPECT_TRUE(near(dap.fetch(), dap.h, 1e-4, 1e-5)) << "dalpha_p";
-  EXPECT_TRUE(near(dan.fetch(), dan.h, 1e-4, 1e-5)) << "dalpha_n";
+         an = Tensor::random(1, 89, -1.f, 0.5f);
+  for (bool softplus : {false, true}) {
+    Tensor y = Tensor::output(n), dx = Tensor::grad(n, 90);
+    Tensor dap = Tensor::f32(1, 91), dan = Tensor::f32(1, 92);
+    k_->xielu_forward(y.dev(), x.dev(), ap.dev(), an.dev(), n, 0.5f, -1e-6f,
+                      softplus);
+    cpu_.xielu_forward(y.host(), x.host(), ap.host(), an.host(), n, 0.5f,
+                       -1e-6f, softplus);
+    k_->xielu_backward(dx.dev(), dap.dev_f32(), dan.dev_f32(), dy.dev(),
+                       x.dev(), ap.dev(), an.dev(), n, 0.5f, -1e-6f, softplus);
+    cpu_.xielu_backward(dx.host(), dap.host(), dan.host(), dy.host(), x.host(),
+                        ap.host(), an.host(), n, 0.5f, -1e-6f, softplus);
+    sync();
+    const std::string at = softplus ? "softplus" : "alphas";
+    EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "y, " << at;
+    EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise)) << "dx, " << at;
+    EXPECT_TRUE(near(dap.fetch(), dap.h, 1e-4, 1e-5)) << "dalpha_p, " << at;
+    EXPECT_TRUE(near(dan.fetch(), dan.h, 1e-4, 1e-5)) << "dalpha_n, " << at;
+  }
 }
 
 TEST_F(CudaKernelsTest, Activations) {

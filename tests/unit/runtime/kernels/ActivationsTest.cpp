@@ -232,6 +232,32 @@ TEST(Xielu, MatchesReferenceAccumulatesDeterministic) {
   }
 }
 
+// transformers' parametrization, ap = softplus(p) and an = beta +
+// softplus(n) (p itself past torch's threshold of 20), and the derivatives,
+// against double and its central differences; without it, p and n as they
+// are.
+TEST(Xielu, SoftplusAlphasMatchDouble) {
+  const auto softplus = [](double a) {
+    return a > 20 ? a : std::log1p(std::exp(a));
+  };
+  for (float p : {-4.f, -0.3f, 0.f, 0.8f, 7.f, 19.5f, 24.f}) {
+    const float n = 0.5f - p;
+    const XieluAlphas a = xielu_alphas(p, n, 0.5f, true);
+    const double h = 1e-4;
+    EXPECT_NEAR(a.ap, softplus(p), 2e-6 * (1 + std::fabs(p))) << p;
+    EXPECT_NEAR(a.an, 0.5 + softplus(n), 2e-6 * (1 + std::fabs(n))) << p;
+    EXPECT_NEAR(a.dap, (softplus(p + h) - softplus(p - h)) / (2 * h), 1e-6)
+        << p;
+    EXPECT_NEAR(a.dan, (softplus(n + h) - softplus(n - h)) / (2 * h), 1e-6)
+        << p;
+    const XieluAlphas same = xielu_alphas(p, n, 0.5f, false);
+    EXPECT_EQ(same.ap, p);
+    EXPECT_EQ(same.an, n);
+    EXPECT_EQ(same.dap, 1.f);
+    EXPECT_EQ(same.dan, 1.f);
+  }
+}
+
 // inputs: gate, up. Output silu(gate)·up.
 Doubles ref_swiglu(const std::vector<Doubles> &in) {
   Doubles y(in[0].size());
