@@ -135,6 +135,20 @@ def _position_scale(pos, beta, period):
     return (1 + beta * np.log1p(np.floor(pos / period)))[:, None]
 
 
+def _xielu(g, x, ap, an):
+    """xIELU with beta 0.5 and eps −1e-6 as the dynamo exporter writes it."""
+    lin = g.op("Mul", g.const(0.5), x)
+    pos = g.op("Add", g.op("Mul", g.op("Mul", ap, x), x), lin)
+    expm1 = g.op("Sub", g.op("Exp", g.op("Min", x, g.const(-1e-6))), g.const(1.0))
+    neg = g.op("Add", g.op("Mul", g.op("Sub", expm1, x), an), lin)
+    y_output(g, g.op("Where", g.op("Greater", x, g.const(0.0)), pos, neg), HIDDEN)
+
+
+def _xielu_ref(x, a_p, a_n):
+    return np.where(x > 0, a_p * x * x + 0.5 * x,
+                    a_n * (np.expm1(np.minimum(x, -1e-6)) - x) + 0.5 * x)
+
+
 @idiom("xielu", "Where(Greater(x,0), Add(Mul(Mul(ap,x),x), Mul(beta,x)), "
        "Add(Mul(Sub(Sub(Exp(Min(x,eps)),1),x), an), Mul(beta,x))) with ap, an [1] weights: "
        "Apertus's xIELU as the dynamo exporter writes it")
@@ -142,17 +156,8 @@ def _(g):
     x = x_input(g)
     ap, AP = param(g, "act.alpha_p", [1], mean=0.8)
     an, AN = param(g, "act.alpha_n", [1], mean=0.3)
-    lin = g.op("Mul", g.const(0.5), x)
-    pos = g.op("Add", g.op("Mul", g.op("Mul", ap, x), x), lin)
-    expm1 = g.op("Sub", g.op("Exp", g.op("Min", x, g.const(-1e-6))), g.const(1.0))
-    neg = g.op("Add", g.op("Mul", g.op("Sub", expm1, x), an), lin)
-    y_output(g, g.op("Where", g.op("Greater", x, g.const(0.0)), pos, neg), HIDDEN)
-
-    def ref(f):
-        x = f["x"]
-        return np.where(x > 0, AP[0] * x * x + 0.5 * x,
-                        AN[0] * (np.expm1(np.minimum(x, -1e-6)) - x) + 0.5 * x)
-    return ref
+    _xielu(g, x, ap, an)
+    return lambda f: _xielu_ref(f["x"], AP[0], AN[0])
 
 
 @idiom("xielu-softplus", "xielu with ap = Softplus(αp) and an = beta + Softplus(αn) of [1] "
@@ -167,19 +172,8 @@ def _(g):
         scaled = g.op("Mul", a, g.const(1.0))
         sp = g.op("Div", g.op("Softplus", scaled), g.const(1.0))
         return g.op("Where", g.op("Greater", scaled, g.const(20.0)), a, sp)
-    ap, an = softplus(p), g.op("Add", g.const(0.5), softplus(n))
-    lin = g.op("Mul", g.const(0.5), x)
-    pos = g.op("Add", g.op("Mul", g.op("Mul", ap, x), x), lin)
-    expm1 = g.op("Sub", g.op("Exp", g.op("Min", x, g.const(-1e-6))), g.const(1.0))
-    neg = g.op("Add", g.op("Mul", g.op("Sub", expm1, x), an), lin)
-    y_output(g, g.op("Where", g.op("Greater", x, g.const(0.0)), pos, neg), HIDDEN)
-
-    def ref(f):
-        x = f["x"]
-        a_p, a_n = np.log1p(np.exp(P[0])), 0.5 + np.log1p(np.exp(N[0]))
-        return np.where(x > 0, a_p * x * x + 0.5 * x,
-                        a_n * (np.expm1(np.minimum(x, -1e-6)) - x) + 0.5 * x)
-    return ref
+    _xielu(g, x, softplus(p), g.op("Add", g.const(0.5), softplus(n)))
+    return lambda f: _xielu_ref(f["x"], np.log1p(np.exp(P[0])), 0.5 + np.log1p(np.exp(N[0])))
 
 
 def _batched_experts(g, xs, idx, w, gate_up, down, K, activation):
