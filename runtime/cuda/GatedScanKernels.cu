@@ -297,8 +297,8 @@ __global__ void __launch_bounds__(kBlock)
         dS[r] *= decay[r];
       }
       dgp[w][lane] = pg;
-      // The records of this position: the block's, and those of the
-      // block's heads (this lane's at `mine`).
+      // The records of this position: the block's (dq, dk), and one per
+      // head of the block (dg, dbeta; this lane's head is h).
       const int64_t at = (t - c_begin * kChunk) * d.Bn + b;
       float *out = block_partials +
                    ((at * d.groups() + blockIdx.y) * d.tiles() + blockIdx.x) *
