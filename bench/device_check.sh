@@ -208,11 +208,13 @@ done
 # ---- c. trainers ---------------------------------------------------------------
 build_trainers() {
   local pids=() names=() rc=0 d n
-  rm -rf "$WORK/plans"; mkdir -p "$WORK/plans"
+  mkdir -p "$WORK/plans"
   for d in "$PLANS"/*/; do
     n=$(basename "$d")
     [ -f "$d/trainer.cpp" ] || continue
-    cp -r "$d" "$WORK/plans/$n"
+    # A trainer built by an earlier call on this machine stays.
+    if [ -x "$WORK/plans/$n/trainer" ]; then echo "  trainer $n: built earlier"; continue; fi
+    rm -rf "$WORK/plans/$n"; cp -r "$d" "$WORK/plans/$n"
     if [ "$n" = tiny-llama ]; then # the generated project's own path: runtime from source
       ( cmake -S "$WORK/plans/$n" -B "$WORK/plans/$n/build" -DMEGATRAIN_SOURCE_DIR="$ROOT" \
           -DMEGATRAIN_BUILD_DIR=/nonexistent -DCMAKE_CUDA_ARCHITECTURES=90 &&
@@ -236,40 +238,37 @@ build_trainers() {
 [ -d "$WORK/build" ] && stage trainers 30 180 build_trainers
 
 # ---- d. parity -----------------------------------------------------------------
+parity_runs() { # model: CPU fp32 and CUDA one step, then two 3-step CUDA runs
+  local m=$1 t=$WORK/plans/$1/trainer
+  [ -x "$t" ] || { echo "  no trainer for $m"; return 1; }
+  local common=(--data "$PLANS/tokens.u32" --steps 1 --seed 3 --threads 4)
+  python3 "$DEV/devcheck.py" run $m.cpu "$t" "$WORK" 60 -- "${common[@]}" --backend cpu \
+    --precision fp32 --dump-grads "$WORK/$m.cpu.grads.safetensors" --log-jsonl "$WORK/$m.cpu.jsonl"
+  python3 "$DEV/devcheck.py" run $m.cuda "$t" "$WORK" 60 -- "${common[@]}" --backend cuda \
+    --dump-grads "$WORK/$m.cuda.grads.safetensors" --log-jsonl "$WORK/$m.cuda.jsonl" \
+    --trace "$WORK/$m.cuda.trace.json"
+  local three=(--data "$PLANS/tokens.u32" --steps 3 --seed 5 --threads 4 --backend cuda)
+  python3 "$DEV/devcheck.py" run $m.cuda2 "$t" "$WORK" 60 -- "${three[@]}" --log-jsonl "$WORK/$m.cuda2.jsonl"
+  python3 "$DEV/devcheck.py" run $m.stress "$t" "$WORK" 90 -- "${three[@]}" --stress --log-jsonl "$WORK/$m.stress.jsonl"
+}
 parity() {
-  local rc=0 m t
-  for m in tiny-llama tiny-gpt2 tiny-bloom tiny-window tiny-gemma2 tiny-mixtral \
-           tiny-llama4 tiny-qwen3_5 tiny-bamba tiny-kimi_linear tiny-jamba \
-           tiny-llama-bf16master; do
-    t=$WORK/plans/$m/trainer
-    [ -x "$t" ] || { echo "  no trainer for $m"; rc=1; continue; }
-    local common=(--data "$PLANS/tokens.u32" --steps 1 --seed 3 --threads 4)
-    python3 "$DEV/devcheck.py" run $m.cpu "$t" "$WORK" 60 -- "${common[@]}" --backend cpu \
-      --precision fp32 --dump-grads "$WORK/$m.cpu.grads.safetensors" --log-jsonl "$WORK/$m.cpu.jsonl"
-    python3 "$DEV/devcheck.py" run $m.cuda "$t" "$WORK" 60 -- "${common[@]}" --backend cuda \
-      --dump-grads "$WORK/$m.cuda.grads.safetensors" --log-jsonl "$WORK/$m.cuda.jsonl" \
-      --trace "$WORK/$m.cuda.trace.json"
-    local three=(--data "$PLANS/tokens.u32" --steps 3 --seed 5 --threads 4 --backend cuda)
-    python3 "$DEV/devcheck.py" run $m.cuda2 "$t" "$WORK" 60 -- "${three[@]}" --log-jsonl "$WORK/$m.cuda2.jsonl"
-    python3 "$DEV/devcheck.py" run $m.stress "$t" "$WORK" 90 -- "${three[@]}" --stress --log-jsonl "$WORK/$m.stress.jsonl"
+  # Four models at a time (4 CPU threads each): each run pays the process's
+  # and CUDA context's start, which the GPU machine's cores can overlap.
+  local rc=0 m models=(tiny-llama tiny-gpt2 tiny-bloom tiny-window tiny-gemma2 tiny-mixtral
+                       tiny-llama4 tiny-qwen3_5 tiny-bamba tiny-kimi_linear tiny-jamba
+                       tiny-llama-bf16master)
+  for m in "${models[@]}"; do
+    parity_runs $m > "$WORK/parity-$m.txt" 2>&1 &
+    while (( $(jobs -rp | wc -l) >= 4 )); do wait -n; done
+  done
+  wait
+  for m in "${models[@]}"; do
+    cat "$WORK/parity-$m.txt"
     python3 "$DEV/devcheck.py" parity $m "$WORK" || rc=1
   done
   return $rc
 }
 [ -d "$WORK/plans" ] && stage parity 55 200 parity
-
-# ---- attention kernels against torch's SDPA -------------------------------------
-attention() {
-  "$WORK/build/bench/attention_bench" --json "$WORK/attention.json" || return 1
-  python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
-}
-[ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
-
-# ---- mixture-of-experts kernels: grouped GEMMs, reference, dense ceiling -------
-moe() {
-  "$WORK/build/bench/moe_bench" --json "$WORK/moe.json"
-}
-[ -x "$WORK/build/bench/moe_bench" ] && stage moe 30 120 moe
 
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
 bench() { # plan name
@@ -307,6 +306,23 @@ if [ -d "$WORK/plans" ]; then
   stage "bench llama-7b-24g" 150 330 "bench llama-7b-24g"
   stage "bench llama-3b" 80 200 "bench llama-3b"
   stage "fsdp2 llama-3b" 120 220 "fsdp llama-3b"
+fi
+
+# ---- attention kernels against torch's SDPA -------------------------------------
+attention() {
+  "$WORK/build/bench/attention_bench" --json "$WORK/attention.json" || return 1
+  python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
+}
+[ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
+
+# ---- mixture-of-experts kernels: grouped GEMMs, reference, dense ceiling -------
+moe() {
+  "$WORK/build/bench/moe_bench" --json "$WORK/moe.json"
+}
+[ -x "$WORK/build/bench/moe_bench" ] && stage moe 30 120 moe
+
+# ---- the long context and the largest model ------------------------------------
+if [ -d "$WORK/plans" ]; then
   stage "bench llama-1b-32k" 40 120 "bench llama-1b-32k"
   stage "bench llama-9b-bf16" 200 330 "bench llama-9b-bf16"
 fi
