@@ -27,8 +27,10 @@
 #      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b, llama-1b-32k
 #      (one 32K-token sequence: the MLP and the loss in chunks of tokens),
 #      and llama-9b-bf16 (the largest the host holds: bf16 master weights)
-# Results: $OUT/summary.md (the tables), $OUT/results.json, and the logs and
-# Chrome traces in $OUT/logs.tar.gz and $OUT/traces.tar.gz.
+# Results: $OUT/summary.md (the tables), $OUT/results.json, the logs and
+# Chrome traces in $OUT/logs.tar.gz and $OUT/traces.tar.gz, and the dumped
+# gradients of the models short of parity's fp32 criterion in
+# $OUT/grads.tar.gz.
 #
 # STAGES (a regex over stage names, whole names) runs only those; a later
 # call on a still-warm machine reuses the build and trainers of $WORK, e.g.
@@ -238,12 +240,14 @@ build_trainers() {
 [ -d "$WORK/build" ] && stage trainers 30 180 build_trainers
 
 # ---- d. parity -----------------------------------------------------------------
-parity_runs() { # model: CPU fp32 and CUDA one step, then two 3-step CUDA runs
+parity_runs() { # model: CPU fp32, CPU bf16 and CUDA one step, then two 3-step CUDA runs
   local m=$1 t=$WORK/plans/$1/trainer
   [ -x "$t" ] || { echo "  no trainer for $m"; return 1; }
   local common=(--data "$PLANS/tokens.u32" --steps 1 --seed 3 --threads 4)
   python3 "$DEV/devcheck.py" run $m.cpu "$t" "$WORK" 60 -- "${common[@]}" --backend cpu \
     --precision fp32 --dump-grads "$WORK/$m.cpu.grads.safetensors" --log-jsonl "$WORK/$m.cpu.jsonl"
+  python3 "$DEV/devcheck.py" run $m.cpubf16 "$t" "$WORK" 60 -- "${common[@]}" --backend cpu \
+    --precision bf16 --dump-grads "$WORK/$m.cpubf16.grads.safetensors"
   python3 "$DEV/devcheck.py" run $m.cuda "$t" "$WORK" 60 -- "${common[@]}" --backend cuda \
     --dump-grads "$WORK/$m.cuda.grads.safetensors" --log-jsonl "$WORK/$m.cuda.jsonl" \
     --trace "$WORK/$m.cuda.trace.json"
@@ -324,7 +328,7 @@ moe() {
 # ---- the long context and the largest model ------------------------------------
 if [ -d "$WORK/plans" ]; then
   stage "bench llama-1b-32k" 40 120 "bench llama-1b-32k"
-  stage "bench llama-9b-bf16" 200 330 "bench llama-9b-bf16"
+  stage "bench llama-9b-bf16" 120 330 "bench llama-9b-bf16"
 fi
 
 # ---- report ------------------------------------------------------------------
@@ -334,5 +338,13 @@ tail -40 "$OUT/summary.md" 2>/dev/null
 ( cd "$WORK" && tar czf "$OUT/logs.tar.gz" --exclude='*.trace.json' --exclude='*.safetensors' \
     *.log *.json *.jsonl *.txt 2>/dev/null ) || true
 ( cd "$WORK" && ls *.trace.json > /dev/null 2>&1 && tar czf "$OUT/traces.tar.gz" *.trace.json ) || true
+# The gradients of every model short of the fp32 criterion, to study here.
+grads=$(cd "$WORK" && for f in *.parity.json; do
+  [ -f "$f" ] || continue
+  python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("ok_fp32") else 1)' "$f" \
+    || ls "${f%.parity.json}".*.grads.safetensors 2> /dev/null
+done)
+# shellcheck disable=SC2086
+[ -n "$grads" ] && ( cd "$WORK" && tar czf "$OUT/grads.tar.gz" $grads )
 ls -la "$OUT"
 log "done"

@@ -77,12 +77,13 @@ double gemmEfficiency(double m, double n, double k) {
   return kGemmEffMax * (1 - std::exp(-std::min({m, n, k}) / kGemmKnee));
 }
 
-// Fused attention built on mma.sync (as ours is, and FlashAttention 2)
-// reaches about 35% of an H100's dense peak by FlashAttention 3's account;
-// the wgmma kernels that do better are not ours. Until the device check
-// measures ours, attention runs at that ceiling, with the GEMMs' knee over
-// the sequence (a flash kernel tiles over it, not over the head dim).
-constexpr double kAttentionEffMax = 0.35;
+// Fused attention: ours (mma.sync tiles) measured on an H200 by the device
+// check (docs/benchmarks.md, 2026-12-04) at 42-57 TFLOPS forward and 37-50
+// backward on Llama-shaped heads of 4K-16K tokens, 5-7% of the dense peak
+// (torch's SDPA reached 490-650 forward there). The model takes ours as it
+// is, with the GEMMs' knee over the sequence (a flash kernel tiles over it,
+// not over the head dim); raise it with the kernel.
+constexpr double kAttentionEffMax = 0.06;
 
 double attentionEfficiency(double s) {
   return kAttentionEffMax * (1 - std::exp(-s / kGemmKnee));
@@ -90,9 +91,10 @@ double attentionEfficiency(double s) {
 
 // The mixture of experts' products run as grouped GEMMs of our own on
 // mma.sync (runtime/cuda/GroupedGemm.cuh), without asynchronous copies or
-// wgmma: taken at the mma.sync attention's ceiling, falling off as the rows
-// an expert gets per call shrink. A guess until the device check measures
-// them.
+// wgmma: taken at 35% of the dense peak, what mma.sync kernels reach on an
+// H100 by FlashAttention 3's account, falling off as the rows an expert
+// gets per call shrink. A guess until the device check's moe stage
+// measures them (its first run ran out of time).
 constexpr double kGroupedGemmEffMax = 0.35;
 
 double groupedGemmEfficiency(double rowsPerExpert, double h, double i) {
