@@ -5,7 +5,9 @@
 // the optimizer's own read-4/write-3 pattern without arithmetic), the AdamW
 // update counted at 28 B/param (reads p, m, v, g; writes p, m, v), and the
 // global grad norm at 4 B/param; then the same two with bf16 master weights
-// and gradients (22 B/param and 2 B/param). Prints params/s, to set beside
+// and gradients (22 B/param and 2 B/param); and the pack of fp32 weights to
+// bf16 for the device (6 B/param: host/Bf16Convert.h) on the chosen path
+// beside the scalar loop. Prints params/s, to set beside
 // bench/adamw_vs_torch.py's figure, and the bf16 / fp32 speedup.
 //
 //   adamw_bench [--params 256M] [--threads N] [--iters 5] [--path avx512]
@@ -13,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/host/AdamW.h"
+#include "runtime/host/Bf16Convert.h"
 #include "runtime/host/GradNorm.h"
 #include "runtime/host/ThreadPool.h"
 
@@ -243,7 +246,16 @@ int main(int argc, char **argv) {
   else if (cpu_features().avx2)
     in_place_kernel = in_place_avx2;
 #endif
-  std::vector<double> triad_s, in_place_s, adamw_s, norm_s, adamw16_s, norm16_s;
+  std::vector<double> triad_s, in_place_s, adamw_s, norm_s, adamw16_s, norm16_s,
+      pack_s, pack_scalar_s;
+  // The packs write into g16, which nothing reads afterwards.
+  auto pack = [&](SimdPath on) {
+    return seconds([&] {
+      pool.parallel_for(n, kGrain, [=](int64_t lo, int64_t hi) {
+        to_bf16_nearest(g16p + lo, pp + lo, hi - lo, on);
+      });
+    });
+  };
   // Round 0 warms up (page faults, frequency) and is not counted.
   for (int round = 0; round <= iters; ++round) {
     double t_triad = seconds([&] {
@@ -268,8 +280,11 @@ int main(int argc, char **argv) {
     });
     double t_norm16 =
         seconds([&] { sink += grad_sum_squares(&span16, 1, &pool, path); });
+    double t_pack = pack(path), t_pack_scalar = pack(SimdPath::Scalar);
     if (round == 0)
       continue;
+    pack_s.push_back(t_pack);
+    pack_scalar_s.push_back(t_pack_scalar);
     adamw16_s.push_back(t_adamw16);
     norm16_s.push_back(t_norm16);
     triad_s.push_back(t_triad);
@@ -279,7 +294,8 @@ int main(int argc, char **argv) {
   }
   Timing triad = summarize(triad_s), in_place = summarize(in_place_s),
          adamw = summarize(adamw_s), norm = summarize(norm_s),
-         adamw16 = summarize(adamw16_s), norm16 = summarize(norm16_s);
+         adamw16 = summarize(adamw16_s), norm16 = summarize(norm16_s),
+         packed = summarize(pack_s), packed_scalar = summarize(pack_scalar_s);
 
   report("triad", 12, n, triad);
   report("in_place", 28, n, in_place);
@@ -297,5 +313,10 @@ int main(int argc, char **argv) {
               "%.2fx best, %.2fx median\n",
               n / adamw16.best, n / adamw16.median, adamw.best / adamw16.best,
               adamw.median / adamw16.median);
+  report("pack_bf16", 6, n, packed);
+  report("pack_scalar", 6, n, packed_scalar);
+  std::printf("pack %s / scalar: %.2fx best, %.2fx median\n",
+              simd_path_name(path), packed_scalar.best / packed.best,
+              packed_scalar.median / packed.median);
   return std::isfinite(sink) ? 0 : 1;
 }

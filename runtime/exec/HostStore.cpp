@@ -4,6 +4,7 @@
 
 #include "runtime/exec/Error.h"
 #include "runtime/host/Bf16.h"
+#include "runtime/host/Bf16Convert.h"
 #include "runtime/host/GradNorm.h"
 #include "runtime/host/ThreadPool.h"
 #include "runtime/kernels/Kernels.h"
@@ -249,6 +250,8 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
         gather(dst16, src16, layout, lo, hi);
       else if (src16) // widened exactly: no rounding needed
         gather(dst32, src16, layout, lo, hi, bf16_widen);
+      else if (bf16_staging && layout.kind == Layout::Contiguous)
+        host::to_bf16_nearest(dst16 + lo, src32 + layout.base + lo, hi - lo);
       else if (bf16_staging)
         gather(dst16, src32, layout, lo, hi, bf16_nearest);
       else
