@@ -23,6 +23,12 @@
 //    split the k-steps of Sᵀ and dPᵀ too, and add their parts up in shared
 //    memory.
 //
+// Tiles come from global memory by asynchronous copies (AsyncCopy.cuh), all
+// of a tile's in flight together. Up to DM = 128 the tiles a loop walks
+// through (K and V in the forward and dQ, Q, dY and their row statistics in
+// dK/dV) have two buffers: the next tile's copies fly while the block
+// computes on the current one (KeyTiles, QueryTiles).
+//
 // Past DM = 128 the tiles shrink and a warp's rows stay in shared memory; at
 // DM = 512 two warps share 16 query rows in the forward and dQ too, each
 // accumulating half the output dims (Config below). Tiles live in dynamic
@@ -33,6 +39,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/cuda/AsyncCopy.cuh"
 #include "runtime/cuda/AttentionCommon.cuh"
 #include "runtime/cuda/Mma.cuh"
 
@@ -42,27 +49,26 @@ namespace {
 
 constexpr int kWarps = 4, kBlockThreads = 32 * kWarps;
 
-/// Eight bf16 from 16-byte aligned global memory to shared memory.
-__device__ __forceinline__ void copy8(bf16 *dst, const bf16 *src) {
-#ifdef MEGATRAIN_CUDA_EMULATION
-  std::memcpy(dst, src, 16);
-#else
-  *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
-#endif
+/// Waits for the calling thread's copies; a barrier after it shows every
+/// thread's to the block.
+__device__ __forceinline__ void stage_wait() {
+  async::commit();
+  async::wait<0>();
 }
 
-/// Rows [r0, r0 + ROWS) of a (S, D) matrix into a tile of DM (+ 8 pad)
-/// columns, zero past S and past D; 16-byte loads where rows allow.
+/// Starts copying rows [r0, r0 + ROWS) of a (S, D) matrix into a tile of DM
+/// (+ 8 pad) columns, zero past S and past D: 16-byte copies in flight
+/// together where rows allow, the edges element by element.
 template <int ROWS, int DM>
-__device__ __forceinline__ void stage(bf16 (*tile)[DM + 8], const bf16 *m,
-                                      int64_t r0, int64_t S, int64_t D) {
+__device__ __forceinline__ void stage_async(bf16 (*tile)[DM + 8], const bf16 *m,
+                                            int64_t r0, int64_t S, int64_t D) {
   const bool vec = D % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0;
   for (int idx = threadIdx.x; idx < ROWS * (DM / 8); idx += blockDim.x) {
     const int rr = idx / (DM / 8), c = idx % (DM / 8) * 8;
     const int64_t row = r0 + rr;
     bf16 *dst = &tile[rr][c];
     if (vec && row < S && c + 8 <= D) {
-      copy8(dst, m + row * D + c);
+      async::copy16(dst, m + row * D + c);
     } else {
       for (int e = 0; e < 8; ++e)
         dst[e] = row < S && c + e < D ? m[row * D + c + e] : f2bf(0.f);
@@ -70,10 +76,141 @@ __device__ __forceinline__ void stage(bf16 (*tile)[DM + 8], const bf16 *m,
   }
 }
 
+/// A tile staged whole (stage_async, then stage_wait): the caller's next
+/// barrier shows it to the block.
+template <int ROWS, int DM>
+__device__ __forceinline__ void stage(bf16 (*tile)[DM + 8], const bf16 *m,
+                                      int64_t r0, int64_t S, int64_t D) {
+  stage_async<ROWS, DM>(tile, m, r0, S, D);
+  stage_wait();
+}
+
+/// Two tiles of the same rows staged at once (K and V, or Q and dY), so
+/// that their copies share one wait.
+template <int ROWS, int DM>
+__device__ __forceinline__ void stage_pair(bf16 (*a)[DM + 8], const bf16 *ma,
+                                           bf16 (*b)[DM + 8], const bf16 *mb,
+                                           int64_t r0, int64_t S, int64_t D) {
+  stage_async<ROWS, DM>(a, ma, r0, S, D);
+  stage_async<ROWS, DM>(b, mb, r0, S, D);
+  stage_wait();
+}
+
 __device__ __forceinline__ bf16 at(const bf16 *m, int64_t row, int64_t col,
                                    int64_t S, int64_t D) {
   return row < S && col < D ? m[row * D + col] : f2bf(0.f);
 }
+
+/// The K and V tiles of a loop over key tiles [j0, j0 + BC), j0 from `first`
+/// up to `end`: arrive(j0) at the top of each iteration stages tile j0 and
+/// shows it to the block (k() and v()). With two buffers (ks and vs then
+/// hold 2·BC rows each) the next tile's copies are in flight while the
+/// block computes on the current one. Every thread calls arrive (barriers).
+template <int BC, int DM, int Buffers> struct KeyTiles {
+  static_assert(Buffers == 1 || Buffers == 2);
+  bf16 (*ks)[DM + 8], (*vs)[DM + 8];
+  const bf16 *kh, *vh;
+  int64_t end, S, D;
+  int buf = 1; // the buffer of the tile in use
+
+  __device__ __forceinline__ KeyTiles(bf16 (*ks_)[DM + 8], bf16 (*vs_)[DM + 8],
+                                      const bf16 *kh_, const bf16 *vh_,
+                                      int64_t first, int64_t end_, int64_t S_,
+                                      int64_t D_)
+      : ks(ks_), vs(vs_), kh(kh_), vh(vh_), end(end_), S(S_), D(D_) {
+    if constexpr (Buffers == 2) {
+      if (first < end) {
+        stage_async<BC, DM>(ks, kh, first, S, D);
+        stage_async<BC, DM>(vs, vh, first, S, D);
+      }
+      async::commit();
+    }
+  }
+
+  __device__ __forceinline__ void arrive(int64_t j0) {
+    __syncthreads(); // every warp is done with the buffer staged next
+    if constexpr (Buffers == 1) {
+      buf = 0;
+      stage_pair<BC, DM>(ks, kh, vs, vh, j0, S, D);
+    } else {
+      buf ^= 1;
+      if (j0 + BC < end) {
+        stage_async<BC, DM>(ks + (buf ^ 1) * BC, kh, j0 + BC, S, D);
+        stage_async<BC, DM>(vs + (buf ^ 1) * BC, vh, j0 + BC, S, D);
+      }
+      async::commit();
+      async::wait<1>(); // tile j0's copies have landed
+    }
+    __syncthreads();
+  }
+  __device__ __forceinline__ const bf16 (*k() const)[DM + 8] {
+    return ks + buf * BC;
+  }
+  __device__ __forceinline__ const bf16 (*v() const)[DM + 8] {
+    return vs + buf * BC;
+  }
+};
+
+/// The Q and dY tiles and row statistics (log-sum-exp, δ) of dK/dV's loop
+/// over query tiles: arrive() at the top of each iteration, given the tile
+/// in use (base and i0, as stage_row_stats takes them) and the one after it
+/// (if any), stages the first and shows it to the block. With two buffers the
+/// next tile's copies are in flight while the block computes on this one.
+/// Every thread calls arrive (barriers).
+template <int BQ, int DM, int Buffers> struct QueryTiles {
+  static_assert(Buffers == 1 || Buffers == 2);
+  bf16 (*qs)[DM + 8], (*dys)[DM + 8];
+  float *ls, *dls;
+  const bf16 *q, *dy;
+  const float *lse, *delta;
+  int64_t S, D;
+  int buf = 1; // the buffer of the tile in use
+
+  /// Starts the first tile's copies (base, i0) when there are two buffers.
+  __device__ __forceinline__ void start(int64_t base, int64_t i0) {
+    if constexpr (Buffers == 2) {
+      fill(0, base, i0);
+      async::commit();
+    }
+  }
+  __device__ __forceinline__ void arrive(int64_t base, int64_t i0,
+                                         bool has_next, int64_t next_base,
+                                         int64_t next_i0) {
+    __syncthreads(); // every warp is done with the buffer staged next
+    if constexpr (Buffers == 1) {
+      buf = 0;
+      fill(0, base, i0);
+      stage_wait();
+    } else {
+      buf ^= 1;
+      if (has_next)
+        fill(buf ^ 1, next_base, next_i0);
+      async::commit();
+      async::wait<1>(); // this tile's copies have landed
+    }
+    __syncthreads();
+  }
+  __device__ __forceinline__ const bf16 (*q_tile() const)[DM + 8] {
+    return qs + buf * BQ;
+  }
+  __device__ __forceinline__ const bf16 (*dy_tile() const)[DM + 8] {
+    return dys + buf * BQ;
+  }
+  __device__ __forceinline__ const float *lse_tile() const {
+    return ls + buf * BQ;
+  }
+  __device__ __forceinline__ const float *delta_tile() const {
+    return dls + buf * BQ;
+  }
+
+private:
+  __device__ __forceinline__ void fill(int into, int64_t base, int64_t i0) {
+    stage_async<BQ, DM>(qs + into * BQ, q + base * D, i0, S, D);
+    stage_async<BQ, DM>(dys + into * BQ, dy + base * D, i0, S, D);
+    stage_row_stats(ls + into * BQ, dls + into * BQ, lse, delta, base, i0, S,
+                    BQ);
+  }
+};
 
 /// A-operand fragments of a warp's 16 rows [r0, r0 + 16) of a (S, D)
 /// matrix in global memory, 16 columns per k-step.
@@ -268,6 +405,10 @@ template <int DM> struct Config {
   static constexpr int kQueryRows = 16 * kWarps / kQuerySplit; // a block's
   static constexpr int kFwdKeys = kWide ? 32 : 64; // forward key tile
   static constexpr int kDqKeys = kWide ? 16 : 32;  // dQ key tile
+  // K and V tiles in flight ahead of the one in use (for_key_tiles), where
+  // shared memory allows it.
+  static constexpr int kKeyBuffers = kWide ? 1 : 2;
+  static constexpr int kQueryBuffers = kWide ? 1 : 2; // dK/dV's, the same
   static constexpr int kKeySplit = DM > 256 ? 4 : kWide ? 2 : 1; // per 16 keys
   static constexpr int kDkdvKeys = 16 * kWarps / kKeySplit;
   static constexpr int kQueryTile = 16; // dK/dV's query tile
@@ -276,17 +417,17 @@ template <int DM> struct Config {
     return size_t(rows) * kRow * sizeof(bf16);
   }
   static constexpr size_t forward_shared() {
-    return tiles(2 * kFwdKeys + (kWide ? kQueryRows : 0));
+    return tiles(2 * kKeyBuffers * kFwdKeys + (kWide ? kQueryRows : 0));
   }
   static constexpr size_t dq_shared() {
-    return tiles(2 * kDqKeys + (kWide ? 2 * kQueryRows : 0));
+    return tiles(2 * kKeyBuffers * kDqKeys + (kWide ? 2 * kQueryRows : 0));
   }
   /// Floats a lane adds up with the other warps of its keys in dK/dV: the
   /// fragments of Sᵀ and dPᵀ (kQueryTile / 8 n-tiles each).
   static constexpr int kPartialWords = 2 * (kQueryTile / 8) * 4;
   static constexpr size_t dkdv_shared() {
-    return tiles(2 * kDkdvKeys + 2 * kQueryTile) +
-           2 * kQueryTile * sizeof(float) +
+    return tiles(2 * kDkdvKeys + 2 * kQueryBuffers * kQueryTile) +
+           2 * kQueryBuffers * kQueryTile * sizeof(float) +
            (kKeySplit > 1 ? kBlockThreads * kPartialWords * sizeof(float) : 0);
   }
   // 99 KiB: what sm_86 and sm_89 allow a block.
@@ -357,8 +498,8 @@ __global__ void __launch_bounds__(kBlockThreads)
                 ST = BC / 8;
   MT_DYNAMIC_SHARED(smem);
   auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
-  auto *vs = ks + BC;
-  auto *qs = vs + BC; // the block's queries when wide
+  auto *vs = ks + C::kKeyBuffers * BC;
+  auto *qs = vs + C::kKeyBuffers * BC; // the block's queries when wide
   const Place place;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
@@ -380,11 +521,10 @@ __global__ void __launch_bounds__(kBlockThreads)
         l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
   const int64_t keys = min64(q0 + C::kQueryRows, S);
-  for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
-    __syncthreads();
-    stage<BC, DM>(ks, kh, j0, S, D);
-    stage<BC, DM>(vs, vh, j0, S, D);
-    __syncthreads();
+  const int64_t first = first_key_tile(q0, range, BC);
+  KeyTiles<BC, DM, C::kKeyBuffers> tiles(ks, vs, kh, vh, first, keys, S, D);
+  for (int64_t j0 = first; j0 < keys; j0 += BC) {
+    tiles.arrive(j0);
     if (warp_sees_none(w0, j0, BC, range))
       continue;
     float s[ST][4] = {};
@@ -392,7 +532,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int kk = 0; kk < KS; ++kk) {
       uint32_t aq[4];
       rows_a<DM>(aq, qf, qs, place.row, kk);
-      mma_tile_t<DM>(s, aq, ks, kk);
+      mma_tile_t<DM>(s, aq, tiles.k(), kk);
     }
     score_tile<ST>(s, rows, j0, range, scale, slope, form);
     raise_max(m, l, o, s);
@@ -403,7 +543,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         s[nt][e] = unnormalized(s[nt][e], m[e / 2]);
         l[e / 2] += s[nt][e];
       }
-    mma_result_tile<DM>(o, s, vs, place.col0);
+    mma_result_tile<DM>(o, s, tiles.v(), place.col0);
   }
 
 #pragma unroll
@@ -434,8 +574,8 @@ __global__ void __launch_bounds__(kBlockThreads)
                 ST = BC / 8;
   MT_DYNAMIC_SHARED(smem);
   auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
-  auto *vs = ks + BC;
-  auto *qs = vs + BC; // the block's queries and their dY, when wide
+  auto *vs = ks + C::kKeyBuffers * BC;
+  auto *qs = vs + C::kKeyBuffers * BC; // the block's queries and dY, when wide
   auto *dys = qs + C::kQueryRows;
   const Place place;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -449,8 +589,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 
   uint32_t qf[C::kWide ? 1 : KS][4], dyf[C::kWide ? 1 : KS][4];
   if constexpr (C::kWide) {
-    stage<C::kQueryRows, DM>(qs, q + base * D, q0, S, D); // after a barrier
-    stage<C::kQueryRows, DM>(dys, dy + base * D, q0, S, D);
+    stage_pair<C::kQueryRows, DM>(qs, q + base * D, dys, dy + base * D, q0, S,
+                                  D); // after a barrier
   } else {
     load_a<KS>(qf, q + base * D, w0, S, D);
     load_a<KS>(dyf, dy + base * D, w0, S, D);
@@ -465,11 +605,10 @@ __global__ void __launch_bounds__(kBlockThreads)
         l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
   const int64_t keys = min64(q0 + C::kQueryRows, S);
-  for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
-    __syncthreads();
-    stage<BC, DM>(ks, kh, j0, S, D);
-    stage<BC, DM>(vs, vh, j0, S, D);
-    __syncthreads();
+  const int64_t first = first_key_tile(q0, range, BC);
+  KeyTiles<BC, DM, C::kKeyBuffers> tiles(ks, vs, kh, vh, first, keys, S, D);
+  for (int64_t j0 = first; j0 < keys; j0 += BC) {
+    tiles.arrive(j0);
     if (warp_sees_none(w0, j0, BC, range))
       continue;
     float s[ST][4] = {}, dp[ST][4] = {};
@@ -478,8 +617,8 @@ __global__ void __launch_bounds__(kBlockThreads)
       uint32_t aq[4], ady[4];
       rows_a<DM>(aq, qf, qs, place.row, kk);
       rows_a<DM>(ady, dyf, dys, place.row, kk);
-      mma_tile_t<DM>(s, aq, ks, kk);
-      mma_tile_t<DM>(dp, ady, vs, kk);
+      mma_tile_t<DM>(s, aq, tiles.k(), kk);
+      mma_tile_t<DM>(dp, ady, tiles.v(), kk);
     }
     score_tile<ST>(s, rows, j0, range, scale, slope, form);
     raise_max(m, l, acc, s);
@@ -495,7 +634,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         s[nt][e] =
             p > 0.f ? p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c) : 0.f;
       }
-    mma_result_tile<DM>(acc, s, ks, place.col0);
+    mma_result_tile<DM>(acc, s, tiles.k(), place.col0);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -533,10 +672,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   MT_DYNAMIC_SHARED(smem);
   auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
   auto *vs = ks + KEYS;
+  constexpr int QB = C::kQueryBuffers;
   auto *qs = vs + KEYS;
-  auto *dys = qs + BQ;
-  auto *ls = reinterpret_cast<float *>(dys + BQ), *dls = ls + BQ;
-  float *partials = dls + BQ; // when the warps split the keys' output dims
+  auto *dys = qs + QB * BQ;
+  auto *ls = reinterpret_cast<float *>(dys + QB * BQ), *dls = ls + QB * BQ;
+  float *partials = dls + QB * BQ; // when warps split the keys' output dims
   const Place place; // the warp's 16 key rows and output dims
   const int kr = place.row, col0 = place.col0;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -544,21 +684,29 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t j0 = int64_t(blockIdx.x) * KEYS, w0 = j0 + kr;
   const int64_t keys[2] = {w0 + g, w0 + g + 8};
   const int64_t kvbase = (b * Hkv + grp) * S;
-  stage<KEYS, DM>(ks, k + kvbase * D, j0, S, D);
-  stage<KEYS, DM>(vs, v + kvbase * D, j0, S, D);
+  stage_pair<KEYS, DM>(ks, k + kvbase * D, vs, v + kvbase * D, j0, S, D);
   float dka[NTO][4] = {}, dva[NTO][4] = {};
 
   // The block's keys are read by the queries up to its last key's last.
   const int64_t readers = range.last_query(j0 + KEYS - 1, S) + 1;
-  for (int64_t h = grp * group; h < (grp + 1) * group; ++h) {
-    const int64_t base = (b * H + h) * S;
+  const int64_t h_end = (grp + 1) * group;
+  auto base_of = [&](int64_t h) { return (b * H + h) * S; };
+  QueryTiles<BQ, DM, QB> tiles{qs, dys, ls, dls, q, dy, lse, delta, S, D};
+  if (j0 < readers)
+    tiles.start(base_of(grp * group), j0);
+  for (int64_t h = grp * group; h < h_end; ++h) {
+    const int64_t base = base_of(h);
     const float slope = form.slope_of(h);
     for (int64_t i0 = j0; i0 < readers; i0 += BQ) {
-      __syncthreads();
-      stage<BQ, DM>(qs, q + base * D, i0, S, D);
-      stage<BQ, DM>(dys, dy + base * D, i0, S, D);
-      stage_row_stats(ls, dls, lse, delta, base, i0, S, BQ);
-      __syncthreads();
+      // The tile after this one: the next of this head, or the next head's
+      // first.
+      const bool head_done = i0 + BQ >= readers;
+      const int64_t next_h = head_done ? h + 1 : h;
+      tiles.arrive(base, i0, next_h < h_end, base_of(next_h),
+                   head_done ? j0 : i0 + BQ);
+      const bf16(*qt)[DM + 8] = tiles.q_tile();
+      const bf16(*dyt)[DM + 8] = tiles.dy_tile();
+      const float *lt = tiles.lse_tile(), *dlt = tiles.delta_tile();
       // Skip when every query of the tile comes before the warp's keys or
       // after the last that sees them (a window's or chunk's end); the
       // warps that share the keys skip together.
@@ -571,8 +719,8 @@ __global__ void __launch_bounds__(kBlockThreads)
           uint32_t ak[4], av[4];
           tile_a<DM>(ak, ks, kr, kk);
           tile_a<DM>(av, vs, kr, kk);
-          mma_tile_t<DM>(st, ak, qs, kk);
-          mma_tile_t<DM>(dpt, av, dys, kk);
+          mma_tile_t<DM>(st, ak, qt, kk);
+          mma_tile_t<DM>(dpt, av, dyt, kk);
         }
       }
       if constexpr (C::kKeySplit > 1)
@@ -587,13 +735,13 @@ __global__ void __launch_bounds__(kBlockThreads)
           const int64_t i = i0 + ii, j = keys[e / 2];
           const float c = form.capped(scale * st[nt][e]);
           const float p = i < S && range.visible(i, j)
-                              ? expf(c + slope * float(j - i) - ls[ii])
+                              ? expf(c + slope * float(j - i) - lt[ii])
                               : 0.f;
           st[nt][e] = p;
-          dpt[nt][e] = p * (dpt[nt][e] - dls[ii]) * form.cap_slope(c);
+          dpt[nt][e] = p * (dpt[nt][e] - dlt[ii]) * form.cap_slope(c);
         }
-      mma_result_tile<DM>(dva, st, dys, col0);
-      mma_result_tile<DM>(dka, dpt, qs, col0);
+      mma_result_tile<DM>(dva, st, dyt, col0);
+      mma_result_tile<DM>(dka, dpt, qt, col0);
     }
   }
 #pragma unroll

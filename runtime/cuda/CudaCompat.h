@@ -8,8 +8,8 @@
 // (MockCuda.h: streams as threads, events, copies). The emulated build is
 // what checks the kernels' indexing and math and the backend's ordering on
 // machines without a GPU; kernels may use only __syncthreads, __syncwarp,
-// __shfl_xor_sync over full warps, the warp MMA of Mma.cuh, static
-// __shared__ arrays and MT_DYNAMIC_SHARED.
+// __shfl_xor_sync over full warps, the warp MMA of Mma.cuh, the asynchronous
+// copies of AsyncCopy.cuh, static __shared__ arrays and MT_DYNAMIC_SHARED.
 //
 // Everything lives in namespace mtrt::MT_KNS: `cuda` for the real build,
 // `cudaemu` for the emulated one, so both can link into one test.

@@ -21,11 +21,21 @@ namespace {
 
 enum class State { Ready, AtBlockBarrier, AtWarpBarrier, Done };
 
+// A copy issued by copy_async16, landed by async_wait: its bytes as read at
+// issue, and its group (-1 until committed).
+struct PendingCopy {
+  void *dst;
+  unsigned char bytes[16];
+  int group;
+};
+
 struct Fiber {
   ucontext_t ctx;
   std::vector<char> stack;
   State state = State::Ready;
   uint3 tid;
+  std::vector<PendingCopy> pending;
+  int committed = 0; // groups committed so far
 };
 
 constexpr size_t kStackBytes = 256 * 1024;
@@ -45,6 +55,14 @@ std::vector<Words16> dynamic; // the grid's dynamic shared memory
 
 void entry() {
   (*body_fn)();
+  if (!fibers[current].pending.empty()) {
+    std::fprintf(stderr,
+                 "cuda emulator: thread %u of block (%u,%u,%u) returned with "
+                 "%zu asynchronous copies never waited for\n",
+                 threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z,
+                 fibers[current].pending.size());
+    std::abort();
+  }
   fibers[current].state = State::Done;
   swapcontext(&fibers[current].ctx, &scheduler);
 }
@@ -105,6 +123,8 @@ void run_block(uint3 block_index, unsigned n) {
   for (unsigned t = 0; t < n; ++t) {
     Fiber &f = fibers[t];
     f.state = State::Ready;
+    f.pending.clear();
+    f.committed = 0;
     f.tid = {t % blockDim.x, t / blockDim.x % blockDim.y,
              t / (blockDim.x * blockDim.y)};
     getcontext(&f.ctx);
@@ -249,6 +269,32 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],
     d[e] = acc;
   }
   sync_warp();
+}
+
+void copy_async16(void *dst, const void *src) {
+  PendingCopy c{dst, {}, -1};
+  std::memcpy(c.bytes, src, 16);
+  fibers[current].pending.push_back(c);
+}
+
+void async_commit() {
+  Fiber &f = fibers[current];
+  for (PendingCopy &c : f.pending)
+    if (c.group < 0)
+      c.group = f.committed;
+  ++f.committed;
+}
+
+void async_wait(int pending) {
+  Fiber &f = fibers[current];
+  std::vector<PendingCopy> still;
+  for (const PendingCopy &c : f.pending) {
+    if (c.group >= 0 && c.group < f.committed - pending)
+      std::memcpy(c.dst, c.bytes, 16);
+    else
+      still.push_back(c);
+  }
+  f.pending.swap(still);
 }
 
 } // namespace mtrt::emu

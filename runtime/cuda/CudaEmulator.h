@@ -54,6 +54,17 @@ void ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans);
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],
                        const uint32_t (&b)[2]);
 
+/// The running thread's asynchronous 16-byte copy to shared memory (PTX
+/// cp.async): src is read now, dst written only when a wait covers the
+/// copy, so that a read before the wait sees what was there before, as it
+/// may on a GPU. A thread that returns with copies pending is reported.
+void copy_async16(void *dst, const void *src);
+/// Closes the running thread's open group of copies (cp.async.commit_group).
+void async_commit();
+/// Lands every committed group but the newest `pending` ones
+/// (cp.async.wait_group); copies not yet committed stay pending.
+void async_wait(int pending);
+
 } // namespace mtrt::emu
 
 #endif // MEGATRAIN_RUNTIME_CUDA_CUDAEMULATOR_H
