@@ -85,6 +85,9 @@ float *zeros_f32(int64_t n) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // Rows as they are measured, also into a pipe: a run stopped by a
+  // timeout keeps the shapes it finished.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string json;
   int iters = 5;
   for (int i = 1; i < argc; ++i) {
@@ -178,8 +181,10 @@ int main(int argc, char **argv) {
       t.bwd_tflops = 2 * flops / (t.bwd_ms * 1e-3) / 1e12;
       return t;
     };
+    std::fprintf(stderr, "moe_bench: %s: grouped kernels\n", s.name);
     const Timing tc = measure(mtrt::cuda::MoeKernels::TensorCores, iters);
     // The reference kernels are slower by far: one timed call.
+    std::fprintf(stderr, "moe_bench: %s: reference kernels\n", s.name);
     const Timing cc = measure(mtrt::cuda::MoeKernels::CudaCores, 1);
     // The experts' products as one dense GEMM: T·k rows, 3·I outputs.
     void *dense_x = random_bf16(T * s.k * H, 1.f, 8);
