@@ -331,6 +331,18 @@ __device__ __forceinline__ void
 score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
            KeyRange range, float scale, float slope, const ScoreForm &form) {
   const int t = threadIdx.x % 4;
+  // Most tiles: both of the lane's rows see every key of the tile, with
+  // neither cap nor bias, and the score is the product scaled: the form
+  // below without the index tests per score.
+  if (slope == 0.f && form.softcap <= 0.f && j0 + 8 * ST - 1 <= rows[0] &&
+      range.first_key(rows[1]) <= j0) {
+#pragma unroll
+    for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[nt][e] *= scale;
+    return;
+  }
 #pragma unroll
   for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
@@ -727,11 +739,23 @@ __global__ void __launch_bounds__(kBlockThreads)
         sum_partials<C::kKeySplit>(st, dpt, partials);
       if (skip)
         continue;
+      // Most tiles: every query of the tile sees both of the lane's keys,
+      // with neither cap nor bias: the general form's math without the
+      // index tests per score.
+      const bool plain = slope == 0.f && form.softcap <= 0.f && i0 + BQ <= S &&
+                         keys[1] <= i0 &&
+                         range.first_key(i0 + BQ - 1) <= keys[0];
 #pragma unroll
       for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int ii = nt * 8 + 2 * t + e % 2;
+          if (plain) {
+            const float p = expf(scale * st[nt][e] - lt[ii]);
+            st[nt][e] = p;
+            dpt[nt][e] = p * (dpt[nt][e] - dlt[ii]);
+            continue;
+          }
           const int64_t i = i0 + ii, j = keys[e / 2];
           const float c = form.capped(scale * st[nt][e]);
           const float p = i < S && range.visible(i, j)
