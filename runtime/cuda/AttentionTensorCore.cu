@@ -417,7 +417,7 @@ template <int DM> struct Config {
   static constexpr int kQueryRows = 16 * kWarps / kQuerySplit; // a block's
   static constexpr int kFwdKeys = kWide ? 32 : 64; // forward key tile
   static constexpr int kDqKeys = kWide ? 16 : 32;  // dQ key tile
-  // K and V tiles in flight ahead of the one in use (for_key_tiles), where
+  // K and V tiles in flight ahead of the one in use (KeyTiles), where
   // shared memory allows it.
   static constexpr int kKeyBuffers = kWide ? 1 : 2;
   static constexpr int kQueryBuffers = kWide ? 1 : 2; // dK/dV's, the same
