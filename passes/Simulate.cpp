@@ -14,9 +14,12 @@
 //                packed element; gradients f32: 4 B)
 //   pack         6 B per packed element (read f32 master, write bf16)
 //   accumulate   12 B per element (read landed, read and write accumulator)
-//   adamw        28 B per owned trained param; grad_norm 4 B per trained param
+//   adamw        28 B per owned trained param
+//   a unit's last accumulate also sums its gradients' squares: 4 B per
+//   owned trained param (the runtime's sum_unit_squares); grad_norm then
+//   only adds one number per unit
 // With bf16 master weights and accumulators (mt.master_weights = "bf16"):
-// pack 4 B, accumulate 8 B, adamw 22 B, grad_norm 2 B.
+// pack 4 B, accumulate 8 B, adamw 22 B, sum of squares 2 B.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
@@ -347,7 +350,10 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
       return b ? double(b.getElems() * bytesPer(b.getDtype())) : 0.0;
     };
     auto unitOf = [&](StringRef name) { return symbols.lookup<UnitOp>(name); };
-    double trained = trainedParams(getOperation());
+    llvm::StringMap<Operation *> lastAccumulate; // per unit
+    for (Operation &op : step.getBody().front())
+      if (auto a = dyn_cast<AccumulateOp>(op))
+        lastAccumulate[a.getUnit()] = &op;
 
     std::vector<Command> out;
     for (Operation &op : step.getBody().front()) {
@@ -417,6 +423,8 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
                        : u && u.getElems() ? double(*u.getElems())
                                            : 0.0;
         c.seconds = accumulateBytes * elems / m.host;
+        if (lastAccumulate.lookup(a.getUnit()) == &op)
+          c.seconds += host.gradBytes * ownedTrained(u, symbols) / m.host;
         c.unit = a.getUnit();
         c.label = ("accumulate @" + a.getUnit()).str();
       } else if (auto a = dyn_cast<AdamWOp>(op)) {
@@ -425,7 +433,6 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         c.unit = a.getUnit();
         c.label = ("adamw @" + a.getUnit()).str();
       } else if (isa<GradNormOp>(op)) {
-        c.seconds = double(host.gradBytes) * trained / m.host;
         c.label = "grad_norm";
       } else if (auto lb = dyn_cast<LoadBatchOp>(op)) {
         c.seconds = bufferBytes(lb.getInto()) / m.host;

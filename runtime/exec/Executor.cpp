@@ -94,6 +94,22 @@ Executor::Executor(const Program &p, Backend &backend, HostStore &store,
     r.zero_elems = d.backward && d.fresh ? p.units[d.unit].elems : 0;
   }
 
+  // The step's last Accumulate into each unit's accumulators.
+  std::vector<int> last_accumulate(size_t(p.num_units), -1);
+  for (int c = 0; c < p.num_commands; ++c) {
+    const Command &cmd = p.commands[c];
+    if (cmd.op == Op::Accumulate)
+      for (int w : store_.accumulated_owners(cmd.a, cmd.begin, cmd.count))
+        last_accumulate[w] = c;
+  }
+  squares_after_.resize(size_t(p.num_commands));
+  squares_labels_.resize(size_t(p.num_units));
+  for (int u = 0; u < p.num_units; ++u) {
+    squares_labels_[u] = std::string("sum_squares ") + p.units[u].name;
+    if (last_accumulate[u] >= 0)
+      squares_after_[last_accumulate[u]].push_back(u);
+  }
+
   labels_.resize(size_t(p.num_commands));
   for (int c = 0; c < p.num_commands; ++c) {
     const Command &cmd = p.commands[c];
@@ -202,6 +218,10 @@ void Executor::issue(int c, int64_t step, int micro) {
     backend_.host_task(cmd.stream, label, [this, unit, grads, begin, count] {
       store_.accumulate(unit, grads, pool_, begin, count);
     });
+    if (micro == opts_.grad_accum - 1)
+      for (int w : squares_after_[c])
+        backend_.host_task(cmd.stream, squares_labels_[w].c_str(),
+                           [this, w] { store_.sum_unit_squares(w, pool_); });
     break;
   }
   case Op::GradNorm:

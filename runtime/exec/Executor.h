@@ -1,4 +1,5 @@
-//===- Executor.h - runs one step of a Program on a Backend ------*- C++ -*-===//
+//===- Executor.h - runs one step of a Program on a Backend ------*- C++
+//-*-===//
 //
 // The issuing thread walks Program.commands in order and hands each to its
 // stream (never blocking on device work, except for a backend's bounded
@@ -12,7 +13,9 @@
 //    launch first zeroes the unit's region of its gradient slot.
 //  - Pack, Accumulate, GradNorm, AdamW and LoadBatch run on the host stream
 //    with the HostStore, the BatchSource and a ThreadPool. GradNorm runs in
-//    the last micro-step of an optimizer step only.
+//    the last micro-step of an optimizer step only. In that micro-step the
+//    last Accumulate into a unit's accumulators is followed by the sum of
+//    their squares, while the device still computes, so GradNorm only adds.
 //  - In stress mode, recording a BufferFree event first fills its buffer
 //    with 0xFF bytes (NaN in f32 and bf16, -1 as a token id) on the
 //    recording stream, so any reader not ordered by a wait sees poison.
@@ -93,6 +96,10 @@ private:
   void *workspace_ = nullptr;
   std::vector<ResolvedLaunch> launches_;
   std::vector<std::string> labels_; // per command, for traces
+  /// Per command: the units whose accumulators this Accumulate is the
+  /// step's last to add into.
+  std::vector<std::vector<int>> squares_after_;
+  std::vector<std::string> squares_labels_; // per unit
   std::vector<std::string> poison_labels_; // per buffer
   int loss_host_ = -1;
   int64_t host_bytes_ = 0, device_bytes_ = 0;

@@ -62,9 +62,10 @@ uint32_t rounding_key(uint64_t seed, int64_t step) {
 
 HostStore::HostStore(const Program &p, StorageFormat format,
                      const OptimizerConfig &config)
-    : p_(p), format_(format), config_(config),
-      slot_(size_t(p.num_params), -1), constant_(size_t(p.num_params), -1),
-      runs_(size_t(p.num_units)), pending_(size_t(p.num_units), 0) {
+    : p_(p), format_(format), config_(config), slot_(size_t(p.num_params), -1),
+      constant_(size_t(p.num_params), -1), runs_(size_t(p.num_units)),
+      owners_(size_t(p.num_params)), unit_squares_(size_t(p.num_units), 0.0),
+      squares_kept_(size_t(p.num_units), 0), pending_(size_t(p.num_units), 0) {
   // Layer-contiguous: each unit's owned params, in its `owned` order. A
   // param split over units (by vocabulary rows) is laid out whole where its
   // first part is owned; each owner updates its own part.
@@ -85,6 +86,7 @@ HostStore::HostStore(const Program &p, StorageFormat format,
         slot_[q] = trainable_elems_;
         trainable_elems_ += d.numel;
       }
+      owners_[q].push_back(u);
       bool decay = d.rank >= 2;
       std::vector<Run> &runs = runs_[u];
       auto add_run = [&](int64_t begin, int64_t n) {
@@ -285,6 +287,8 @@ void HostStore::accumulate_into(Acc *accumulators, int u, const float *grads,
         overlap(unit.offsets[i], part_elems(p_, unit, i), begin, end);
     if (part.lo >= part.hi)
       continue;
+    for (int w : owners_[primary])
+      squares_kept_[w] = 0;
     Acc *acc = accumulators + slot_[primary];
     const float *g = grads + (unit.offsets[i] - begin); // param index 0
     const Layout layout = layout_of(p_, unit, i);
@@ -318,21 +322,55 @@ void HostStore::accumulate_into(Acc *accumulators, int u, const float *grads,
   }
 }
 
-double HostStore::compute_grad_norm(host::ThreadPool *pool) {
-  pool = pool_for(pool, trainable_elems_);
+std::vector<int> HostStore::accumulated_owners(int u, int64_t begin,
+                                               int64_t count) const {
+  const UnitDesc &unit = p_.units[u];
+  const int64_t end = count < 0 ? unit.elems : begin + count;
+  std::vector<int> owners;
+  for (int i = 0; i < unit.num_params; ++i) {
+    const ParamDesc &d = p_.params[unit.params[i]];
+    const int primary = d.tie >= 0 ? d.tie : unit.params[i];
+    if (d.frozen || !trainable(primary))
+      continue;
+    const Overlap part =
+        overlap(unit.offsets[i], part_elems(p_, unit, i), begin, end);
+    if (part.lo < part.hi)
+      owners.insert(owners.end(), owners_[primary].begin(),
+                    owners_[primary].end());
+  }
+  std::sort(owners.begin(), owners.end());
+  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+  return owners;
+}
+
+void HostStore::sum_unit_squares(int u, host::ThreadPool *pool) {
+  const std::vector<Run> &runs = runs_[u];
+  int64_t n = 0;
+  for (const Run &r : runs)
+    n += r.n;
+  pool = pool_for(pool, n);
   double sum = 0.0;
   if (bf16_master()) {
     std::vector<host::GradSpanBf16> spans;
-    for (int u = 0; u < p_.num_units; ++u)
-      for (const Run &r : runs_[u])
-        spans.push_back({grad16_.data() + r.begin, r.n});
+    for (const Run &r : runs)
+      spans.push_back({grad16_.data() + r.begin, r.n});
     sum = host::grad_sum_squares(spans.data(), spans.size(), pool);
   } else {
     std::vector<host::GradSpan> spans;
-    for (int u = 0; u < p_.num_units; ++u)
-      for (const Run &r : runs_[u])
-        spans.push_back({grad_.data() + r.begin, r.n});
+    for (const Run &r : runs)
+      spans.push_back({grad_.data() + r.begin, r.n});
     sum = host::grad_sum_squares(spans.data(), spans.size(), pool);
+  }
+  unit_squares_[u] = sum;
+  squares_kept_[u] = 1;
+}
+
+double HostStore::compute_grad_norm(host::ThreadPool *pool) {
+  double sum = 0.0;
+  for (int u = 0; u < p_.num_units; ++u) {
+    if (!squares_kept_[u])
+      sum_unit_squares(u, pool);
+    sum += unit_squares_[u];
   }
   grad_norm_ = std::sqrt(sum);
   return grad_norm_;
@@ -365,6 +403,7 @@ bool HostStore::any_pending() const {
 void HostStore::adamw(int u, host::ThreadPool *pool) {
   if (!pending_[u])
     return;
+  squares_kept_[u] = 0;
   const std::vector<Run> &runs = runs_[u];
   auto update = [&](const Run &r, host::ThreadPool *inner) {
     host::AdamWHyper h = hyper_;
@@ -410,6 +449,7 @@ void HostStore::flush(host::ThreadPool *pool) {
 }
 
 void HostStore::zero_grads() {
+  std::fill(squares_kept_.begin(), squares_kept_.end(), 0);
   std::fill(grad_.begin(), grad_.end(), 0.0f);
   std::fill(grad16_.begin(), grad16_.end(), uint16_t(0));
 }

@@ -84,8 +84,18 @@ public:
   /// accumulators. count < 0: the whole region.
   void accumulate(int unit, const float *grads, host::ThreadPool *pool,
                   int64_t begin = 0, int64_t count = -1);
-  /// sqrt of the sum of squares of every accumulator, in a fixed order;
-  /// remembered for the clip scale of the next schedule_update().
+  /// The units whose accumulators an accumulate(unit, ..., begin, count)
+  /// adds into: the owners of the trained params it holds in that chunk.
+  std::vector<int> accumulated_owners(int unit, int64_t begin,
+                                      int64_t count = -1) const;
+  /// Sums the squares of the unit's own accumulators and keeps the sum for
+  /// compute_grad_norm. Called once a step's last gradient for them has
+  /// landed, it moves that sweep off the step boundary; an accumulate into
+  /// them, an update or zero_grads() drops the kept sum.
+  void sum_unit_squares(int unit, host::ThreadPool *pool);
+  /// sqrt of the sum of squares of every accumulator: per unit in unit
+  /// order, each unit's sum kept or computed now. Remembered for the clip
+  /// scale of the next schedule_update().
   double compute_grad_norm(host::ThreadPool *pool);
   double grad_norm() const { return grad_norm_; }
   /// Makes the optimizer step `step_count` (from 1) of the accumulated
@@ -126,11 +136,14 @@ private:
   std::vector<int64_t> slot_;     // per param: offset in the arrays, or -1
   std::vector<int64_t> constant_; // per param: offset in constants_, or -1
   std::vector<std::vector<Run>> runs_; // per unit
+  std::vector<std::vector<int>> owners_; // per param: units updating a part
   int64_t trainable_elems_ = 0;
   std::vector<float> master_, m_, v_, grad_, constants_;
   std::vector<uint16_t> master16_, grad16_; // bf16 masters instead
 
   double grad_norm_ = 0.0;
+  std::vector<double> unit_squares_; // per unit, valid where squares_kept_
+  std::vector<char> squares_kept_;
   std::vector<char> pending_; // per unit
   host::AdamWHyper hyper_;
   float grad_scale_ = 1.0f;

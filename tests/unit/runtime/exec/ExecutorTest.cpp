@@ -123,8 +123,9 @@ TEST(ExecutorTest, TraceHasOneEventPerCommand) {
   o.steps = 2;
   o.trace = &trace;
   run_toy(toy.program(), o);
-  // GradNorm runs in every step here (A = 1); nothing is skipped.
-  EXPECT_EQ(trace.size(), size_t(2 * toy.program().num_commands));
+  // GradNorm runs in every step here (A = 1); nothing is skipped, and each
+  // of the four units owning a trained param sums its gradients' squares.
+  EXPECT_EQ(trace.size(), size_t(2 * (toy.program().num_commands + 4)));
   std::string path = ::testing::TempDir() + "/exec_trace.json";
   trace.write(path);
   std::ifstream in(path);
@@ -133,6 +134,10 @@ TEST(ExecutorTest, TraceHasOneEventPerCommand) {
   std::string json = ss.str();
   EXPECT_EQ(json.rfind("{\"displayTimeUnit\"", 0), 0u);
   EXPECT_NE(json.find("\"name\":\"head bwd u3 mb1\""), std::string::npos);
+  for (const char *unit : {"u0", "u1", "u2", "u3"})
+    EXPECT_NE(json.find(std::string("\"name\":\"sum_squares ") + unit + "\""),
+              std::string::npos)
+        << unit;
   EXPECT_NE(json.find("\"thread_name\""), std::string::npos);
   std::remove(path.c_str());
 }

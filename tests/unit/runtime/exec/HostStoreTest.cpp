@@ -224,6 +224,56 @@ TEST(HostStoreTest, DeferredAdamWEqualsAnImmediateScalarReference) {
   }
 }
 
+// The toy's head (u3) adds into the embedding's accumulator through its
+// transposed tie, so the embedding's kept sum of squares is stale once the
+// head accumulates again; the norm must still be the one of every
+// accumulator, summed in double here.
+TEST(HostStoreTest, KeptUnitSumsOfSquaresGiveTheGlobalNorm) {
+  ToyProgram toy(2);
+  const Program &p = toy.program();
+  HostStore store(p, StorageFormat::F32, {});
+  EXPECT_EQ(store.accumulated_owners(1, 0), std::vector<int>{1});
+  EXPECT_EQ(store.accumulated_owners(3, 0), (std::vector<int>{0, 3}));
+  EXPECT_EQ(store.accumulated_owners(3, 0, 96), std::vector<int>{0});
+  EXPECT_EQ(store.accumulated_owners(3, 96, 16), std::vector<int>{3});
+  EXPECT_TRUE(store.accumulated_owners(3, 112, 8).empty()); // frozen scale
+
+  host::ThreadPool pool(2);
+  auto land = [&](int u, float scale) {
+    std::vector<float> g(128);
+    for (int i = 0; i < 128; ++i)
+      g[i] = scale * float((i * 5 + u) % 13 - 6);
+    store.accumulate(u, g.data(), &pool);
+  };
+  auto reference = [&] {
+    double sq = 0;
+    for (int q : {kEmbed, kW0, kB0, kW1, kB1, kHeadB, kGain})
+      for (int64_t i = 0; i < p.params[q].numel; ++i)
+        sq += double(store.grad(q)[i]) * double(store.grad(q)[i]);
+    return std::sqrt(sq);
+  };
+  for (int u = 0; u < p.num_units; ++u)
+    land(u, 0.5f);
+  for (int u = 0; u < p.num_units; ++u)
+    store.sum_unit_squares(u, &pool);
+  EXPECT_NEAR(store.compute_grad_norm(&pool), reference(), 1e-12 * reference());
+
+  for (int u = 0; u < p.num_units; ++u)
+    store.sum_unit_squares(u, &pool);
+  land(3, 3.0f); // changes the embedding's and the head's sums
+  const double want = reference();
+  EXPECT_NEAR(store.compute_grad_norm(&pool), want, 1e-12 * want);
+
+  // An update zeroes the unit's accumulators: its kept sum goes with them.
+  for (int u = 0; u < p.num_units; ++u)
+    store.sum_unit_squares(u, &pool);
+  store.schedule_update(1, 1e-3);
+  store.adamw(1, &pool);
+  EXPECT_NEAR(store.compute_grad_norm(&pool), reference(), 1e-12 * want);
+  store.zero_grads();
+  EXPECT_EQ(store.compute_grad_norm(&pool), 0.0);
+}
+
 TEST(HostStoreTest, DecayOnlyOnRankTwoAndAbove) {
   ToyProgram toy(2);
   OptimizerConfig c;
