@@ -6,8 +6,9 @@
 // update counted at 28 B/param (reads p, m, v, g; writes p, m, v), and the
 // global grad norm at 4 B/param; then the same two with bf16 master weights
 // and gradients (22 B/param and 2 B/param); and the pack of fp32 weights to
-// bf16 for the device (6 B/param: host/Bf16Convert.h) on the chosen path
-// beside the scalar loop. Prints params/s, to set beside
+// bf16 for the device (6 B/param: host/Bf16Convert.h) and the addition of
+// fp32 gradients into bf16 accumulators (8 B/param), each on the chosen
+// path beside the scalar loop. Prints params/s, to set beside
 // bench/adamw_vs_torch.py's figure, and the bf16 / fp32 speedup.
 //
 //   adamw_bench [--params 256M] [--threads N] [--iters 5] [--path avx512]
@@ -247,12 +248,20 @@ int main(int argc, char **argv) {
     in_place_kernel = in_place_avx2;
 #endif
   std::vector<double> triad_s, in_place_s, adamw_s, norm_s, adamw16_s, norm16_s,
-      pack_s, pack_scalar_s;
+      pack_s, pack_scalar_s, add_s, add_scalar_s;
   // The packs write into g16, which nothing reads afterwards.
   auto pack = [&](SimdPath on) {
     return seconds([&] {
       pool.parallel_for(n, kGrain, [=](int64_t lo, int64_t hi) {
         to_bf16_nearest(g16p + lo, pp + lo, hi - lo, on);
+      });
+    });
+  };
+  // The additions add g into g16 as well.
+  auto add = [&](SimdPath on) {
+    return seconds([&] {
+      pool.parallel_for(n, kGrain, [=](int64_t lo, int64_t hi) {
+        add_to_bf16(g16p + lo, gp + lo, hi - lo, on);
       });
     });
   };
@@ -281,8 +290,11 @@ int main(int argc, char **argv) {
     double t_norm16 =
         seconds([&] { sink += grad_sum_squares(&span16, 1, &pool, path); });
     double t_pack = pack(path), t_pack_scalar = pack(SimdPath::Scalar);
+    double t_add = add(path), t_add_scalar = add(SimdPath::Scalar);
     if (round == 0)
       continue;
+    add_s.push_back(t_add);
+    add_scalar_s.push_back(t_add_scalar);
     pack_s.push_back(t_pack);
     pack_scalar_s.push_back(t_pack_scalar);
     adamw16_s.push_back(t_adamw16);
@@ -295,7 +307,8 @@ int main(int argc, char **argv) {
   Timing triad = summarize(triad_s), in_place = summarize(in_place_s),
          adamw = summarize(adamw_s), norm = summarize(norm_s),
          adamw16 = summarize(adamw16_s), norm16 = summarize(norm16_s),
-         packed = summarize(pack_s), packed_scalar = summarize(pack_scalar_s);
+         packed = summarize(pack_s), packed_scalar = summarize(pack_scalar_s),
+         added = summarize(add_s), added_scalar = summarize(add_scalar_s);
 
   report("triad", 12, n, triad);
   report("in_place", 28, n, in_place);
@@ -318,5 +331,10 @@ int main(int argc, char **argv) {
   std::printf("pack %s / scalar: %.2fx best, %.2fx median\n",
               simd_path_name(path), packed_scalar.best / packed.best,
               packed_scalar.median / packed.median);
+  report("add_bf16", 8, n, added);
+  report("add_scalar", 8, n, added_scalar);
+  std::printf("add %s / scalar: %.2fx best, %.2fx median\n",
+              simd_path_name(path), added_scalar.best / added.best,
+              added_scalar.median / added.median);
   return std::isfinite(sink) ? 0 : 1;
 }

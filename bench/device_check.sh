@@ -19,6 +19,9 @@
 #      and CUDA --stress against a normal CUDA run, bit for bit
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
 #      beside torch's scaled_dot_product_attention (bench/attention_torch.py)
+#   host. the host's AdamW, pack and grad norm on all cores
+#      (bench/adamw_bench.cpp), and one 7B layer's AdamW then packs beside
+#      packs applying the update (bench/host_step_bench.cpp)
 #   moe. the mixture-of-experts kernels' TFLOPS (bench/moe_bench.cpp): the
 #      grouped tensor-core GEMMs, the reference kernels, a dense GEMM
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
@@ -318,6 +321,15 @@ attention() {
   python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
 }
 [ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
+
+# ---- the host's optimizer, pack and grad-norm sweeps on this machine's cores -----
+host_sweeps() {
+  { "$WORK/build/bench/adamw_bench" --params 256M --iters 3 &&
+    "$WORK/build/bench/host_step_bench" --iters 3 &&
+    "$WORK/build/bench/host_step_bench" --iters 3 --master bf16; } 2>&1 | tee "$WORK/host.txt"
+  return "${PIPESTATUS[0]}"
+}
+[ -x "$WORK/build/bench/host_step_bench" ] && stage host 30 90 host_sweeps
 
 # ---- mixture-of-experts kernels: grouped GEMMs, reference, dense ceiling -------
 moe() {

@@ -12,7 +12,10 @@
 //                max(FLOPs / (peak · eff), bytes / HBM) + launch overhead
 //   h2d / d2h    bytes / link GB/s + a fixed latency (weights bf16: 2 B per
 //                packed element; gradients f32: 4 B)
-//   pack         6 B per packed element (read f32 master, write bf16)
+//   pack         6 B per packed element (read f32 master, write bf16); a
+//                pack right after its unit's adamw applies the update as it
+//                goes (the runtime's HostStore::pack) and reads the masters
+//                from cache: 2 B
 //   accumulate   12 B per element (read landed, read and write accumulator)
 //   adamw        28 B per owned trained param
 //   a unit's last accumulate also sums its gradients' squares: 4 B per
@@ -356,7 +359,13 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         lastAccumulate[a.getUnit()] = &op;
 
     std::vector<Command> out;
+    StringRef updatedByPacks; // the unit whose adamw its packs carry on
     for (Operation &op : step.getBody().front()) {
+      if (isa<PackOp, AccumulateOp, AdamWOp, GradNormOp>(op)) {
+        auto p = dyn_cast<PackOp>(op);
+        if (!p || p.getUnit() != updatedByPacks)
+          updatedByPacks = "";
+      }
       Command c{&op, static_cast<int>(streamOf(&op))};
       if (auto r = dyn_cast<RecordOp>(op)) {
         c.isRecord = true;
@@ -393,7 +402,8 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         double elems = p.getRange() ? (*p.getRange())[1]
                        : u && u.getElems() ? double(*u.getElems())
                                            : 0.0;
-        c.seconds = packBytes * elems / m.host;
+        c.seconds =
+            (p.getUnit() == updatedByPacks ? 2 : packBytes) * elems / m.host;
         c.label = ("pack @" + p.getUnit()).str();
       } else if (auto h = dyn_cast<H2DOp>(op)) {
         std::optional<double> elems = unitElems(h.getFrom());
@@ -430,6 +440,7 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
       } else if (auto a = dyn_cast<AdamWOp>(op)) {
         c.seconds =
             adamwBytes * ownedTrained(unitOf(a.getUnit()), symbols) / m.host;
+        updatedByPacks = a.getUnit();
         c.unit = a.getUnit();
         c.label = ("adamw @" + a.getUnit()).str();
       } else if (isa<GradNormOp>(op)) {

@@ -110,6 +110,36 @@ Executor::Executor(const Program &p, Backend &backend, HostStore &store,
       squares_after_[last_accumulate[u]].push_back(u);
   }
 
+  // An AdamW(u) followed, among its stream's host-store commands, by u's
+  // first Pack: the packs apply the update block by block.
+  auto touches_store = [](Op op) {
+    return op == Op::Pack || op == Op::Accumulate || op == Op::AdamW ||
+           op == Op::GradNorm;
+  };
+  left_to_packs_.assign(size_t(p.num_commands), 0);
+  std::vector<char> applies_update(size_t(p.num_commands), 0);
+  for (int c = 0; c < p.num_commands; ++c) {
+    const Command &cmd = p.commands[c];
+    if (cmd.op != Op::AdamW)
+      continue;
+    int next = c + 1;
+    while (next < p.num_commands && !(p.commands[next].stream == cmd.stream &&
+                                      touches_store(p.commands[next].op)))
+      ++next;
+    if (next == p.num_commands || p.commands[next].op != Op::Pack ||
+        p.commands[next].a != cmd.a || p.commands[next].begin != 0)
+      continue;
+    left_to_packs_[c] = 1;
+    for (int k = next; k < p.num_commands; ++k) {
+      const Command &q = p.commands[k];
+      if (q.stream != cmd.stream || !touches_store(q.op))
+        continue;
+      if (q.op != Op::Pack || q.a != cmd.a)
+        break;
+      applies_update[k] = 1;
+    }
+  }
+
   labels_.resize(size_t(p.num_commands));
   for (int c = 0; c < p.num_commands; ++c) {
     const Command &cmd = p.commands[c];
@@ -125,7 +155,8 @@ Executor::Executor(const Program &p, Backend &backend, HostStore &store,
     case Op::Pack:
     case Op::Accumulate:
     case Op::AdamW:
-      s = std::string(op_name(cmd.op)) + " " + p.units[cmd.a].name;
+      s = std::string(applies_update[c] ? "adamw+pack" : op_name(cmd.op)) +
+          " " + p.units[cmd.a].name;
       break;
     case Op::H2D:
     case Op::D2H:
@@ -230,6 +261,8 @@ void Executor::issue(int c, int64_t step, int micro) {
                          [this] { store_.compute_grad_norm(pool_); });
     break;
   case Op::AdamW: {
+    if (left_to_packs_[c])
+      break;
     int unit = cmd.a;
     backend_.host_task(cmd.stream, label,
                        [this, unit] { store_.adamw(unit, pool_); });

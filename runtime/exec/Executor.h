@@ -16,6 +16,8 @@
 //    the last micro-step of an optimizer step only. In that micro-step the
 //    last Accumulate into a unit's accumulators is followed by the sum of
 //    their squares, while the device still computes, so GradNorm only adds.
+//    An AdamW(u) whose stream's next host-store command is u's first Pack
+//    issues nothing: the packs apply the update as they go (HostStore).
 //  - In stress mode, recording a BufferFree event first fills its buffer
 //    with 0xFF bytes (NaN in f32 and bf16, -1 as a token id) on the
 //    recording stream, so any reader not ordered by a wait sees poison.
@@ -100,6 +102,7 @@ private:
   /// step's last to add into.
   std::vector<std::vector<int>> squares_after_;
   std::vector<std::string> squares_labels_; // per unit
+  std::vector<char> left_to_packs_; // per command: an AdamW its packs apply
   std::vector<std::string> poison_labels_; // per buffer
   int loss_host_ = -1;
   int64_t host_bytes_ = 0, device_bytes_ = 0;

@@ -20,6 +20,9 @@ namespace {
 
 // Elements per part when a host task is split over the pool.
 constexpr int64_t kGrain = 1 << 15;
+// Elements a pack updates and then converts while they stay in cache
+// (fp32: 16 B of state and 2-4 B of staging each).
+constexpr int64_t kBlock = 1 << 14;
 
 // Waking pool threads costs more than a small sweep; and on a CPU backend
 // they compete with the kernels' threads for the same cores.
@@ -224,8 +227,22 @@ void gather(Dst *dst, const Src *src, const Layout &layout, int64_t lo,
 
 } // namespace
 
+HostStore::Run *HostStore::next_run(int u, int param, int64_t lo, int64_t hi) {
+  if (!pending_[u] || !trainable(param))
+    return nullptr;
+  for (Run &r : runs_[u])
+    if (r.begin + r.done == lo && hi <= r.begin + r.n)
+      return &r;
+  return nullptr;
+}
+
+void HostStore::settle(int param, host::ThreadPool *pool) {
+  for (int w : owners_[param])
+    adamw(w, pool);
+}
+
 void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
-                     int64_t begin, int64_t count) const {
+                     int64_t begin, int64_t count) {
   const UnitDesc &unit = p_.units[u];
   const int64_t end = count < 0 ? unit.elems : begin + count;
   for (int i = 0; i < unit.num_params; ++i) {
@@ -238,6 +255,15 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
     const int64_t at = unit.offsets[i] - begin; // param index 0 in staging
     const Layout layout = layout_of(p_, unit, i);
     const int64_t n = part.hi - part.lo;
+    // This unit's own update of a contiguous stretch, next in store order:
+    // applied block by block below. Anything else pending is applied first.
+    Run *run = nullptr;
+    if (layout.kind == Layout::Contiguous && d.tie < 0) {
+      const int64_t lo = slot_[primary] + layout.base + part.lo;
+      run = next_run(u, primary, lo, lo + n);
+    }
+    if (!run)
+      settle(primary, pool);
     // bf16 masters (src16) or fp32 masters and constants (src32).
     const uint16_t *src16 = values_bf16(primary);
     const float *src32 = values(primary);
@@ -245,9 +271,7 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
     float *dst32 = static_cast<float *>(staging) + at;
     const bool bf16_staging = format_ == StorageFormat::Bf16;
     const bool round = format_ == StorageFormat::F32RoundedBf16;
-    parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
-      lo += part.lo;
-      hi += part.lo;
+    auto convert = [&](int64_t lo, int64_t hi) {
       if (src16 && bf16_staging)
         gather(dst16, src16, layout, lo, hi);
       else if (src16) // widened exactly: no rounding needed
@@ -260,7 +284,27 @@ void HostStore::pack(int u, void *staging, host::ThreadPool *pool,
         gather(dst32, src32, layout, lo, hi);
       if (round && !src16)
         cpu::round_to_bf16(dst32 + lo, hi - lo);
+    };
+    const int64_t store0 = slot_[primary] + layout.base; // param index 0
+    parallel(pool, n, kGrain, [&](int64_t lo, int64_t hi) {
+      lo += part.lo;
+      hi += part.lo;
+      if (!run) {
+        convert(lo, hi);
+        return;
+      }
+      for (int64_t b = lo; b < hi; b += kBlock) {
+        const int64_t e = std::min(hi, b + kBlock);
+        update(store0 + b, e - b, run->decay, nullptr);
+        convert(b, e);
+      }
     });
+    if (run) {
+      run->done += n;
+      squares_kept_[u] = 0;
+      pending_[u] = std::any_of(runs_[u].begin(), runs_[u].end(),
+                                [](const Run &r) { return r.done < r.n; });
+    }
   }
 }
 
@@ -287,6 +331,7 @@ void HostStore::accumulate_into(Acc *accumulators, int u, const float *grads,
         overlap(unit.offsets[i], part_elems(p_, unit, i), begin, end);
     if (part.lo >= part.hi)
       continue;
+    settle(primary, pool);
     for (int w : owners_[primary])
       squares_kept_[w] = 0;
     Acc *acc = accumulators + slot_[primary];
@@ -315,8 +360,13 @@ void HostStore::accumulate_into(Acc *accumulators, int u, const float *grads,
     } else {
       Acc *a = acc + layout.base;
       parallel(pool, part.hi - part.lo, kGrain, [&](int64_t lo, int64_t hi) {
-        for (int64_t k = part.lo + lo; k < part.lo + hi; ++k)
-          add_into(a[k], g[k]);
+        lo += part.lo;
+        hi += part.lo;
+        if constexpr (std::is_same_v<Acc, uint16_t>)
+          host::add_to_bf16(a + lo, g + lo, hi - lo);
+        else
+          for (int64_t k = lo; k < hi; ++k)
+            a[k] += g[k];
       });
     }
   }
@@ -371,6 +421,7 @@ double HostStore::compute_grad_norm(host::ThreadPool *pool) {
     if (!squares_kept_[u])
       sum_unit_squares(u, pool);
     sum += unit_squares_[u];
+    squares_kept_[u] = 0; // used once: gradients may be written directly
   }
   grad_norm_ = std::sqrt(sum);
   return grad_norm_;
@@ -383,6 +434,7 @@ double HostStore::clip_scale(double norm) const {
 }
 
 void HostStore::schedule_update(int64_t step_count, double lr) {
+  flush(nullptr); // the previous update, if a step left part of it pending
   hyper_.lr = lr;
   hyper_.beta1 = config_.beta1;
   hyper_.beta2 = config_.beta2;
@@ -391,8 +443,11 @@ void HostStore::schedule_update(int64_t step_count, double lr) {
   hyper_.step = step_count;
   grad_scale_ = static_cast<float>(clip_scale(grad_norm_));
   rounding_key_ = rounding_key(config_.rounding_seed, step_count);
-  for (int u = 0; u < p_.num_units; ++u)
+  for (int u = 0; u < p_.num_units; ++u) {
+    for (Run &r : runs_[u])
+      r.done = 0;
     pending_[u] = !runs_[u].empty();
+  }
 }
 
 bool HostStore::any_pending() const {
@@ -400,45 +455,51 @@ bool HostStore::any_pending() const {
                      [](char c) { return c != 0; });
 }
 
+void HostStore::update(int64_t begin, int64_t n, bool decay,
+                       host::ThreadPool *pool) {
+  host::AdamWHyper h = hyper_;
+  if (!decay)
+    h.weight_decay = 0.0;
+  if (bf16_master()) {
+    // Noise by the element's place in the store: the same for any split.
+    host::adamw_update_bf16(master16_.data() + begin, m_.data() + begin,
+                            v_.data() + begin, grad16_.data() + begin, n, h,
+                            grad_scale_, rounding_key_,
+                            static_cast<uint32_t>(begin), pool_for(pool, n));
+    zero(grad16_.data() + begin, n, pool);
+  } else {
+    host::adamw_update(master_.data() + begin, m_.data() + begin,
+                       v_.data() + begin, grad_.data() + begin, n, h,
+                       grad_scale_, pool_for(pool, n));
+    zero(grad_.data() + begin, n, pool);
+  }
+}
+
 void HostStore::adamw(int u, host::ThreadPool *pool) {
   if (!pending_[u])
     return;
   squares_kept_[u] = 0;
-  const std::vector<Run> &runs = runs_[u];
-  auto update = [&](const Run &r, host::ThreadPool *inner) {
-    host::AdamWHyper h = hyper_;
-    if (!r.decay)
-      h.weight_decay = 0.0;
-    if (bf16_master()) {
-      // Noise by the element's place in the store: the same for any split.
-      host::adamw_update_bf16(master16_.data() + r.begin, m_.data() + r.begin,
-                              v_.data() + r.begin, grad16_.data() + r.begin,
-                              r.n, h, grad_scale_, rounding_key_,
-                              static_cast<uint32_t>(r.begin),
-                              pool_for(inner, r.n));
-      zero(grad16_.data() + r.begin, r.n, inner);
-    } else {
-      host::adamw_update(master_.data() + r.begin, m_.data() + r.begin,
-                         v_.data() + r.begin, grad_.data() + r.begin, r.n, h,
-                         grad_scale_, pool_for(inner, r.n));
-      zero(grad_.data() + r.begin, r.n, inner);
-    }
+  std::vector<Run> &runs = runs_[u];
+  auto rest = [&](Run &r, host::ThreadPool *inner) {
+    if (r.done < r.n)
+      update(r.begin + r.done, r.n - r.done, r.decay, inner);
+    r.done = r.n;
   };
   // Many short runs (a weight's columns, one run per row) are spread over
   // the pool whole; long ones are split inside.
   int64_t total = 0;
   for (const Run &r : runs)
-    total += r.n;
+    total += r.n - r.done;
   if (runs.size() > 1 && total / int64_t(runs.size()) < 2 * kGrain) {
     const int64_t per = std::max<int64_t>(1, kGrain / (total / runs.size() + 1));
     parallel(pool_for(pool, total), int64_t(runs.size()), per,
              [&](int64_t lo, int64_t hi) {
                for (int64_t k = lo; k < hi; ++k)
-                 update(runs[size_t(k)], nullptr);
+                 rest(runs[size_t(k)], nullptr);
              });
   } else {
-    for (const Run &r : runs)
-      update(r, pool);
+    for (Run &r : runs)
+      rest(r, pool);
   }
   pending_[u] = 0;
 }

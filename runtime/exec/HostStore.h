@@ -1,12 +1,14 @@
-//===- HostStore.h - model state in host RAM ---------------------*- C++ -*-===//
+//===- HostStore.h - model state in host RAM ---------------------*- C++
+//-*-===//
 //
 // Per trainable param (untied, not frozen: a "primary"): the master weights,
 // Adam's m and v (fp32) and a gradient accumulator, each laid out
 // contiguously per owner unit, so a unit's optimizer step is a few long
 // sweeps. The program's MasterFormat decides the master weights' and the
 // accumulator's precision: fp32 (16 B/param) or bf16 (12 B/param; AdamW
-// rounds the new weights stochastically, the accumulator rounds to nearest). Frozen params (tables) keep their constant data here; tied params
-// have nothing of their own and read and write their primary.
+// rounds the new weights stochastically, the accumulator rounds to nearest).
+// Frozen params (tables) keep their constant data here; tied params have
+// nothing of their own and read and write their primary.
 //
 // The optimizer step is deferred: after step t, schedule_update() makes the
 // update of step t's accumulated gradients pending, and the schedule's
@@ -14,6 +16,13 @@
 // to unit u's owned params (so it overlaps the previous unit's compute) and
 // zeroes their accumulators. flush() applies whatever is still pending
 // (before a checkpoint, an export, the end of training).
+//
+// A pending update is part of the master weights' value: pack() and
+// accumulate() apply it to what they read or add into before touching it.
+// A pack of the unit's own params, in store order, applies it block by
+// block just before converting each block, while the block is still in
+// cache, so AdamW then pack reads the masters from memory once instead of
+// twice; the executor leaves such an AdamW(u) to its packs.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MEGATRAIN_RUNTIME_EXEC_HOSTSTORE_H
@@ -75,10 +84,10 @@ public:
   // ---- the host tasks of a step ----------------------------------------
   /// Writes elements [begin, begin + count) of the unit's packed region
   /// (its params at their offsets, in the storage format; a transposed tie
-  /// reads its primary transposed) to the start of `staging`. count < 0:
-  /// the whole region.
+  /// reads its primary transposed) to the start of `staging`, after the
+  /// pending update of what it reads. count < 0: the whole region.
   void pack(int unit, void *staging, host::ThreadPool *pool, int64_t begin = 0,
-            int64_t count = -1) const;
+            int64_t count = -1);
   /// Adds landed f32 gradients, elements [begin, begin + count) of the
   /// unit's region held from the start of `grads`, into their primaries'
   /// accumulators. count < 0: the whole region.
@@ -100,7 +109,8 @@ public:
   double grad_norm() const { return grad_norm_; }
   /// Makes the optimizer step `step_count` (from 1) of the accumulated
   /// gradients pending for every unit, with learning rate lr and the clip
-  /// scale of the last computed norm.
+  /// scale of the last computed norm (after completing a previous update
+  /// that a step left pending).
   void schedule_update(int64_t step_count, double lr);
   bool pending(int unit) const { return pending_[unit]; }
   bool any_pending() const;
@@ -120,12 +130,22 @@ public:
   static int64_t bytes_for(const Program &p);
 
 private:
-  /// A stretch of one unit's state updated with one AdamW call.
+  /// A stretch of one unit's state updated with one AdamW call; while the
+  /// update is pending, [begin, begin + done) of it already has it.
   struct Run {
     int64_t begin, n;
     bool decay;
+    int64_t done = 0;
   };
 
+  /// Applies the pending update to store elements [begin, begin + n) of a
+  /// run and zeroes their accumulators.
+  void update(int64_t begin, int64_t n, bool decay, host::ThreadPool *pool);
+  /// Completes the pending updates of the units owning `param`.
+  void settle(int param, host::ThreadPool *pool);
+  /// The run of `unit` that a pack of `param`'s elements [lo, hi) (store
+  /// order) may update block by block: the one whose done part ends at lo.
+  Run *next_run(int unit, int param, int64_t lo, int64_t hi);
   template <class Acc>
   void accumulate_into(Acc *acc, int u, const float *grads,
                        host::ThreadPool *pool, int64_t begin, int64_t end);

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -123,9 +124,15 @@ TEST(ExecutorTest, TraceHasOneEventPerCommand) {
   o.steps = 2;
   o.trace = &trace;
   run_toy(toy.program(), o);
-  // GradNorm runs in every step here (A = 1); nothing is skipped, and each
-  // of the four units owning a trained param sums its gradients' squares.
-  EXPECT_EQ(trace.size(), size_t(2 * (toy.program().num_commands + 4)));
+  // GradNorm runs in every step here (A = 1); each of the four units owning
+  // a trained param sums its gradients' squares; each unit's AdamW, right
+  // before its first Pack, is left to the packs.
+  const Program &p = toy.program();
+  const auto adamws =
+      std::count_if(p.commands, p.commands + p.num_commands,
+                    [](const Command &c) { return c.op == Op::AdamW; });
+  EXPECT_EQ(adamws, 4);
+  EXPECT_EQ(trace.size(), size_t(2 * (p.num_commands + 4 - adamws)));
   std::string path = ::testing::TempDir() + "/exec_trace.json";
   trace.write(path);
   std::ifstream in(path);
@@ -134,10 +141,15 @@ TEST(ExecutorTest, TraceHasOneEventPerCommand) {
   std::string json = ss.str();
   EXPECT_EQ(json.rfind("{\"displayTimeUnit\"", 0), 0u);
   EXPECT_NE(json.find("\"name\":\"head bwd u3 mb1\""), std::string::npos);
-  for (const char *unit : {"u0", "u1", "u2", "u3"})
+  for (const char *unit : {"u0", "u1", "u2", "u3"}) {
     EXPECT_NE(json.find(std::string("\"name\":\"sum_squares ") + unit + "\""),
               std::string::npos)
         << unit;
+    EXPECT_NE(json.find(std::string("\"name\":\"adamw+pack ") + unit + "\""),
+              std::string::npos)
+        << unit;
+  }
+  EXPECT_EQ(json.find("\"name\":\"adamw "), std::string::npos);
   EXPECT_NE(json.find("\"thread_name\""), std::string::npos);
   std::remove(path.c_str());
 }

@@ -274,6 +274,109 @@ TEST(HostStoreTest, KeptUnitSumsOfSquaresGiveTheGlobalNorm) {
   EXPECT_EQ(store.compute_grad_norm(&pool), 0.0);
 }
 
+// One unit large enough for several pool parts and update blocks per
+// param: w0 [300, 257], b0 [1000] (no decay), w1 [200, 300], packed in that
+// order, all owned.
+struct WideUnitProgram {
+  ParamDesc params[3] = {
+      {"w0", 2, {300, 257, 0, 0}, 300 * 257, -1, false, false, 0},
+      {"b0", 1, {1000, 0, 0, 0}, 1000, -1, false, false, 0},
+      {"w1", 2, {200, 300, 0, 0}, 200 * 300, -1, false, false, 0}};
+  int unit_params[3] = {0, 1, 2};
+  int64_t offsets[3] = {0, 77100, 78100};
+  UnitDesc units[1] = {
+      {"wide", "layer", 138100, 3, unit_params, offsets, 3, unit_params}};
+  Program program{"wide", "0", 1, 1, 8, 1, 3, params, 1, units};
+};
+
+// Packs that apply the pending update themselves (block by block, or all
+// at once when a chunk does not start where the update got to) leave the
+// same staging, masters, moments and accumulators, bit for bit, as AdamW
+// then the packs. The first in-order chunk updates only what it packs.
+void expect_packs_apply_the_update(MasterFormat master, StorageFormat format,
+                                   const std::vector<int64_t> &chunks) {
+  WideUnitProgram wide;
+  Program p = wide.program;
+  p.master = master;
+  OptimizerConfig c;
+  c.clip_grad = 0.5;
+  HostStore fused(p, format, c), plain(p, format, c);
+  for (HostStore *s : {&fused, &plain})
+    for (int q = 0; q < 3; ++q)
+      for (int64_t i = 0; i < p.params[q].numel; ++i) {
+        const float w = float(std::cos(double(i * 3 + q)));
+        if (s->bf16_master())
+          s->values_bf16(q)[i] = bf16_nearest(w);
+        else
+          s->values(q)[i] = w;
+      }
+  const int64_t elems = p.units[0].elems;
+  const size_t esize = format == StorageFormat::Bf16 ? 2 : 4;
+  host::ThreadPool pool(3);
+  for (int step = 1; step <= 2; ++step) {
+    std::vector<float> g(static_cast<size_t>(elems));
+    for (int64_t i = 0; i < elems; ++i)
+      g[size_t(i)] = float(std::sin(double(i * 7 + step)));
+    for (HostStore *s : {&fused, &plain}) {
+      s->accumulate(0, g.data(), &pool);
+      s->compute_grad_norm(&pool);
+      s->schedule_update(step, 1e-2);
+    }
+    plain.adamw(0, &pool);
+    const float w1_before = fused.bf16_master()
+                                ? bf16_widen(fused.values_bf16(2)[0])
+                                : fused.values(2)[0];
+    for (size_t k = 0; k + 1 < chunks.size(); k += 2) {
+      const int64_t begin = chunks[k], count = chunks[k + 1];
+      std::vector<char> a(size_t(count) * esize, 1), b(a.size(), 2);
+      fused.pack(0, a.data(), &pool, begin, count);
+      plain.pack(0, b.data(), &pool, begin, count);
+      ASSERT_EQ(a, b) << "step " << step << ", chunk at " << begin;
+      if (k == 0 && begin == 0 && count < 78100) { // w1 not packed yet
+        EXPECT_TRUE(fused.pending(0));
+        EXPECT_EQ(fused.bf16_master() ? bf16_widen(fused.values_bf16(2)[0])
+                                      : fused.values(2)[0],
+                  w1_before);
+      }
+    }
+    EXPECT_FALSE(fused.pending(0));
+    for (int q = 0; q < 3; ++q) {
+      const size_t n = size_t(p.params[q].numel);
+      if (fused.bf16_master()) {
+        EXPECT_EQ(
+            0, std::memcmp(fused.values_bf16(q), plain.values_bf16(q), 2 * n));
+        EXPECT_EQ(0,
+                  std::memcmp(fused.grad_bf16(q), plain.grad_bf16(q), 2 * n));
+      } else {
+        EXPECT_EQ(0, std::memcmp(fused.values(q), plain.values(q), 4 * n));
+        EXPECT_EQ(0, std::memcmp(fused.grad(q), plain.grad(q), 4 * n));
+      }
+      EXPECT_EQ(0, std::memcmp(fused.adam_m(q), plain.adam_m(q), 4 * n));
+      EXPECT_EQ(0, std::memcmp(fused.adam_v(q), plain.adam_v(q), 4 * n));
+    }
+  }
+}
+
+TEST(HostStoreTest, PacksApplyThePendingUpdateInOrder) {
+  const std::vector<int64_t> chunks = {0, 50000, 50000, 50000, 100000, 38100};
+  expect_packs_apply_the_update(MasterFormat::F32, StorageFormat::Bf16, chunks);
+  expect_packs_apply_the_update(MasterFormat::F32, StorageFormat::F32, chunks);
+  expect_packs_apply_the_update(MasterFormat::Bf16, StorageFormat::Bf16,
+                                chunks);
+  expect_packs_apply_the_update(MasterFormat::F32, StorageFormat::Bf16,
+                                {0, 138100});
+}
+
+TEST(HostStoreTest, PacksOutOfOrderApplyTheWholeUpdateFirst) {
+  expect_packs_apply_the_update(MasterFormat::F32, StorageFormat::Bf16,
+                                {70000, 68100, 0, 70000});
+  expect_packs_apply_the_update(MasterFormat::Bf16, StorageFormat::F32,
+                                {0, 1000, 5000, 133100, 1000, 4000});
+  // Packed again from the start: updated once only.
+  expect_packs_apply_the_update(MasterFormat::F32, StorageFormat::F32,
+                                {0, 1000, 0, 138100});
+}
+
 TEST(HostStoreTest, DecayOnlyOnRankTwoAndAbove) {
   ToyProgram toy(2);
   OptimizerConfig c;

@@ -102,6 +102,44 @@ TEST(Bf16Convert, EveryPathGivesTheScalarBits) {
       }
 }
 
+// Accumulators of every kind of bf16 (the inputs' top halves: specials,
+// ties, random) plus gradients of every magnitude: the sum in double
+// rounded to float (the float add's result: a double holds more than twice
+// a float's digits), then by reference(); every path, at every length and
+// start, the same.
+TEST(Bf16Convert, AddToBf16RoundsTheFloatSumToNearest) {
+  const std::vector<float> g = inputs();
+  std::vector<uint16_t> acc0(g.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &g[(i * 7919) % g.size()], sizeof u);
+    acc0[i] = uint16_t(u >> 16);
+  }
+  std::vector<uint16_t> want(g.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double sum = double(from_bits(uint32_t(acc0[i]) << 16)) + g[i];
+    want[i] = reference(static_cast<float>(sum));
+  }
+  auto same = [](uint16_t a, uint16_t b) {
+    const bool nan_a = (a & 0x7fffu) > 0x7f80u, nan_b = (b & 0x7fffu) > 0x7f80u;
+    return nan_a || nan_b ? nan_a == nan_b : a == b;
+  };
+  for (SimdPath path : supported_paths())
+    for (int64_t start : {0, 1, 3})
+      for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 33, 99997}) {
+        std::vector<uint16_t> acc(acc0.begin() + start,
+                                  acc0.begin() + start + n);
+        acc.push_back(0xabcd);
+        add_to_bf16(acc.data(), g.data() + start, n, path);
+        for (int64_t k = 0; k < n; ++k)
+          ASSERT_TRUE(same(acc[k], want[start + k]))
+              << simd_path_name(path) << " start " << start << " n " << n
+              << " at " << k << std::hex << ": 0x" << acc[k] << " for 0x"
+              << want[start + k];
+        EXPECT_EQ(acc[n], 0xabcd) << simd_path_name(path) << " wrote past n";
+      }
+}
+
 TEST(Bf16Convert, RefusesAPathThisCpuLacks) {
   if (supported_paths().size() == 3)
     GTEST_SKIP() << "this CPU runs every path";
@@ -110,6 +148,7 @@ TEST(Bf16Convert, RefusesAPathThisCpuLacks) {
       float x = 1;
       uint16_t y;
       EXPECT_THROW(to_bf16_nearest(&y, &x, 1, p), std::invalid_argument);
+      EXPECT_THROW(add_to_bf16(&y, &x, 1, p), std::invalid_argument);
     }
 }
 
