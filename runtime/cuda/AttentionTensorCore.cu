@@ -9,7 +9,9 @@
 //  - Forward: rows are queries. S = Q·Kᵀ for a key tile of 64 (32 when
 //    DM > 128), the online softmax on S's fragments (each row's max and sum
 //    over the four lanes that hold it), then O += P·V with P rounded to
-//    bf16 straight from S's fragments (D's layout is A's).
+//    bf16 straight from S's fragments (D's layout is A's). Scores are kept
+//    in base-2 units (times log2 e, folded into the scale), so that each
+//    exponential is one exp2.
 //  - dQ: rows are queries, key tiles of 32 (16): S = Q·Kᵀ and dP = dY·Vᵀ, then
 //    dS = P ∘ (dP − δ) and dQ += dS·K, with δ from attention_delta and P's
 //    max and sum running online as in the forward (the unnormalized sum
@@ -323,9 +325,11 @@ __device__ __forceinline__ bool warp_sees_none(int64_t w0, int64_t j0, int keys,
   return j0 > w0 + 15 || j0 + keys - 1 < range.first_key(w0);
 }
 
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
 /// A warp's products s = q·k against key tile j0 (rows[r] its lane's two
-/// query rows) as scores: capped, ALiBi's bias added, -inf where the query
-/// does not see the key.
+/// query rows) as scores in base-2 units: capped, ALiBi's bias added, times
+/// log2 e; -inf where the query does not see the key.
 template <int ST>
 __device__ __forceinline__ void
 score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
@@ -336,11 +340,12 @@ score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
   // below without the index tests per score.
   if (slope == 0.f && form.softcap <= 0.f && j0 + 8 * ST - 1 <= rows[0] &&
       range.first_key(rows[1]) <= j0) {
+    const float scale2 = scale * kLog2e;
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        s[nt][e] *= scale;
+        s[nt][e] *= scale2;
     return;
   }
 #pragma unroll
@@ -348,14 +353,15 @@ score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-      s[nt][e] = range.visible(i, j)
-                     ? form.capped(scale * s[nt][e]) + slope * float(j - i)
-                     : -INFINITY;
+      s[nt][e] =
+          range.visible(i, j)
+              ? kLog2e * (form.capped(scale * s[nt][e]) + slope * float(j - i))
+              : -INFINITY;
     }
 }
 
-/// The online softmax's step over a tile of scores s: raises each row's
-/// running max m to the tile's, rescaling the running sum l and the
+/// The online softmax's step over a tile of scores s (base 2): raises each
+/// row's running max m to the tile's, rescaling the running sum l and the
 /// accumulator acc (summed under the old max) to it.
 template <int ST, int NT>
 __device__ __forceinline__ void raise_max(float (&m)[2], float (&l)[2],
@@ -372,7 +378,7 @@ __device__ __forceinline__ void raise_max(float (&m)[2], float (&l)[2],
   for (int r = 0; r < 2; ++r) {
     // -inf only before the row's first visible key: nothing to add yet.
     const float m_new = fmaxf(m[r], quad_max(mx[r]));
-    corr[r] = m_new == -INFINITY ? 1.f : expf(m[r] - m_new);
+    corr[r] = m_new == -INFINITY ? 1.f : exp2f(m[r] - m_new);
     m[r] = m_new;
     l[r] *= corr[r];
   }
@@ -383,9 +389,14 @@ __device__ __forceinline__ void raise_max(float (&m)[2], float (&l)[2],
       acc[nt][e] *= corr[e / 2];
 }
 
-/// exp(score − max), 0 for a row that has seen no key yet (max −inf).
+/// 2^(score − max), 0 for a row that has seen no key yet (max −inf).
 __device__ __forceinline__ float unnormalized(float score, float max) {
-  return max == -INFINITY ? 0.f : expf(score - max);
+  return max == -INFINITY ? 0.f : exp2f(score - max);
+}
+
+/// A row's running max (base 2) before any key: the sink's, else -inf.
+__device__ __forceinline__ float first_max2(const ScoreForm &form, int64_t h) {
+  return kLog2e * form.first_max(h);
 }
 
 /// A-operand fragments of a warp's 16 rows at k-step kk, from registers
@@ -529,7 +540,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     load_a<KS>(qf, q + base * D, w0, S, D);
   float o[NT][4] = {}; // the warp's output dims [col0, col0 + 8·NT)
   // A row's four lanes sum l: one of them counts the sink.
-  float m[2] = {form.first_max(h), form.first_max(h)},
+  float m[2] = {first_max2(form, h), first_max2(form, h)},
         l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
   const int64_t keys = min64(q0 + C::kQueryRows, S);
@@ -613,7 +624,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     dl[r] = rows[r] < S ? delta[base + rows[r]] : 0.f;
   // Σ_j p̃_ij (dP_ij − δ_i) k_j, p̃ under the max m, the warp's output dims
   float acc[NT][4] = {};
-  float m[2] = {form.first_max(h), form.first_max(h)},
+  float m[2] = {first_max2(form, h), first_max2(form, h)},
         l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
 
   const int64_t keys = min64(q0 + C::kQueryRows, S);
@@ -642,7 +653,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         const float p = unnormalized(s[nt][e], m[e / 2]);
         l[e / 2] += p;
         // The capped score, the bias taken off again (registers are short).
-        const float c = s[nt][e] - slope * float(j - i);
+        const float c = kLn2 * s[nt][e] - slope * float(j - i);
         s[nt][e] =
             p > 0.f ? p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c) : 0.f;
       }
@@ -653,7 +664,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     l[r] = quad_sum(l[r]);
     // The warps that share the row found the same; the first writes it.
     if (t == 0 && place.col0 == 0 && rows[r] < S)
-      lse[base + rows[r]] = m[r] + logf(l[r]);
+      lse[base + rows[r]] = kLn2 * (m[r] + log2f(l[r]));
   }
   if (!dq)
     return;
@@ -696,6 +707,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t j0 = int64_t(blockIdx.x) * KEYS, w0 = j0 + kr;
   const int64_t keys[2] = {w0 + g, w0 + g + 8};
   const int64_t kvbase = (b * Hkv + grp) * S;
+  const float scale2 = scale * kLog2e; // plain tiles' exponent, base 2
   stage_pair<KEYS, DM>(ks, k + kvbase * D, vs, v + kvbase * D, j0, S, D);
   float dka[NTO][4] = {}, dva[NTO][4] = {};
 
@@ -751,7 +763,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int e = 0; e < 4; ++e) {
           const int ii = nt * 8 + 2 * t + e % 2;
           if (plain) {
-            const float p = expf(scale * st[nt][e] - lt[ii]);
+            const float p = exp2f(scale2 * st[nt][e] - kLog2e * lt[ii]);
             st[nt][e] = p;
             dpt[nt][e] = p * (dpt[nt][e] - dlt[ii]);
             continue;
