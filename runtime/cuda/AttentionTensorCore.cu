@@ -12,18 +12,18 @@
 //    bf16 straight from S's fragments (D's layout is A's). Scores are kept
 //    in base-2 units (times log2 e, folded into the scale), so that each
 //    exponential is one exp2.
-//  - dQ: rows are queries, key tiles of 32 (16): S = Q·Kᵀ and dP = dY·Vᵀ, then
-//    dS = P ∘ (dP − δ) and dQ += dS·K, with δ from attention_delta and P's
-//    max and sum running online as in the forward (the unnormalized sum
-//    rescales when the max grows); it leaves each row's log-sum-exp for
-//    dK/dV. FlashAttention 2 gets dQ from the dK/dV pass with atomic
-//    adds instead: one pass fewer, but not deterministic.
+//  - dQ: rows are queries, key tiles of 32 (16 past DM = 128): S = Q·Kᵀ
+//    and dP = dY·Vᵀ, then dS = P ∘ (dP − δ) and dQ += dS·K, with δ from
+//    attention_delta and P's max and sum running online as in the forward
+//    (the unnormalized sum rescales when the max grows); it leaves each
+//    row's log-sum-exp for dK/dV. FlashAttention 2 gets dQ from the dK/dV
+//    pass with atomic adds instead: one pass fewer, but not deterministic.
 //  - dK/dV: rows are keys (64 a block; 32 at DM = 256, whose output dims
 //    two warps split; 16 at DM = 512, split over all four), query tiles of
-//    16: Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then dV += Pᵀ·dY and dK += dSᵀ·Q, over
-//    every query head of the group. Warps that split a key's output dims
-//    split the k-steps of Sᵀ and dPᵀ too, and add their parts up in shared
-//    memory.
+//    16 (32 at DM = 64): Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then dV += Pᵀ·dY and
+//    dK += dSᵀ·Q, over every query head of the group. Warps that split a
+//    key's output dims split the k-steps of Sᵀ and dPᵀ too, and add their
+//    parts up in shared memory.
 //
 // Tiles come from global memory by asynchronous copies (AsyncCopy.cuh), all
 // of a tile's in flight together. Up to DM = 128 the tiles a loop walks
@@ -434,7 +434,10 @@ template <int DM> struct Config {
   static constexpr int kQueryBuffers = kWide ? 1 : 2; // dK/dV's, the same
   static constexpr int kKeySplit = DM > 256 ? 4 : kWide ? 2 : 1; // per 16 keys
   static constexpr int kDkdvKeys = 16 * kWarps / kKeySplit;
-  static constexpr int kQueryTile = 16; // dK/dV's query tile
+  // dK/dV's query tile. At DM = 64 a tile of 16 holds few products for
+  // its two barriers; 32 costs registers that occupancy has to spare (3
+  // blocks an SM either way on sm_90: 127 registers a thread, then 142).
+  static constexpr int kQueryTile = DM == 64 ? 32 : 16;
 
   static constexpr size_t tiles(int rows) {
     return size_t(rows) * kRow * sizeof(bf16);
