@@ -65,7 +65,7 @@ constexpr double G = 1e9, T = 1e12, us = 1e-6;
 // measured dense bf16 where we have it, host rates what a tuned multi-
 // threaded AdamW sustains (below the DRAM's peak).
 const Machine kPresets[] = {
-    {"h200-pcie5", 50 * G, 50 * G, 790 * T, 4800 * G, 200 * G, 5 * us, 10 * us},
+    {"h200-pcie5", 50 * G, 50 * G, 790 * T, 4800 * G, 125 * G, 5 * us, 10 * us},
     {"gh200", 350 * G, 300 * G, 750 * T, 4000 * G, 400 * G, 5 * us, 10 * us},
     {"a100-pcie4", 25 * G, 25 * G, 250 * T, 1900 * G, 100 * G, 5 * us, 10 * us},
     {"rtx3090-pcie4", 24 * G, 24 * G, 71 * T, 900 * G, 50 * G, 5 * us, 10 * us},
