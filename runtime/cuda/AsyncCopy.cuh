@@ -22,10 +22,23 @@ namespace mtrt::MT_KNS::async {
 /// Starts copying 16 bytes; both addresses 16-byte aligned.
 __device__ __forceinline__ void copy16(void *shared_dst, const void *src) {
 #ifdef MEGATRAIN_CUDA_EMULATION
-  emu::copy_async16(shared_dst, src);
+  emu::copy_async(shared_dst, src, 16);
 #else
   const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr),
+               "l"(src)
+               : "memory");
+#endif
+}
+
+/// Starts copying 4 bytes (one float); both addresses 4-byte aligned.
+/// Through L1 (`.ca`): the only way for copies under 16 bytes.
+__device__ __forceinline__ void copy4(void *shared_dst, const void *src) {
+#ifdef MEGATRAIN_CUDA_EMULATION
+  emu::copy_async(shared_dst, src, 4);
+#else
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr),
                "l"(src)
                : "memory");
 #endif

@@ -59,21 +59,52 @@ __device__ __forceinline__ void stage_wait() {
 }
 
 /// Starts copying rows [r0, r0 + ROWS) of a (S, D) matrix into a tile of DM
-/// (+ 8 pad) columns, zero past S and past D: 16-byte copies in flight
-/// together where rows allow, the edges element by element.
+/// (+ 8 pad) columns, zero past S and past D. A thread's share is one
+/// 16-byte column piece of every kRowStep-th row; where all of its rows lie
+/// in the matrix (most tiles) it only issues copies, a constant stride
+/// apart, all in flight together. Otherwise row by row, the edges element
+/// by element.
 template <int ROWS, int DM>
 __device__ __forceinline__ void stage_async(bf16 (*tile)[DM + 8], const bf16 *m,
                                             int64_t r0, int64_t S, int64_t D) {
-  const bool vec = D % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0;
-  for (int idx = threadIdx.x; idx < ROWS * (DM / 8); idx += blockDim.x) {
-    const int rr = idx / (DM / 8), c = idx % (DM / 8) * 8;
-    const int64_t row = r0 + rr;
-    bf16 *dst = &tile[rr][c];
-    if (vec && row < S && c + 8 <= D) {
+  constexpr int kPieces = DM / 8, kRowStep = kBlockThreads / kPieces;
+  static_assert(kBlockThreads % kPieces == 0 && ROWS % kRowStep == 0);
+  const int rr = threadIdx.x / kPieces, c = threadIdx.x % kPieces * 8;
+  const bool vec =
+      D % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0 && c + 8 <= D;
+  if (vec && r0 + ROWS <= S) {
+    const bf16 *src = m + (r0 + rr) * D + c;
+#pragma unroll
+    for (int p = 0; p < ROWS / kRowStep; ++p)
+      async::copy16(&tile[rr + p * kRowStep][c], src + p * kRowStep * D);
+    return;
+  }
+#pragma unroll 1
+  for (int r = rr; r < ROWS; r += kRowStep) {
+    const int64_t row = r0 + r;
+    bf16 *dst = &tile[r][c];
+    if (vec && row < S) {
       async::copy16(dst, m + row * D + c);
     } else {
       for (int e = 0; e < 8; ++e)
         dst[e] = row < S && c + e < D ? m[row * D + c + e] : f2bf(0.f);
+    }
+  }
+}
+
+/// Starts copying rows [i0, i0 + n) of one head's log-sum-exp and δ (row
+/// index `base` of the head's first row) into shared arrays, 0 past S.
+__device__ __forceinline__ void stage_row_stats_async(float *ls, float *ds,
+                                                      const float *lse,
+                                                      const float *delta,
+                                                      int64_t base, int64_t i0,
+                                                      int64_t S, int n) {
+  for (int ii = threadIdx.x; ii < n; ii += kBlockThreads) {
+    if (i0 + ii < S) {
+      async::copy4(ls + ii, lse + base + i0 + ii);
+      async::copy4(ds + ii, delta + base + i0 + ii);
+    } else {
+      ls[ii] = ds[ii] = 0.f;
     }
   }
 }
@@ -209,8 +240,8 @@ private:
   __device__ __forceinline__ void fill(int into, int64_t base, int64_t i0) {
     stage_async<BQ, DM>(qs + into * BQ, q + base * D, i0, S, D);
     stage_async<BQ, DM>(dys + into * BQ, dy + base * D, i0, S, D);
-    stage_row_stats(ls + into * BQ, dls + into * BQ, lse, delta, base, i0, S,
-                    BQ);
+    stage_row_stats_async(ls + into * BQ, dls + into * BQ, lse, delta, base, i0,
+                          S, BQ);
   }
 };
 
@@ -378,7 +409,7 @@ __device__ __forceinline__ void raise_max(float (&m)[2], float (&l)[2],
   for (int r = 0; r < 2; ++r) {
     // -inf only before the row's first visible key: nothing to add yet.
     const float m_new = fmaxf(m[r], quad_max(mx[r]));
-    corr[r] = m_new == -INFINITY ? 1.f : exp2f(m[r] - m_new);
+    corr[r] = m_new == -INFINITY ? 1.f : exp2_approx(m[r] - m_new);
     m[r] = m_new;
     l[r] *= corr[r];
   }
@@ -389,9 +420,14 @@ __device__ __forceinline__ void raise_max(float (&m)[2], float (&l)[2],
       acc[nt][e] *= corr[e / 2];
 }
 
-/// 2^(score − max), 0 for a row that has seen no key yet (max −inf).
-__device__ __forceinline__ float unnormalized(float score, float max) {
-  return max == -INFINITY ? 0.f : exp2f(score - max);
+/// The rows' offsets for the exponentials 2^(score − offset): each row's
+/// running max, or 0 while that is -inf. A row that has seen no key yet has
+/// only -inf scores, and 2^-inf is 0: no test per score.
+__device__ __forceinline__ void max_offsets(float (&off)[2],
+                                            const float (&m)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    off[r] = m[r] == -INFINITY ? 0.f : m[r];
 }
 
 /// A row's running max (base 2) before any key: the sink's, else -inf.
@@ -438,6 +474,10 @@ template <int DM> struct Config {
   // its two barriers; 32 costs registers that occupancy has to spare (3
   // blocks an SM either way on sm_90: 127 registers a thread, then 142).
   static constexpr int kQueryTile = DM == 64 ? 32 : 16;
+  // dK/dV's blocks an SM that registers must allow (__launch_bounds__): at
+  // DM = 64 it would take 174 a thread, 2 blocks, left alone; capped at 168
+  // for 3 it spills 8 bytes, read once a head.
+  static constexpr int kMinBlocks = DM == 64 ? 3 : 1;
 
   static constexpr size_t tiles(int rows) {
     return size_t(rows) * kRow * sizeof(bf16);
@@ -562,11 +602,13 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
     score_tile<ST>(s, rows, j0, range, scale, slope, form);
     raise_max(m, l, o, s);
+    float off[2];
+    max_offsets(off, m);
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[nt][e] = unnormalized(s[nt][e], m[e / 2]);
+        s[nt][e] = exp2_approx(s[nt][e] - off[e / 2]);
         l[e / 2] += s[nt][e];
       }
     mma_result_tile<DM>(o, s, tiles.v(), place.col0);
@@ -648,12 +690,14 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
     score_tile<ST>(s, rows, j0, range, scale, slope, form);
     raise_max(m, l, acc, s);
+    float off[2];
+    max_offsets(off, m);
 #pragma unroll
     for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-        const float p = unnormalized(s[nt][e], m[e / 2]);
+        const float p = exp2_approx(s[nt][e] - off[e / 2]);
         l[e / 2] += p;
         // The capped score, the bias taken off again (registers are short).
         const float c = kLn2 * s[nt][e] - slope * float(j - i);
@@ -684,7 +728,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 /// dK and dV of Config::kDkdvKeys key rows of one KV head. Grid
 /// (ceil(S/kDkdvKeys), Hkv, B), 128 threads, Config::dkdv_shared() bytes.
 template <int DM>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, Config<DM>::kMinBlocks)
     dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                 const bf16 *k, const bf16 *v, const float *lse,
                 const float *delta, int64_t H, int64_t Hkv, int64_t S,
@@ -766,7 +810,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int e = 0; e < 4; ++e) {
           const int ii = nt * 8 + 2 * t + e % 2;
           if (plain) {
-            const float p = exp2f(scale2 * st[nt][e] - kLog2e * lt[ii]);
+            const float p = exp2_approx(scale2 * st[nt][e] - kLog2e * lt[ii]);
             st[nt][e] = p;
             dpt[nt][e] = p * (dpt[nt][e] - dlt[ii]);
             continue;

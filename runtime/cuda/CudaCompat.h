@@ -79,6 +79,12 @@ inline float __int_as_float(int32_t i) {
   std::memcpy(&f, &i, 4);
   return f;
 }
+/// 2^x as the GPU's `ex2.approx.ftz` gives it: results below the
+/// smallest normal float flush to zero.
+inline float exp2_approx(float x) {
+  const float r = std::exp2(x);
+  return r < 0x1p-126f ? 0.f : r;
+}
 
 /// Runs kernel(args...) over the grid, blocks one after another, in order
 /// on the stream (at once on the null stream).
@@ -113,6 +119,17 @@ namespace mtrt::cuda {
 using bf16 = __nv_bfloat16;
 __device__ __forceinline__ float bf2f(bf16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ bf16 f2bf(float f) { return __float2bfloat16_rn(f); }
+
+/// 2^x in one instruction (`ex2.approx.ftz`: about 2 ulp, results below the
+/// smallest normal float flushed to zero, 2^-inf = 0). exp2f instead tests
+/// each argument against the subnormal range and rescales around it: five
+/// more instructions an exponential, and the predicates spill into
+/// registers in a loop of many.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 
 /// Throws Error naming the kernel when its launch failed.
 void check_launch(const char *kernel);

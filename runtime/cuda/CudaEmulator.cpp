@@ -21,11 +21,12 @@ namespace {
 
 enum class State { Ready, AtBlockBarrier, AtWarpBarrier, Done };
 
-// A copy issued by copy_async16, landed by async_wait: its bytes as read at
+// A copy issued by copy_async, landed by async_wait: its bytes as read at
 // issue, and its group (-1 until committed).
 struct PendingCopy {
   void *dst;
   unsigned char bytes[16];
+  int size;
   int group;
 };
 
@@ -157,7 +158,7 @@ void run_block(uint3 block_index, unsigned n) {
 void run_grid(dim3 grid, dim3 block, const std::function<void()> &body,
               size_t shared_bytes) {
   std::lock_guard<std::mutex> lock(grid_mutex);
-  dynamic.assign((shared_bytes + 15) / 16, Words16{});
+  dynamic.resize((shared_bytes + 15) / 16);
   const unsigned n = block.x * block.y * block.z;
   if (n == 0 || n > 1024) {
     std::fprintf(stderr, "cuda emulator: bad block size %u\n", n);
@@ -171,8 +172,14 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()> &body,
     f.stack.resize(kStackBytes);
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        // A block finds its shared memory as others left it: here all ones
+        // bits, NaN as f32 or bf16, so that a read of a word no thread
+        // wrote shows in the results.
+        if (!dynamic.empty())
+          std::memset(dynamic.data(), 0xff, dynamic.size() * sizeof(Words16));
         run_block({bx, by, bz}, n);
+      }
   current = -1;
 }
 
@@ -271,9 +278,20 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],
   sync_warp();
 }
 
-void copy_async16(void *dst, const void *src) {
-  PendingCopy c{dst, {}, -1};
-  std::memcpy(c.bytes, src, 16);
+void copy_async(void *dst, const void *src, int bytes) {
+  const auto misaligned = [bytes](const void *p) {
+    return reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) != 0;
+  };
+  if ((bytes != 4 && bytes != 8 && bytes != 16) || misaligned(dst) ||
+      misaligned(src)) {
+    std::fprintf(stderr,
+                 "cuda emulator: cp.async of %d bytes from %p to %p: sizes "
+                 "are 4, 8 or 16, both addresses aligned to the size\n",
+                 bytes, src, dst);
+    std::abort();
+  }
+  PendingCopy c{dst, {}, bytes, -1};
+  std::memcpy(c.bytes, src, size_t(bytes));
   fibers[current].pending.push_back(c);
 }
 
@@ -290,7 +308,7 @@ void async_wait(int pending) {
   std::vector<PendingCopy> still;
   for (const PendingCopy &c : f.pending) {
     if (c.group >= 0 && c.group < f.committed - pending)
-      std::memcpy(c.dst, c.bytes, 16);
+      std::memcpy(c.dst, c.bytes, size_t(c.size));
     else
       still.push_back(c);
   }

@@ -54,11 +54,12 @@ void ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans);
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],
                        const uint32_t (&b)[2]);
 
-/// The running thread's asynchronous 16-byte copy to shared memory (PTX
-/// cp.async): src is read now, dst written only when a wait covers the
-/// copy, so that a read before the wait sees what was there before, as it
-/// may on a GPU. A thread that returns with copies pending is reported.
-void copy_async16(void *dst, const void *src);
+/// The running thread's asynchronous copy of `bytes` (4, 8 or 16) to
+/// shared memory (PTX cp.async): src is read now, dst written only when a
+/// wait covers the copy, so that a read before the wait sees what was there
+/// before, as it may on a GPU. A thread that returns with copies pending is
+/// reported.
+void copy_async(void *dst, const void *src, int bytes);
 /// Closes the running thread's open group of copies (cp.async.commit_group).
 void async_commit();
 /// Lands every committed group but the newest `pending` ones

@@ -469,7 +469,9 @@ const AttentionShape kAttentionShapes[] = {
     AttentionShape{1, 1, 1, 40, 160},  // 256 layout
     AttentionShape{1, 4, 2, 100, 256}, // D = 256, dK/dV in 4 blocks
     AttentionShape{1, 4, 2, 70, 256, true, 9, 2.f},
-    AttentionShape{1, 3, 3, 1, 32}, // one token
+    AttentionShape{1, 3, 3, 1, 32},  // one token
+    AttentionShape{1, 2, 1, 70, 20}, // rows not 16-byte pieces: staged by
+                                     // element
     AttentionShape{2, 4, 2, 37, 16, true},
     AttentionShape{1, 2, 1, 70, 64, true},
     AttentionShape{1, 2, 2, 33, 80, true},
