@@ -349,6 +349,13 @@ __device__ __forceinline__ float quad_max(float v) {
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
+/// The block's query tile, the grid's last first: under a causal mask a
+/// later tile sees more keys, so the heaviest blocks start first and the
+/// grid's last wave is its lightest (blocks start in blockIdx order).
+__device__ __forceinline__ int64_t last_tile_first() {
+  return int64_t(gridDim.x) - 1 - blockIdx.x;
+}
+
 /// Whether none of a warp's query rows [w0, w0 + 16) sees any key of
 /// [j0, j0 + keys).
 __device__ __forceinline__ bool warp_sees_none(int64_t w0, int64_t j0, int keys,
@@ -360,9 +367,11 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 /// A warp's products s = q·k against key tile j0 (rows[r] its lane's two
 /// query rows) as scores in base-2 units: capped, ALiBi's bias added, times
-/// log2 e; -inf where the query does not see the key.
+/// log2 e; -inf where the query does not see the key. True for a plain tile:
+/// every score visible, neither capped nor biased (the same for all lanes of
+/// the warp, so its callers may branch on it).
 template <int ST>
-__device__ __forceinline__ void
+__device__ __forceinline__ bool
 score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
            KeyRange range, float scale, float slope, const ScoreForm &form) {
   const int t = threadIdx.x % 4;
@@ -377,7 +386,7 @@ score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         s[nt][e] *= scale2;
-    return;
+    return true;
   }
 #pragma unroll
   for (int nt = 0; nt < ST; ++nt)
@@ -389,6 +398,7 @@ score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
               ? kLog2e * (form.capped(scale * s[nt][e]) + slope * float(j - i))
               : -INFINITY;
     }
+  return false;
 }
 
 /// The online softmax's step over a tile of scores s (base 2): raises each
@@ -569,7 +579,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const Place place;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
-  const int64_t q0 = int64_t(blockIdx.x) * C::kQueryRows, w0 = q0 + place.row;
+  const int64_t q0 = last_tile_first() * C::kQueryRows, w0 = q0 + place.row;
   const int64_t rows[2] = {w0 + g, w0 + g + 8};
   const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
   const bf16 *kh = k + (b * Hkv + grp) * S * D,
@@ -614,16 +624,19 @@ __global__ void __launch_bounds__(kBlockThreads)
     mma_result_tile<DM>(o, s, tiles.v(), place.col0);
   }
 
+  // One division a row: a division per element is an IEEE one, with a
+  // slow-path call each.
+  float inv_l[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
-    l[r] = quad_sum(l[r]);
+    inv_l[r] = 1.f / quad_sum(l[r]);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t i = rows[e / 2], col = place.col0 + nt * 8 + 2 * t + e % 2;
       if (i < S && col < D)
-        y[(base + i) * D + col] = f2bf(o[nt][e] / l[e / 2]);
+        y[(base + i) * D + col] = f2bf(o[nt][e] * inv_l[e / 2]);
     }
 }
 
@@ -648,7 +661,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const Place place;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
-  const int64_t q0 = int64_t(blockIdx.x) * C::kQueryRows, w0 = q0 + place.row;
+  const int64_t q0 = last_tile_first() * C::kQueryRows, w0 = q0 + place.row;
   const int64_t rows[2] = {w0 + g, w0 + g + 8};
   const int64_t base = (b * H + h) * S;
   const bf16 *kh = k + (b * Hkv + grp) * S * D,
@@ -688,7 +701,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       mma_tile_t<DM>(s, aq, tiles.k(), kk);
       mma_tile_t<DM>(dp, ady, tiles.v(), kk);
     }
-    score_tile<ST>(s, rows, j0, range, scale, slope, form);
+    const bool plain = score_tile<ST>(s, rows, j0, range, scale, slope, form);
     raise_max(m, l, acc, s);
     float off[2];
     max_offsets(off, m);
@@ -699,6 +712,10 @@ __global__ void __launch_bounds__(kBlockThreads)
         const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
         const float p = exp2_approx(s[nt][e] - off[e / 2]);
         l[e / 2] += p;
+        if (plain) { // no mask, cap or bias to undo
+          s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
+          continue;
+        }
         // The capped score, the bias taken off again (registers are short).
         const float c = kLn2 * s[nt][e] - slope * float(j - i);
         s[nt][e] =
@@ -706,9 +723,11 @@ __global__ void __launch_bounds__(kBlockThreads)
       }
     mma_result_tile<DM>(acc, s, tiles.k(), place.col0);
   }
+  float row_scale[2]; // scale / l, one division a row
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] = quad_sum(l[r]);
+    row_scale[r] = scale / l[r];
     // The warps that share the row found the same; the first writes it.
     if (t == 0 && place.col0 == 0 && rows[r] < S)
       lse[base + rows[r]] = kLn2 * (m[r] + log2f(l[r]));
@@ -721,7 +740,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int e = 0; e < 4; ++e) {
       const int64_t i = rows[e / 2], col = place.col0 + nt * 8 + 2 * t + e % 2;
       if (i < S && col < D)
-        add_store(dq, (base + i) * D + col, scale * acc[nt][e] / l[e / 2]);
+        add_store(dq, (base + i) * D + col, acc[nt][e] * row_scale[e / 2]);
     }
 }
 
