@@ -7,8 +7,15 @@
 // count them: 4·B·H·pairs·D for the forward, 2.5 times that for the backward,
 // where pairs is the number of visible (query, key) pairs. (Our backward
 // does more, 3.5 times: its dQ pass computes the scores and dY·Vᵀ again.)
+// The backward's dQ pass (δ and dQ, with dK and dV not asked for) is timed
+// alone too; the dK/dV pass takes the rest.
 //
-//   attention_bench [--json FILE] [--iters N]
+//   attention_bench [--json FILE] [--iters N] [--shape TEXT]
+//                   [--tensor-cores-only]
+//
+// --shape runs only the shapes whose name holds TEXT, and
+// --tensor-cores-only leaves out the CUDA-core kernels: together, a short
+// run to profile (bench/device_check.sh's profile stage runs it under ncu).
 //
 // bench/attention_torch.py times PyTorch's scaled_dot_product_attention on
 // the shapes this writes to FILE.
@@ -95,21 +102,34 @@ int main(int argc, char **argv) {
   // Rows as they are measured, also into a pipe: a run stopped by a
   // timeout keeps the shapes it finished.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::string json;
+  std::string json, only;
   int iters = 5;
+  bool cuda_cores = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
     } else if (a == "--iters" && i + 1 < argc) {
       iters = std::atoi(argv[++i]);
+    } else if (a == "--shape" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (a == "--tensor-cores-only") {
+      cuda_cores = false;
     } else {
       std::fprintf(stderr,
-                   "usage: attention_bench [--json FILE] [--iters N]\n"
+                   "usage: attention_bench [--json FILE] [--iters N] "
+                   "[--shape TEXT] [--tensor-cores-only]\n"
                    "error: unknown argument '%s'\n",
                    argv[i]);
       return 2;
     }
+  }
+  auto selected = [&](const Shape &s) {
+    return only.empty() || std::strstr(s.name, only.c_str()) != nullptr;
+  };
+  if (std::none_of(std::begin(kShapes), std::end(kShapes), selected)) {
+    std::fprintf(stderr, "error: no shape's name holds '%s'\n", only.c_str());
+    return 2;
   }
   if (iters < 1) {
     std::fprintf(stderr, "error: --iters must be at least 1\n");
@@ -125,16 +145,19 @@ int main(int argc, char **argv) {
   mtrt::cuda::CudaKernels k;
   k.set_stream(stream);
 
-  std::printf("| shape | B H Hkv S D W C | fwd ms | fwd TFLOPS | bwd ms | bwd "
-              "TFLOPS | CUDA cores: fwd / bwd TFLOPS |\n"
+  std::printf("| shape | B H Hkv S D W C | fwd ms | fwd TFLOPS | bwd ms "
+              "(dQ pass) | bwd TFLOPS | CUDA cores: fwd / bwd TFLOPS |\n"
               "|---|---|---|---|---|---|---|\n");
   std::string rows;
   bool ok = true;
   int64_t most = 0;
   for (const Shape &s : kShapes)
-    most = std::max(most, s.B * s.H * s.S * s.D);
+    if (selected(s))
+      most = std::max(most, s.B * s.H * s.S * s.D);
   const RandomPool pool(most);
   for (const Shape &s : kShapes) {
+    if (!selected(s))
+      continue;
     const int64_t nq = s.B * s.H * s.S * s.D, nk = s.B * s.Hkv * s.S * s.D;
     void *q = pool.device(nq, 1), *kk = pool.device(nk, 2),
          *v = pool.device(nk, 3), *dy = pool.device(nq, 4);
@@ -147,8 +170,8 @@ int main(int argc, char **argv) {
     const double flops =
         4.0 * double(s.B * s.H) * visible_pairs(s.S, range) * double(s.D);
     struct Timing {
-      double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
-      bool finite;
+      double fwd_ms = 0, bwd_ms = 0, dq_ms = 0, fwd_tflops = 0, bwd_tflops = 0;
+      bool finite = true;
     };
     auto measure = [&](mtrt::cuda::AttentionKernels family, int n) {
       k.set_attention_kernels(family);
@@ -165,36 +188,54 @@ int main(int argc, char **argv) {
             dq, dk, dv, dy, q, kk, v, static_cast<const float *>(delta), s.B,
             s.H, s.Hkv, s.S, s.D, scale, range, 0.f, nullptr, nullptr, nullptr);
       });
+      // The dQ pass alone: no dK or dV asked for.
+      t.dq_ms = time_ms(stream, n, [&] {
+        k.attention_delta(static_cast<float *>(delta), dy, y, nq / s.D, s.D);
+        k.attention_backward(dq, nullptr, nullptr, dy, q, kk, v,
+                             static_cast<const float *>(delta), s.B, s.H, s.Hkv,
+                             s.S, s.D, scale, range, 0.f, nullptr, nullptr,
+                             nullptr);
+      });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;
       return t;
     };
     const Timing tc = measure(mtrt::cuda::AttentionKernels::TensorCores, iters);
     // The CUDA-core kernels are slower by far: fewer timed calls.
-    const Timing cc = measure(mtrt::cuda::AttentionKernels::CudaCores,
-                              std::max(1, iters / 2));
+    const Timing cc = cuda_cores
+                          ? measure(mtrt::cuda::AttentionKernels::CudaCores,
+                                    std::max(1, iters / 2))
+                          : Timing{};
+    // Not measured: "–" in the table, null in the JSON.
+    char cc_cell[64] = "–", cc_fwd[32] = "null", cc_bwd[32] = "null";
+    if (cuda_cores) {
+      std::snprintf(cc_cell, sizeof cc_cell, "%.1f / %.1f", cc.fwd_tflops,
+                    cc.bwd_tflops);
+      std::snprintf(cc_fwd, sizeof cc_fwd, "%.2f", cc.fwd_tflops);
+      std::snprintf(cc_bwd, sizeof cc_bwd, "%.2f", cc.bwd_tflops);
+    }
     std::printf(
-        "| %s | %lld %lld %lld %lld %lld %lld %lld | %.3f | %.1f | %.3f | "
-        "%.1f | %.1f / %.1f |%s\n",
+        "| %s | %lld %lld %lld %lld %lld %lld %lld | %.3f | %.1f | %.3f "
+        "(%.3f) | %.1f | %s |%s\n",
         s.name, (long long)s.B, (long long)s.H, (long long)s.Hkv,
         (long long)s.S, (long long)s.D, (long long)s.window, (long long)s.chunk,
-        tc.fwd_ms, tc.fwd_tflops, tc.bwd_ms, tc.bwd_tflops, cc.fwd_tflops,
-        cc.bwd_tflops, tc.finite && cc.finite ? "" : " NON-FINITE OUTPUT");
+        tc.fwd_ms, tc.fwd_tflops, tc.bwd_ms, tc.dq_ms, tc.bwd_tflops, cc_cell,
+        tc.finite && cc.finite ? "" : " NON-FINITE OUTPUT");
     ok &= tc.finite && cc.finite;
     char row[640];
     std::snprintf(row, sizeof row,
                   "%s{\"name\": \"%s\", \"B\": %lld, \"H\": %lld, \"Hkv\": "
                   "%lld, \"S\": %lld, \"D\": %lld, \"window\": %lld, "
                   "\"chunk\": %lld, "
-                  "\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, "
-                  "\"bwd_tflops\": %.2f, \"cuda_cores_fwd_tflops\": %.2f, "
-                  "\"cuda_cores_bwd_tflops\": %.2f, \"finite\": %s}",
+                  "\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"dq_ms\": %.4f, "
+                  "\"fwd_tflops\": %.2f, "
+                  "\"bwd_tflops\": %.2f, \"cuda_cores_fwd_tflops\": %s, "
+                  "\"cuda_cores_bwd_tflops\": %s, \"finite\": %s}",
                   rows.empty() ? "" : ",\n ", s.name, (long long)s.B,
                   (long long)s.H, (long long)s.Hkv, (long long)s.S,
                   (long long)s.D, (long long)s.window, (long long)s.chunk,
-                  tc.fwd_ms, tc.bwd_ms, tc.fwd_tflops, tc.bwd_tflops,
-                  cc.fwd_tflops, cc.bwd_tflops,
-                  tc.finite && cc.finite ? "true" : "false");
+                  tc.fwd_ms, tc.bwd_ms, tc.dq_ms, tc.fwd_tflops, tc.bwd_tflops,
+                  cc_fwd, cc_bwd, tc.finite && cc.finite ? "true" : "false");
     rows += row;
     for (void *p : {q, kk, v, dy, y, dq, dk, dv, delta})
       cudaFree(p);

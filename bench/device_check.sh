@@ -19,6 +19,8 @@
 #      and CUDA --stress against a normal CUDA run, bit for bit
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
 #      beside torch's scaled_dot_product_attention (bench/attention_torch.py)
+#   profile. Nsight Compute on the three tensor-core attention kernels at one
+#      shape: throughputs, occupancy, stall reasons, stalls per instruction
 #   host. the host's AdamW, pack and grad norm on all cores
 #      (bench/adamw_bench.cpp), and one 7B layer's AdamW then packs beside
 #      packs applying the update (bench/host_step_bench.cpp)
@@ -321,6 +323,32 @@ attention() {
   python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
 }
 [ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
+
+# ---- where the attention kernels' time goes: Nsight Compute, one shape ----------
+# Each kernel's second launch (the first warms up) on Llama 3 8B's shape at
+# 4096 tokens: throughputs, occupancy, warp stall reasons, and the stall
+# samples of every SASS instruction, into ncu-*.txt (logs.tar.gz).
+profile() {
+  command -v ncu > /dev/null || { echo "no ncu on this machine"; return 1; }
+  local kernel rc=0
+  for kernel in forward_kernel dq_kernel dkdv_kernel; do
+    ncu --clock-control none -k "regex:$kernel" --launch-skip 1 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section SourceCounters -f -o "$WORK/ncu-$kernel" \
+      "$WORK/build/bench/attention_bench" --iters 1 --shape "llama3-8b S4096" \
+      --tensor-cores-only > "$WORK/ncu-$kernel.log" 2>&1 || { rc=1; tail -5 "$WORK/ncu-$kernel.log"; continue; }
+    ncu --import "$WORK/ncu-$kernel.ncu-rep" --page details > "$WORK/ncu-$kernel.txt" 2>&1
+    ncu --import "$WORK/ncu-$kernel.ncu-rep" --page source --print-source sass --csv \
+      > "$WORK/ncu-$kernel-sass.txt" 2>&1
+    echo "== $kernel"
+    grep -E "Duration|Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|Eligible Warps" \
+      "$WORK/ncu-$kernel.txt" | head -16
+  done
+  return $rc
+}
+[ -x "$WORK/build/bench/attention_bench" ] && stage profile 60 150 profile
 
 # ---- the host's optimizer, pack and grad-norm sweeps on this machine's cores -----
 host_sweeps() {

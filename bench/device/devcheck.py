@@ -281,11 +281,14 @@ def cmd_report(work, out):
                  f"{fmt(p.get('loss_rel'), '.1e')} | {fmt(p.get('cos_min'), '.5f')} ({p.get('cos_min_tensor', '')}) | "
                  f"{below} | {p.get('stress_same_losses', '–')} | {verdict} |")
     L += ["", "## Attention kernels (causal; TFLOPS count 4·B·H·pairs·D forward, 2.5x that backward)",
-          "", "| shape | B H Hkv S D window chunk | ours fwd / bwd TFLOPS | ours on CUDA cores | torch SDPA fwd / bwd TFLOPS |",
-          "|---|---|---|---|---|"]
+          "", "| shape | B H Hkv S D window chunk | ours fwd / bwd TFLOPS | ours bwd ms: dQ pass + dK/dV pass "
+          "| ours on CUDA cores | torch SDPA fwd / bwd TFLOPS |",
+          "|---|---|---|---|---|---|"]
     for r in attention:
         dims = " ".join(str(r.get(k, "?")) for k in ("B", "H", "Hkv", "S", "D", "window", "chunk"))
-        L.append(f"| {r.get('name')} | {dims} | {fmt(r.get('fwd_tflops'))} / {fmt(r.get('bwd_tflops'))} "
+        dq, bwd = r.get("dq_ms"), r.get("bwd_ms")
+        split = f"{dq:.3f} + {bwd - dq:.3f}" if dq is not None and bwd is not None else "–"
+        L.append(f"| {r.get('name')} | {dims} | {fmt(r.get('fwd_tflops'))} / {fmt(r.get('bwd_tflops'))} | {split} "
                  f"| {fmt(r.get('cuda_cores_fwd_tflops'))} / {fmt(r.get('cuda_cores_bwd_tflops'))} "
                  f"| {fmt(r.get('torch_fwd_tflops'))} / {fmt(r.get('torch_bwd_tflops'))} |")
     L += ["", "## Mixture-of-experts kernels (TFLOPS count 2·T·(E·H + 3·k·H·I) forward, 2x that backward)",
