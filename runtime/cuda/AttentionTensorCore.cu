@@ -705,22 +705,32 @@ __global__ void __launch_bounds__(kBlockThreads)
     raise_max(m, l, acc, s);
     float off[2];
     max_offsets(off, m);
+    // One branch a tile, not one a score: a plain tile has no mask, cap or
+    // bias to undo.
+    if (plain) {
 #pragma unroll
-    for (int nt = 0; nt < ST; ++nt)
+      for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-        const float p = exp2_approx(s[nt][e] - off[e / 2]);
-        l[e / 2] += p;
-        if (plain) { // no mask, cap or bias to undo
+        for (int e = 0; e < 4; ++e) {
+          const float p = exp2_approx(s[nt][e] - off[e / 2]);
+          l[e / 2] += p;
           s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
-          continue;
         }
-        // The capped score, the bias taken off again (registers are short).
-        const float c = kLn2 * s[nt][e] - slope * float(j - i);
-        s[nt][e] =
-            p > 0.f ? p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c) : 0.f;
-      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
+          const float p = exp2_approx(s[nt][e] - off[e / 2]);
+          l[e / 2] += p;
+          // The capped score, the bias taken off again (registers are
+          // short).
+          const float c = kLn2 * s[nt][e] - slope * float(j - i);
+          s[nt][e] =
+              p > 0.f ? p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c) : 0.f;
+        }
+    }
     mma_result_tile<DM>(acc, s, tiles.k(), place.col0);
   }
   float row_scale[2]; // scale / l, one division a row
@@ -823,25 +833,36 @@ __global__ void __launch_bounds__(kBlockThreads, Config<DM>::kMinBlocks)
       const bool plain = slope == 0.f && form.softcap <= 0.f && i0 + BQ <= S &&
                          keys[1] <= i0 &&
                          range.first_key(i0 + BQ - 1) <= keys[0];
+      // One branch a tile, not one a score.
+      if (plain) {
 #pragma unroll
-      for (int nt = 0; nt < ST; ++nt)
+        for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int ii = nt * 8 + 2 * t + e % 2;
-          if (plain) {
-            const float p = exp2_approx(scale2 * st[nt][e] - kLog2e * lt[ii]);
-            st[nt][e] = p;
-            dpt[nt][e] = p * (dpt[nt][e] - dlt[ii]);
-            continue;
+          for (int c = 0; c < 2; ++c) { // the lane's two queries of n-tile nt
+            const int ii = nt * 8 + 2 * t + c;
+            const float lse2 = kLog2e * lt[ii], d = dlt[ii];
+#pragma unroll
+            for (int e = c; e < 4; e += 2) {
+              const float p = exp2_approx(scale2 * st[nt][e] - lse2);
+              st[nt][e] = p;
+              dpt[nt][e] = p * (dpt[nt][e] - d);
+            }
           }
-          const int64_t i = i0 + ii, j = keys[e / 2];
-          const float c = form.capped(scale * st[nt][e]);
-          const float p = i < S && range.visible(i, j)
-                              ? expf(c + slope * float(j - i) - lt[ii])
-                              : 0.f;
-          st[nt][e] = p;
-          dpt[nt][e] = p * (dpt[nt][e] - dlt[ii]) * form.cap_slope(c);
-        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int ii = nt * 8 + 2 * t + e % 2;
+            const int64_t i = i0 + ii, j = keys[e / 2];
+            const float c = form.capped(scale * st[nt][e]);
+            const float p = i < S && range.visible(i, j)
+                                ? expf(c + slope * float(j - i) - lt[ii])
+                                : 0.f;
+            st[nt][e] = p;
+            dpt[nt][e] = p * (dpt[nt][e] - dlt[ii]) * form.cap_slope(c);
+          }
+      }
       mma_result_tile<DM>(dva, st, dyt, col0);
       mma_result_tile<DM>(dka, dpt, qt, col0);
     }
