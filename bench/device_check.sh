@@ -21,6 +21,8 @@
 #      beside torch's scaled_dot_product_attention (bench/attention_torch.py)
 #   profile. Nsight Compute on the three tensor-core attention kernels at one
 #      shape: throughputs, occupancy, stall reasons, stalls per instruction
+#   kernels. one step of llama-1b's layer (2 layers) under Nsight Compute:
+#      the GPU time of each kernel
 #   host. the host's AdamW, pack and grad norm on all cores
 #      (bench/adamw_bench.cpp), and one 7B layer's AdamW then packs beside
 #      packs applying the update (bench/host_step_bench.cpp)
@@ -350,6 +352,22 @@ profile() {
 }
 [ -x "$WORK/build/bench/attention_bench" ] && stage profile 60 150 profile
 
+# ---- the GPU time of each kernel in a step: llama-1b's layer, 2 layers ----------
+# One step under Nsight Compute, each kernel timed alone (serialized): which
+# kernels a 1B step spends its GPU time in, embedding and loss overweighted
+# (2 layers of 22). Table in kernels-llama-1b-2l.json and the summary.
+kernel_times() {
+  command -v ncu > /dev/null || { echo "no ncu on this machine"; return 1; }
+  local t=$WORK/plans/llama-1b-2l/trainer
+  [ -x "$t" ] || { echo "  no trainer for llama-1b-2l"; return 1; }
+  ncu --clock-control none --metrics gpu__time_duration.sum --print-units base \
+    --csv --page details --launch-count 5000 --log-file "$WORK/ncu-llama-1b-2l.csv" \
+    "$t" --data "$PLANS/tokens.u32" --backend cuda --init random --steps 1 \
+    > "$WORK/ncu-llama-1b-2l.log" 2>&1 || { tail -5 "$WORK/ncu-llama-1b-2l.log"; return 1; }
+  python3 "$DEV/devcheck.py" kernels llama-1b-2l "$WORK/ncu-llama-1b-2l.csv" "$WORK"
+}
+[ -d "$WORK/plans" ] && stage "kernels llama-1b-2l" 60 150 kernel_times
+
 # ---- the host's optimizer, pack and grad-norm sweeps on this machine's cores -----
 host_sweeps() {
   { "$WORK/build/bench/adamw_bench" --params 256M --iters 3 &&
@@ -376,7 +394,7 @@ log "report"
 python3 "$DEV/devcheck.py" report "$WORK" "$OUT" > "$WORK/report.log" 2>&1 || cat "$WORK/report.log"
 tail -40 "$OUT/summary.md" 2>/dev/null
 ( cd "$WORK" && tar czf "$OUT/logs.tar.gz" --exclude='*.trace.json' --exclude='*.safetensors' \
-    *.log *.json *.jsonl *.txt 2>/dev/null ) || true
+    *.log *.json *.jsonl *.txt *.csv 2>/dev/null ) || true
 ( cd "$WORK" && ls *.trace.json > /dev/null 2>&1 && tar czf "$OUT/traces.tar.gz" *.trace.json ) || true
 # The gradients of every model short of the fp32 criterion, to study here.
 grads=$(cd "$WORK" && for f in *.parity.json; do

@@ -3,12 +3,14 @@ CUDA against CPU gradients, and write the report.
 
     devcheck.py run NAME TRAINER WORK TIMEOUT -- ARGS...
     devcheck.py parity NAME WORK
+    devcheck.py kernels NAME NCU_CSV WORK
     devcheck.py report WORK OUT
 
 Needs nothing but python3 (safetensors are read by hand; numpy is used
 when present).
 """
 import array
+import csv
 import glob
 import json
 import math
@@ -233,6 +235,88 @@ def bench_row(work, name):
     return row
 
 
+def kernel_name(full):
+    """A kernel's name without its return type, namespaces or parameters,
+    its template arguments kept: `forward_kernel<128>`."""
+    name = full.strip()
+    if name.endswith(")"):  # the parameter list, matching parentheses
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
+    if name.startswith("void "):
+        name = name[5:]
+    # Namespaces: the last '::' outside template arguments.
+    depth, cut = 0, 0
+    for i, ch in enumerate(name):
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if depth == 0 and name.startswith("::", i):
+            cut = i + 2
+    return name[cut:]
+
+
+NS_PER_UNIT = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3,
+               "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
+
+
+def ncu_durations(path):
+    """(kernel name, ns) of each launch in Nsight Compute's CSV of the
+    metric gpu__time_duration.sum: the details page (a row a metric) or the
+    raw page (a column a metric, maybe a row of units under the header)."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    start = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+    if start is None:
+        raise ValueError("no 'Kernel Name' header")
+    head = rows[start]
+    kcol = head.index("Kernel Name")
+    number = lambda v: float(v.replace(",", ""))
+    out = []
+    if "Metric Name" in head and "Metric Value" in head:
+        ncol, ucol, vcol = (head.index(c) for c in ("Metric Name", "Metric Unit", "Metric Value"))
+        for r in rows[start + 1:]:
+            if len(r) > vcol and r[ncol] == "gpu__time_duration.sum":
+                out.append((kernel_name(r[kcol]), number(r[vcol]) * NS_PER_UNIT.get(r[ucol], 1.0)))
+        return out
+    mcol = head.index("gpu__time_duration.sum")
+    scale = 1.0
+    for r in rows[start + 1:]:
+        if len(r) <= mcol:
+            continue
+        try:
+            out.append((kernel_name(r[kcol]), number(r[mcol]) * scale))
+        except ValueError:  # the units row
+            scale = NS_PER_UNIT.get(r[mcol], 1.0)
+    return out
+
+
+def cmd_kernels(name, csv_path, work):
+    try:
+        launches = ncu_durations(csv_path)
+    except (OSError, ValueError) as e:
+        print(f"error: {csv_path}: {e}", file=sys.stderr)
+        return 1
+    if not launches:
+        print(f"error: {csv_path}: no kernel durations", file=sys.stderr)
+        return 1
+    total = sum(ns for _, ns in launches)
+    by = {}
+    for k, ns in launches:
+        n, t = by.get(k, (0, 0.0))
+        by[k] = (n + 1, t + ns)
+    rows = [{"kernel": k, "launches": n, "ms": t / 1e6, "share": t / total}
+            for k, (n, t) in sorted(by.items(), key=lambda kv: -kv[1][1])]
+    with open(os.path.join(work, f"kernels-{name}.json"), "w") as f:
+        json.dump({"name": name, "launches": len(launches), "total_ms": total / 1e6,
+                   "kernels": rows}, f, indent=1)
+    print(f"{name}: {len(launches)} launches, {total / 1e6:.1f} ms of kernels")
+    for r in rows[:25]:
+        print(f"  {r['share'] * 100:5.1f}%  {r['ms']:9.2f} ms  {r['launches']:6d}  {r['kernel']}")
+    return 0
+
+
 def fmt(x, spec=".1f", scale=1.0, none="–"):
     return none if x is None else format(x / scale, spec)
 
@@ -330,6 +414,13 @@ def cmd_report(work, out):
                  f"{fmt(r.get('tokens_per_s'), '.0f')} | {fmt(r.get('model_tflops'))} | "
                  f"{fmt(r.get('step_s_median'), '.2f')} | {fmt(r.get('peak_device_bytes'), '.1f', 2**30)} | "
                  f"{fmt(r.get('host_rss_bytes'), '.1f', 2**30)} | {r.get('error', '')} |")
+    for k in sorted(glob.glob(os.path.join(work, "kernels-*.json"))):
+        kt = load_json(k, {})
+        L += ["", f"## GPU time by kernel: {kt.get('name')}, one step under Nsight Compute "
+              f"({kt.get('launches')} launches, {fmt(kt.get('total_ms'))} ms, each kernel alone)", "",
+              "| kernel | launches | ms | share |", "|---|---|---|---|"]
+        for r in kt.get("kernels", [])[:25]:
+            L.append(f"| `{r['kernel']}` | {r['launches']} | {r['ms']:.2f} | {r['share'] * 100:.1f}% |")
     L.append("")
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(L))
@@ -347,6 +438,8 @@ def main():
         return cmd_run(name, trainer, work, float(timeout), args)
     if cmd == "parity":
         return cmd_parity(sys.argv[2], sys.argv[3])
+    if cmd == "kernels":
+        return cmd_kernels(sys.argv[2], sys.argv[3], sys.argv[4])
     if cmd == "report":
         return cmd_report(sys.argv[2], sys.argv[3])
     sys.exit(__doc__)

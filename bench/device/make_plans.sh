@@ -31,6 +31,9 @@
 #                                              (value heads of one column) beside
 #                                              attention and experts (.venv-export)
 #   bench/device/plans/llama-1b, llama-3b      benchmark table (--init random)
+#   bench/device/plans/llama-1b-2l             llama-1b's layer and batches, 2
+#                                              layers: the GPU time of each kernel
+#                                              in a step, under Nsight Compute
 #   bench/device/plans/llama-7b-24g            7B-class under --gpu-mem-limit 24GiB
 #   bench/device/plans/llama-1b-32k            long context: 1 x 32768 tokens, the
 #                                              MLP and the loss in chunks of tokens
@@ -105,6 +108,12 @@ echo "== structure models"
 # ~1.1B (TinyLlama's shape): hidden 2048, 22 layers, 32/4 heads of 64.
 structure llama-1b --preset llama-7b --layers 22 --hidden 2048 --ffn 5632 --heads 32 --kv-heads 4 --vocab 32000
 compile_structure llama-1b
+# The same layer, micro-batches and tokens, 2 layers: a step short enough to
+# time each of its kernels under Nsight Compute.
+structure llama-1b-2l --preset llama-7b --layers 2 --hidden 2048 --ffn 5632 --heads 32 --kv-heads 4 --vocab 32000
+"$MT" compile "$TMP/llama-1b-2l.onnx" --batch 4 --seq-len 2048 \
+  --micro-batches "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['micro_batches'])" \
+    "$OUT/llama-1b/plan.json")" -o "$OUT/llama-1b-2l" --no-build
 # ~3B (Llama 3.2 3B's shape, vocab 32000): hidden 3072, 28 layers, 24/8 heads of 128.
 structure llama-3b --preset llama-7b --layers 28 --hidden 3072 --ffn 8192 --heads 24 --kv-heads 8 --vocab 32000
 compile_structure llama-3b
