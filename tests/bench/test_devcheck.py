@@ -1,0 +1,102 @@
+"""bench/device/devcheck.py: Nsight Compute's kernel durations and the
+attention table's dQ / dK-dV split, on CSV and JSON written by hand in the
+layouts those tools write."""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "device"))
+import devcheck  # noqa: E402
+
+HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+        '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+        '"Metric Value"\n')
+
+
+def details_row(i, kernel, unit, value):
+    return (f'"{i}","7","trainer","h","{kernel}","1","13","(128, 1, 1)","(64, 32, 1)","0","9.0",'
+            f'"Command line profiler metrics","gpu__time_duration.sum","{unit}","{value}"\n')
+
+
+class KernelNames(unittest.TestCase):
+    def test_return_type_namespaces_and_parameters_go(self):
+        full = ("void mtrt::cuda::attn::(anonymous namespace)::forward_kernel<128>"
+                "(__nv_bfloat16 *, const __nv_bfloat16 *, long, mtrt::KeyRange, "
+                "mtrt::cuda::attn::ScoreForm)")
+        self.assertEqual(devcheck.kernel_name(full), "forward_kernel<128>")
+
+    def test_namespaces_inside_template_arguments_stay(self):
+        full = ("void mtrt::cuda::(anonymous namespace)::pointwise_kernel<"
+                "(mtrt::cuda::(anonymous namespace)::Pointwise)3>(__nv_bfloat16 *, long)")
+        self.assertEqual(devcheck.kernel_name(full),
+                         "pointwise_kernel<(mtrt::cuda::(anonymous namespace)::Pointwise)3>")
+
+    def test_a_bare_name_is_kept(self):
+        name = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_kernel"
+        self.assertEqual(devcheck.kernel_name(name), name)
+
+
+class NcuDurations(unittest.TestCase):
+    def write(self, text):
+        f = tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False)
+        f.write(text)
+        f.close()
+        self.addCleanup(os.unlink, f.name)
+        return f.name
+
+    def test_details_page_with_units_and_thousands(self):
+        path = self.write("==PROF== Connected to process 7\n" + HEAD
+                          + details_row(0, "void ns::rope_kernel<false>(long)", "usecond", "1,250.5")
+                          + details_row(1, "void ns::rope_kernel<false>(long)", "nsecond", "500")
+                          + details_row(2, "sm90_gemm", "msecond", "2.5"))
+        self.assertEqual(devcheck.ncu_durations(path),
+                         [("rope_kernel<false>", 1250500.0), ("rope_kernel<false>", 500.0),
+                          ("sm90_gemm", 2500000.0)])
+
+    def test_raw_page_with_a_units_row(self):
+        path = self.write('"ID","Kernel Name","gpu__time_duration.sum"\n'
+                          '"","","usecond"\n"0","k1(int)","3"\n"1","k2","1,000"\n')
+        self.assertEqual(devcheck.ncu_durations(path), [("k1", 3000.0), ("k2", 1e6)])
+
+    def test_no_header_is_an_error(self):
+        path = self.write("==ERROR== The application returned an error code (1).\n")
+        with self.assertRaises(ValueError):
+            devcheck.ncu_durations(path)
+
+    def test_table_by_kernel(self):
+        path = self.write(HEAD + details_row(0, "a(int)", "nsecond", "300")
+                          + details_row(1, "b(int)", "nsecond", "600")
+                          + details_row(2, "a(int)", "nsecond", "100"))
+        with tempfile.TemporaryDirectory() as work:
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(devcheck.cmd_kernels("m", path, work), 0)
+            with open(os.path.join(work, "kernels-m.json")) as f:
+                table = json.load(f)
+        self.assertEqual(table["launches"], 3)
+        self.assertEqual([(r["kernel"], r["launches"]) for r in table["kernels"]],
+                         [("b", 1), ("a", 2)])
+        self.assertAlmostEqual(table["kernels"][0]["share"], 0.6)
+        self.assertAlmostEqual(table["kernels"][1]["ms"], 4e-4)
+
+
+class Report(unittest.TestCase):
+    def test_attention_rows_split_the_backward(self):
+        row = {"name": "x", "B": 1, "H": 2, "Hkv": 1, "S": 64, "D": 64, "window": 0, "chunk": 0,
+               "fwd_ms": 1.0, "bwd_ms": 3.0, "dq_ms": 1.25, "fwd_tflops": 10.0, "bwd_tflops": 8.0,
+               "cuda_cores_fwd_tflops": None, "cuda_cores_bwd_tflops": None, "finite": True}
+        with tempfile.TemporaryDirectory() as work, tempfile.TemporaryDirectory() as out:
+            with open(os.path.join(work, "attention.json"), "w") as f:
+                json.dump([row], f)
+            with contextlib.redirect_stdout(io.StringIO()):
+                devcheck.cmd_report(work, out)
+            with open(os.path.join(out, "summary.md")) as f:
+                summary = f.read()
+        self.assertIn("| x | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 1.250 + 1.750 | – / – |", summary)
+
+
+if __name__ == "__main__":
+    unittest.main()
