@@ -345,6 +345,53 @@ __global__ void transpose_kernel(bf16 *out, const bf16 *in, Space s,
   }
 }
 
+/// Eight bf16 that travel as one 16-byte access (the address 16-byte
+/// aligned).
+struct Bf16x8 {
+  bf16 e[8];
+};
+__device__ __forceinline__ Bf16x8 load8(const bf16 *p) {
+  Bf16x8 v;
+#ifdef MEGATRAIN_CUDA_EMULATION
+  std::memcpy(v.e, p, 16);
+#else
+  const uint4 w = *reinterpret_cast<const uint4 *>(p);
+  std::memcpy(v.e, &w, 16);
+#endif
+  return v;
+}
+__device__ __forceinline__ void store8(bf16 *p, const Bf16x8 &v) {
+#ifdef MEGATRAIN_CUDA_EMULATION
+  std::memcpy(p, v.e, 16);
+#else
+  uint4 w;
+  std::memcpy(&w, v.e, 16);
+  *reinterpret_cast<uint4 *>(p) = w;
+#endif
+}
+
+/// transpose_kernel where the last dim stays in place in both layouts (a
+/// head's D values, when heads and positions swap): a thread moves 8
+/// elements at once, `s` counting the last dim in 8s, so the index math is
+/// once per 8 elements instead of once per element.
+template <bool Backward>
+__global__ void transpose_rows_kernel(bf16 *out, const bf16 *in, Space s,
+                                      int64_t vectors) {
+  for (int64_t i = global_index(); i < vectors; i += global_stride()) {
+    int64_t off[cpu::kMaxArrays];
+    offsets(s, i, off);
+    if (Backward) {
+      const Bf16x8 g = load8(in + off[0]);
+      Bf16x8 x = load8(out + off[1]);
+      for (int e = 0; e < 8; ++e)
+        x.e[e] = f2bf(bf2f(x.e[e]) + bf2f(g.e[e]));
+      store8(out + off[1], x);
+    } else {
+      store8(out + off[0], load8(in + off[1]));
+    }
+  }
+}
+
 template <bool Backward>
 __global__ void slice_kernel(bf16 *out, const bf16 *in, int64_t dim,
                              int64_t inner, int64_t start, int64_t n,
@@ -784,25 +831,46 @@ cpu::StridedSpace transpose_space(const int64_t *x_shape, const int64_t *perm,
   cpu::coalesce(s);
   return s;
 }
+
+/// The transpose as rows of 8 (transpose_rows_kernel's space) where the
+/// last dim is contiguous in both layouts, a multiple of 8 long, and both
+/// arrays 16-byte aligned; else false.
+bool rows_of_8(cpu::StridedSpace &s, const void *a, const void *b) {
+  const int l = s.rank - 1;
+  if (s.stride[0][l] != 1 || s.stride[1][l] != 1 || s.shape[l] % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(a) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(b) % 16 != 0)
+    return false;
+  s.shape[l] /= 8;
+  s.stride[0][l] = s.stride[1][l] = 8;
+  return true;
+}
+
+template <bool Backward>
+void launch_transpose(bf16 *out, const bf16 *in, cpu::StridedSpace s,
+                      cudaStream_t stream) {
+  const int64_t n = cpu::numel(s);
+  if (n == 0)
+    return;
+  if (rows_of_8(s, out, in))
+    MT_LAUNCH(transpose_rows_kernel<Backward>, blocks_for(n / 8), kBlock,
+              stream, out, in, to_device(s), n / 8);
+  else
+    MT_LAUNCH(transpose_kernel<Backward>, blocks_for(n), kBlock, stream, out,
+              in, to_device(s), n);
+}
 } // namespace
 
 void CudaKernels::transpose_forward(void *y, const void *x,
                                     const int64_t *x_shape, const int64_t *perm,
                                     int rank) {
-  const cpu::StridedSpace s = transpose_space(x_shape, perm, rank);
-  const int64_t n = cpu::numel(s);
-  if (n > 0)
-    MT_LAUNCH(transpose_kernel<false>, blocks_for(n), kBlock, S_, B(y), B(x),
-              to_device(s), n);
+  launch_transpose<false>(B(y), B(x), transpose_space(x_shape, perm, rank), S_);
 }
 void CudaKernels::transpose_backward(void *dx, const void *dy,
                                      const int64_t *x_shape,
                                      const int64_t *perm, int rank) {
-  const cpu::StridedSpace s = transpose_space(x_shape, perm, rank);
-  const int64_t n = cpu::numel(s);
-  if (n > 0)
-    MT_LAUNCH(transpose_kernel<true>, blocks_for(n), kBlock, S_, B(dx), B(dy),
-              to_device(s), n);
+  launch_transpose<true>(B(dx), B(dy), transpose_space(x_shape, perm, rank),
+                         S_);
 }
 void CudaKernels::slice_forward(void *y, const void *x, int64_t outer,
                                 int64_t dim, int64_t inner, int64_t start,
