@@ -345,28 +345,50 @@ __global__ void transpose_kernel(bf16 *out, const bf16 *in, Space s,
   }
 }
 
-/// Eight bf16 that travel as one 16-byte access (the address 16-byte
-/// aligned).
+/// Eight bf16 as four words, moved as one 16-byte access (the address
+/// 16-byte aligned); element e is the low (e even) or high half of word
+/// e / 2. Words, not an array of bf16, so that they stay in registers.
 struct Bf16x8 {
-  bf16 e[8];
+  uint32_t w[4];
+  __device__ __forceinline__ float operator[](int e) const {
+    return __int_as_float(
+        int32_t(e % 2 ? w[e / 2] & 0xffff0000u : w[e / 2] << 16));
+  }
 };
 __device__ __forceinline__ Bf16x8 load8(const bf16 *p) {
   Bf16x8 v;
 #ifdef MEGATRAIN_CUDA_EMULATION
-  std::memcpy(v.e, p, 16);
+  std::memcpy(v.w, p, 16);
 #else
-  const uint4 w = *reinterpret_cast<const uint4 *>(p);
-  std::memcpy(v.e, &w, 16);
+  const uint4 u = *reinterpret_cast<const uint4 *>(p);
+  v.w[0] = u.x, v.w[1] = u.y, v.w[2] = u.z, v.w[3] = u.w;
 #endif
   return v;
 }
 __device__ __forceinline__ void store8(bf16 *p, const Bf16x8 &v) {
 #ifdef MEGATRAIN_CUDA_EMULATION
-  std::memcpy(p, v.e, 16);
+  std::memcpy(p, v.w, 16);
 #else
-  uint4 w;
-  std::memcpy(&w, v.e, 16);
-  *reinterpret_cast<uint4 *>(p) = w;
+  *reinterpret_cast<uint4 *>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+#endif
+}
+/// Eight floats rounded to bf16 (to nearest even) into p, as one access.
+__device__ __forceinline__ void store8(bf16 *p, const float (&f)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#ifdef MEGATRAIN_CUDA_EMULATION
+    w[j] = uint32_t(f2bf(f[2 * j]).bits) | uint32_t(f2bf(f[2 * j + 1]).bits)
+                                               << 16;
+#else
+    w[j] = uint32_t(__bfloat16_as_ushort(f2bf(f[2 * j]))) |
+           uint32_t(__bfloat16_as_ushort(f2bf(f[2 * j + 1]))) << 16;
+#endif
+  }
+#ifdef MEGATRAIN_CUDA_EMULATION
+  std::memcpy(p, w, 16);
+#else
+  *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 #endif
 }
 
@@ -381,13 +403,14 @@ __global__ void transpose_rows_kernel(bf16 *out, const bf16 *in, Space s,
     int64_t off[cpu::kMaxArrays];
     offsets(s, i, off);
     if (Backward) {
-      const Bf16x8 g = load8(in + off[0]);
-      Bf16x8 x = load8(out + off[1]);
+      const Bf16x8 g = load8(in + off[0]), x = load8(out + off[1]);
+      float sum[8];
+#pragma unroll
       for (int e = 0; e < 8; ++e)
-        x.e[e] = f2bf(bf2f(x.e[e]) + bf2f(g.e[e]));
-      store8(out + off[1], x);
+        sum[e] = x[e] + g[e];
+      store8(out + off[1], sum);
     } else {
-      store8(out + off[0], load8(in + off[1]));
+      store8(out + off[0], load8(in + off[1])); // the bits as they are
     }
   }
 }
@@ -438,6 +461,54 @@ __global__ void rope_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
       add_store(out, i, v);
     else
       out[i] = f2bf(v);
+  }
+}
+
+/// rope_kernel 8 dims at a time, d0 a multiple of 8: where D, R and (not
+/// interleaved) R/2 are multiples of 8, the 8 dims lie on one side of R/2
+/// and of R, and so do their partners (d0 ± R/2, or within the 8 when
+/// interleaved). The index math is once per 8 elements and the accesses
+/// 16 bytes wide (every array 16-byte aligned).
+template <bool Backward>
+__global__ void rope_rows_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
+                                 const bf16 *sin, int64_t H, int64_t S,
+                                 int64_t D, int64_t R, int seq_axis,
+                                 bool interleaved, int64_t vectors) {
+  const int64_t half = R / 2;
+  for (int64_t v = global_index(); v < vectors; v += global_stride()) {
+    const int64_t i = v * 8, d0 = i % D, row = i - d0;
+    const int64_t s = seq_axis == 2 ? (i / D) % S : (i / (D * H)) % S;
+    const bf16 *g = in + row;
+    const Bf16x8 x = load8(g + d0);
+    float y[8];
+    if (d0 >= R) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        y[e] = x[e];
+    } else {
+      const bool first_half = d0 < half; // not interleaved: the 8's side
+      const int64_t p0 = interleaved ? d0 : first_half ? d0 + half : d0 - half;
+      const Bf16x8 xp = interleaved ? x : load8(g + p0);
+      const Bf16x8 c = load8(cos + s * R + d0);
+      const Bf16x8 sd = load8(sin + s * R + d0);
+      const Bf16x8 sp = Backward && !interleaved ? load8(sin + s * R + p0) : sd;
+      // Every index a constant once unrolled: registers, not a stack frame.
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const bool first = interleaved ? e % 2 == 0 : first_half;
+        const float sign = first == !Backward ? -1.f : 1.f;
+        const float partner = interleaved ? x[e ^ 1] : xp[e];
+        const float sn = !Backward ? sd[e] : interleaved ? sd[e ^ 1] : sp[e];
+        y[e] = x[e] * c[e] + sign * partner * sn;
+      }
+    }
+    if (Backward) {
+      const Bf16x8 o = load8(out + i);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        y[e] += o[e];
+    }
+    store8(out + i, y);
   }
 }
 
@@ -889,23 +960,39 @@ void CudaKernels::slice_backward(void *dx, const void *dy, int64_t outer,
               dim, inner, start, n, total);
 }
 
+namespace {
+template <bool Backward>
+void launch_rope(bf16 *out, const bf16 *in, const bf16 *cos, const bf16 *sin,
+                 int64_t B_, int64_t H, int64_t S, int64_t D, int64_t R,
+                 int seq_axis, bool interleaved, cudaStream_t stream) {
+  const int64_t total = B_ * H * S * D;
+  if (total == 0)
+    return;
+  bool rows = D % 8 == 0 && R % 8 == 0 && (interleaved || R / 2 % 8 == 0);
+  for (const bf16 *p : {const_cast<const bf16 *>(out), in, cos, sin})
+    rows = rows && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  if (rows)
+    MT_LAUNCH(rope_rows_kernel<Backward>, blocks_for(total / 8), kBlock, stream,
+              out, in, cos, sin, H, S, D, R, seq_axis, interleaved, total / 8);
+  else
+    MT_LAUNCH(rope_kernel<Backward>, blocks_for(total), kBlock, stream, out, in,
+              cos, sin, H, S, D, R, seq_axis, interleaved, total);
+}
+} // namespace
+
 void CudaKernels::rope_forward(void *y, const void *x, const void *cos,
                                const void *sin, int64_t B_, int64_t H,
                                int64_t S, int64_t D, int64_t R, int seq_axis,
                                bool interleaved) {
-  const int64_t total = B_ * H * S * D;
-  if (total > 0)
-    MT_LAUNCH(rope_kernel<false>, blocks_for(total), kBlock, S_, B(y), B(x),
-              B(cos), B(sin), H, S, D, R, seq_axis, interleaved, total);
+  launch_rope<false>(B(y), B(x), B(cos), B(sin), B_, H, S, D, R, seq_axis,
+                     interleaved, S_);
 }
 void CudaKernels::rope_backward(void *dx, const void *dy, const void *cos,
                                 const void *sin, int64_t B_, int64_t H,
                                 int64_t S, int64_t D, int64_t R, int seq_axis,
                                 bool interleaved) {
-  const int64_t total = B_ * H * S * D;
-  if (total > 0)
-    MT_LAUNCH(rope_kernel<true>, blocks_for(total), kBlock, S_, B(dx), B(dy),
-              B(cos), B(sin), H, S, D, R, seq_axis, interleaved, total);
+  launch_rope<true>(B(dx), B(dy), B(cos), B(sin), B_, H, S, D, R, seq_axis,
+                    interleaved, S_);
 }
 
 void CudaKernels::embed_forward(void *y, const int32_t *ids, const void *table,

@@ -353,7 +353,10 @@ TEST_P(RopeTest, ForwardAndBackward) {
   const int seq_axis = std::get<0>(GetParam());
   const int64_t R = std::get<1>(GetParam());
   const bool interleaved = std::get<2>(GetParam());
-  const int64_t B = 2, H = 3, S = 5, D = 16, n = B * H * S * D;
+  // R = 16 leaves dims past R; 32 rotates all; 8 dims at a time wherever R
+  // (and, not interleaved, R/2) is a multiple of 8.
+  const int64_t B = 2, H = 3, S = 5,
+                D = R == 16 ? 32 : std::max<int64_t>(R, 16), n = B * H * S * D;
   Tensor x = Tensor::random(n, 50);
   Tensor cos = Tensor::random(S * R, 51), sin = Tensor::random(S * R, 52);
   Tensor y = Tensor::output(n);
@@ -373,7 +376,7 @@ TEST_P(RopeTest, ForwardAndBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RopeTest,
                          ::testing::Combine(::testing::Values(1, 2),
-                                            ::testing::Values(16, 8),
+                                            ::testing::Values(16, 8, 32),
                                             ::testing::Bool()));
 
 struct AttentionShape {
