@@ -367,9 +367,9 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 /// A warp's products s = q·k against key tile j0 (rows[r] its lane's two
 /// query rows) as scores in base-2 units: capped, ALiBi's bias added, times
-/// log2 e; -inf where the query does not see the key. True for a plain tile:
-/// every score visible, neither capped nor biased (the same for all lanes of
-/// the warp, so its callers may branch on it).
+/// log2 e; -inf where the query does not see the key. True where the
+/// lane's scores are plain: every one visible, neither capped nor biased
+/// (a lane's own answer: lanes of a warp hold different rows).
 template <int ST>
 __device__ __forceinline__ bool
 score_tile(float (&s)[ST][4], const int64_t (&rows)[2], int64_t j0,
