@@ -17,6 +17,10 @@
 // --tensor-cores-only leaves out the CUDA-core kernels: together, a short
 // run to profile (bench/device_check.sh's profile stage runs it under ncu).
 //
+// Where cuDNN loads and takes the shape's form (CudnnAttention.h), its
+// fused forward is timed too, and its output compared with the tensor-core
+// forward's: the largest difference, relative to the largest output.
+//
 // bench/attention_torch.py times PyTorch's scaled_dot_product_attention on
 // the shapes this writes to FILE.
 //
@@ -89,6 +93,31 @@ private:
   std::vector<uint16_t> h_;
 };
 
+/// n bf16 values from the device, as floats.
+std::vector<float> download(const void *d, int64_t n) {
+  std::vector<uint16_t> h(static_cast<size_t>(n));
+  check(cudaMemcpy(h.data(), d, size_t(n) * 2, cudaMemcpyDeviceToHost),
+        "download");
+  std::vector<float> out(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    const uint32_t bits = uint32_t(h[i]) << 16;
+    std::memcpy(&out[i], &bits, 4);
+  }
+  return out;
+}
+
+/// max |a − b| over max |b|; infinite where a has a NaN.
+double relative_difference(const std::vector<float> &a,
+                           const std::vector<float> &b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
 double visible_pairs(int64_t S, const mtrt::KeyRange &range) {
   double pairs = 0;
   for (int64_t i = 0; i < S; ++i)
@@ -145,9 +174,15 @@ int main(int argc, char **argv) {
   mtrt::cuda::CudaKernels k;
   k.set_stream(stream);
 
+  std::string cudnn_why;
+  const bool cudnn = mtrt::cuda::cudnn_loadable(&cudnn_why);
+  if (!cudnn)
+    std::fprintf(stderr, "cuDNN's forward not timed: %s\n", cudnn_why.c_str());
+
   std::printf("| shape | B H Hkv S D W C | fwd ms | fwd TFLOPS | bwd ms "
-              "(dQ pass) | bwd TFLOPS | CUDA cores: fwd / bwd TFLOPS |\n"
-              "|---|---|---|---|---|---|---|\n");
+              "(dQ pass) | bwd TFLOPS | CUDA cores: fwd / bwd TFLOPS | "
+              "cuDNN fwd TFLOPS (diff) |\n"
+              "|---|---|---|---|---|---|---|---|\n");
   std::string rows;
   bool ok = true;
   int64_t most = 0;
@@ -206,6 +241,29 @@ int main(int argc, char **argv) {
                           ? measure(mtrt::cuda::AttentionKernels::CudaCores,
                                     std::max(1, iters / 2))
                           : Timing{};
+    // cuDNN's forward beside the tensor cores' (y holds theirs now).
+    char cudnn_cell[96] = "–", cudnn_fwd[32] = "null", cudnn_diff[32] = "null";
+    if (cudnn && mtrt::cuda::CudnnAttention::takes(s.D, s.window, s.chunk, 0.f,
+                                                   false, false)) {
+      const std::vector<float> ref = download(y, nq);
+      try {
+        k.set_attention_kernels(mtrt::cuda::AttentionKernels::Cudnn);
+        const double ms = time_ms(stream, iters, [&] {
+          k.attention_forward(y, q, kk, v, s.B, s.H, s.Hkv, s.S, s.D, scale,
+                              range, 0.f, nullptr, nullptr);
+        });
+        const double diff = relative_difference(download(y, nq), ref);
+        const double tflops = flops / (ms * 1e-3) / 1e12;
+        std::snprintf(cudnn_cell, sizeof cudnn_cell, "%.1f (%.1e)", tflops,
+                      diff);
+        std::snprintf(cudnn_fwd, sizeof cudnn_fwd, "%.2f", tflops);
+        std::snprintf(cudnn_diff, sizeof cudnn_diff, "%.3e", diff);
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "%s: %s\n", s.name, e.what());
+        std::snprintf(cudnn_cell, sizeof cudnn_cell, "failed");
+        ok = false;
+      }
+    }
     // Not measured: "–" in the table, null in the JSON.
     char cc_cell[64] = "–", cc_fwd[32] = "null", cc_bwd[32] = "null";
     if (cuda_cores) {
@@ -216,13 +274,13 @@ int main(int argc, char **argv) {
     }
     std::printf(
         "| %s | %lld %lld %lld %lld %lld %lld %lld | %.3f | %.1f | %.3f "
-        "(%.3f) | %.1f | %s |%s\n",
+        "(%.3f) | %.1f | %s | %s |%s\n",
         s.name, (long long)s.B, (long long)s.H, (long long)s.Hkv,
         (long long)s.S, (long long)s.D, (long long)s.window, (long long)s.chunk,
         tc.fwd_ms, tc.fwd_tflops, tc.bwd_ms, tc.dq_ms, tc.bwd_tflops, cc_cell,
-        tc.finite && cc.finite ? "" : " NON-FINITE OUTPUT");
+        cudnn_cell, tc.finite && cc.finite ? "" : " NON-FINITE OUTPUT");
     ok &= tc.finite && cc.finite;
-    char row[640];
+    char row[768];
     std::snprintf(row, sizeof row,
                   "%s{\"name\": \"%s\", \"B\": %lld, \"H\": %lld, \"Hkv\": "
                   "%lld, \"S\": %lld, \"D\": %lld, \"window\": %lld, "
@@ -230,12 +288,14 @@ int main(int argc, char **argv) {
                   "\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"dq_ms\": %.4f, "
                   "\"fwd_tflops\": %.2f, "
                   "\"bwd_tflops\": %.2f, \"cuda_cores_fwd_tflops\": %s, "
-                  "\"cuda_cores_bwd_tflops\": %s, \"finite\": %s}",
+                  "\"cuda_cores_bwd_tflops\": %s, \"cudnn_fwd_tflops\": %s, "
+                  "\"cudnn_fwd_difference\": %s, \"finite\": %s}",
                   rows.empty() ? "" : ",\n ", s.name, (long long)s.B,
                   (long long)s.H, (long long)s.Hkv, (long long)s.S,
                   (long long)s.D, (long long)s.window, (long long)s.chunk,
                   tc.fwd_ms, tc.bwd_ms, tc.dq_ms, tc.fwd_tflops, tc.bwd_tflops,
-                  cc_fwd, cc_bwd, tc.finite && cc.finite ? "true" : "false");
+                  cc_fwd, cc_bwd, cudnn_fwd, cudnn_diff,
+                  tc.finite && cc.finite ? "true" : "false");
     rows += row;
     for (void *p : {q, kk, v, dy, y, dq, dk, dv, delta})
       cudaFree(p);

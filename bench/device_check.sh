@@ -18,7 +18,8 @@
 #      fp32, one step, --dump-grads;
 #      and CUDA --stress against a normal CUDA run, bit for bit
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
-#      beside torch's scaled_dot_product_attention (bench/attention_torch.py)
+#      beside cuDNN's fused forward and torch's scaled_dot_product_attention
+#      (bench/attention_torch.py)
 #   profile. Nsight Compute on the three tensor-core attention kernels at one
 #      shape: throughputs, occupancy, stall reasons, stalls per instruction
 #   kernels. one step of llama-1b's layer (2 layers) under Nsight Compute:
@@ -30,7 +31,8 @@
 #      grouped tensor-core GEMMs, the reference kernels, a dense GEMM
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
 #      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
-#      llama-1b, FSDP2 llama-1b, the 7B-class llama-7b-24g (planned with
+#      llama-1b, FSDP2 llama-1b, llama-1b+cudnn (the attention forward
+#      on cuDNN), the 7B-class llama-7b-24g (planned with
 #      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b, llama-1b-32k
 #      (one 32K-token sequence: the MLP and the loss in chunks of tokens),
 #      and llama-9b-bf16 (the largest the host holds: bf16 master weights)
@@ -114,6 +116,24 @@ env = {"gpu": gpu[0] if gpu else "?", "driver": gpu[1] if len(gpu) > 1 else "?",
 json.dump(env, open(os.path.join(sys.argv[1], "env.json"), "w"))
 PY
 
+# cuDNN for MEGATRAIN_CUDA_ATTENTION=cudnn: the one PyTorch's wheels bring
+# (its folder on the loader's path too, for cuDNN's own libraries and
+# NVRTC), unless MEGATRAIN_CUDNN names one already.
+if [ -z "${MEGATRAIN_CUDNN:-}" ]; then
+  MEGATRAIN_CUDNN=$(python3 -c '
+import glob, os, site
+for d in site.getsitepackages():
+    for p in sorted(glob.glob(os.path.join(d, "nvidia", "**", "libcudnn.so.9"), recursive=True)):
+        print(p); raise SystemExit' 2>/dev/null || true)
+fi
+if [ -n "${MEGATRAIN_CUDNN:-}" ]; then
+  export MEGATRAIN_CUDNN
+  export LD_LIBRARY_PATH=$(dirname "$MEGATRAIN_CUDNN")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  log "cuDNN: $MEGATRAIN_CUDNN" | tee -a "$WORK/env.txt"
+else
+  log "cuDNN: none found (its attention stays untimed)" | tee -a "$WORK/env.txt"
+fi
+
 # ---- a. build ----------------------------------------------------------------
 build_runtime() {
   set -e
@@ -127,6 +147,13 @@ build_runtime() {
       extra+=("-DCUDA_cublasLt_LIBRARY=$(ls "$py"/lib/libcublasLt.so* | head -1)"
               "-DCMAKE_CUDA_FLAGS=-I$py/include" "-DCMAKE_CXX_FLAGS=-I$py/include")
     fi
+  fi
+  # cuDNN's headers: the toolkit's, PyTorch's wheel's, or those
+  # bench/device/make_plans.sh copied from the CPU machine's toolkit.
+  if [ ! -f "$cuda_home/include/cudnn_graph.h" ]; then
+    local inc; inc=$(dirname "$(dirname "${MEGATRAIN_CUDNN:-/none/lib/x}")")/include
+    [ -f "$inc/cudnn_graph.h" ] || inc=$DEV/third_party/cudnn/include
+    [ -f "$inc/cudnn_graph.h" ] && extra+=("-DMEGATRAIN_CUDNN_INCLUDE_DIR=$inc")
   fi
   local gen=(); command -v ninja > /dev/null && gen=(-G Ninja)
   if ! cmake "${gen[@]}" -S "$ROOT" -B "$B" -DMEGATRAIN_RUNTIME_ONLY=ON \
@@ -146,7 +173,7 @@ build_runtime() {
       tail -30 "$WORK/configure.log"; exit 1
     fi
   fi
-  grep -E "MegaTrain: CUDA" "$WORK/configure.log"
+  grep -E "MegaTrain: (CUDA|cuDNN)" "$WORK/configure.log"
   grep -q "CUDA backend on" "$WORK/configure.log" || { echo "error: the CUDA backend is off"; exit 1; }
   cmake --build "$B" -j "$JOBS" > "$WORK/build.log" 2>&1 || { grep -E "error|FAILED" "$WORK/build.log" | head -30; exit 1; }
   echo "built $B"
@@ -282,9 +309,12 @@ parity() {
 [ -d "$WORK/plans" ] && stage parity 55 200 parity
 
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
-bench() { # plan name
-  local n=$1 t=$WORK/plans/$1/trainer
-  [ -x "$t" ] || { echo "  no trainer for $n"; return 1; }
+bench() { # plan name; NAME+cudnn: that plan with cuDNN's attention forward
+  local n=$1 plan=${1%%+*} attention=${MEGATRAIN_CUDA_ATTENTION:-}
+  local t=$WORK/plans/$plan/trainer
+  [ "$n" != "$plan" ] && attention=${n#*+}
+  [ -x "$t" ] || { echo "  no trainer for $plan"; return 1; }
+  MEGATRAIN_CUDA_ATTENTION=$attention \
   python3 "$DEV/devcheck.py" run "$n" "$t" "$WORK" 10000 -- --data "$PLANS/tokens.u32" \
     --backend cuda --init random --steps 3 --log-jsonl "$WORK/$n.jsonl" \
     --trace "$WORK/$n.trace.json"
@@ -314,6 +344,7 @@ if [ -d "$WORK/plans" ]; then
   # as much again, so it runs on the smaller shapes only.
   stage "bench llama-1b" 45 150 "bench llama-1b"
   stage "fsdp2 llama-1b" 70 150 "fsdp llama-1b"
+  stage "bench llama-1b+cudnn" 45 150 "bench llama-1b+cudnn"
   stage "bench llama-7b-24g" 150 330 "bench llama-7b-24g"
   stage "bench llama-3b" 80 200 "bench llama-3b"
   stage "fsdp2 llama-3b" 120 220 "fsdp llama-3b"

@@ -196,7 +196,8 @@ def median(xs):
 
 
 def bench_row(work, name):
-    plan = load_json(os.path.join(work, "plans", name, "plan.json"), {})
+    # NAME+VARIANT: the plan NAME run another way (device_check.sh's bench).
+    plan = load_json(os.path.join(work, "plans", name.split("+")[0], "plan.json"), {})
     run = load_json(os.path.join(work, name + ".run.json"), {})
     stats = load_json(os.path.join(work, name + ".stats.json"), {})
     steps = load_jsonl(os.path.join(work, name + ".jsonl"))
@@ -366,14 +367,19 @@ def cmd_report(work, out):
                  f"{below} | {p.get('stress_same_losses', '–')} | {verdict} |")
     L += ["", "## Attention kernels (causal; TFLOPS count 4·B·H·pairs·D forward, 2.5x that backward)",
           "", "| shape | B H Hkv S D window chunk | ours fwd / bwd TFLOPS | ours bwd ms: dQ pass + dK/dV pass "
-          "| ours on CUDA cores | torch SDPA fwd / bwd TFLOPS |",
-          "|---|---|---|---|---|---|"]
+          "| ours on CUDA cores | cuDNN fwd TFLOPS (max diff vs ours) | torch SDPA fwd / bwd TFLOPS |",
+          "|---|---|---|---|---|---|---|"]
+    def cudnn_cell(r):
+        if r.get("cudnn_fwd_tflops") is None:
+            return "–"
+        return f"{fmt(r['cudnn_fwd_tflops'])} ({fmt(r.get('cudnn_fwd_difference'), '.1e')})"
     for r in attention:
         dims = " ".join(str(r.get(k, "?")) for k in ("B", "H", "Hkv", "S", "D", "window", "chunk"))
         dq, bwd = r.get("dq_ms"), r.get("bwd_ms")
         split = f"{dq:.3f} + {bwd - dq:.3f}" if dq is not None and bwd is not None else "–"
         L.append(f"| {r.get('name')} | {dims} | {fmt(r.get('fwd_tflops'))} / {fmt(r.get('bwd_tflops'))} | {split} "
                  f"| {fmt(r.get('cuda_cores_fwd_tflops'))} / {fmt(r.get('cuda_cores_bwd_tflops'))} "
+                 f"| {cudnn_cell(r)} "
                  f"| {fmt(r.get('torch_fwd_tflops'))} / {fmt(r.get('torch_bwd_tflops'))} |")
     L += ["", "## Mixture-of-experts kernels (TFLOPS count 2·T·(E·H + 3·k·H·I) forward, 2x that backward)",
           "", "| shape | T H E I k | grouped fwd / bwd TFLOPS | reference (CUDA cores) fwd / bwd | dense GEMM of equal FLOPs |",

@@ -42,6 +42,7 @@
 #                                              with bf16 master weights (102 GiB)
 #   bench/device/plans/tokens.u32              byte-level tokens
 #   bench/device/third_party/googletest        GoogleTest 1.12 sources
+#   bench/device/third_party/cudnn/include     cuDNN's headers (the toolkit's)
 #
 # Batch 4 x 2048 tokens per micro-batch; micro-batches per fetch as the
 # simulator suggests for the h200-pcie5 preset (at least 1), so that the
@@ -141,6 +142,12 @@ JSON
 echo "== tokens"
 "$PY" samples/make_tokens.py -o "$OUT/tokens.u32"
 
+if ls /usr/local/cuda/include/cudnn*.h > /dev/null 2>&1; then
+  echo "== cuDNN's headers (for a GPU machine whose toolkit has none)"
+  rm -rf bench/device/third_party/cudnn
+  mkdir -p bench/device/third_party/cudnn/include
+  cp /usr/local/cuda/include/cudnn*.h bench/device/third_party/cudnn/include/
+fi
 if [ -d /usr/src/googletest/googletest ]; then
   echo "== googletest sources (built there only if find_package(GTest) fails)"
   rm -rf bench/device/third_party/googletest

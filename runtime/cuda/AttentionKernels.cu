@@ -454,8 +454,25 @@ AttentionKernels attention_kernels_from_env() {
     return AttentionKernels::TensorCores;
   if (std::strcmp(s, "cuda-cores") == 0)
     return AttentionKernels::CudaCores;
+  if (std::strcmp(s, "cudnn") == 0)
+    return AttentionKernels::Cudnn;
   fail("MEGATRAIN_CUDA_ATTENTION=", s,
-       ": expected tensor-cores (the default) or cuda-cores");
+       ": expected tensor-cores (the default), cuda-cores or cudnn");
+}
+
+void CudaKernels::cudnn_attention_forward(void *y, const void *q, const void *k,
+                                          const void *v,
+                                          const cuda::AttentionDims &d,
+                                          float scale) {
+#ifdef MEGATRAIN_CUDA_EMULATION
+  (void)y, (void)q, (void)k, (void)v, (void)d, (void)scale;
+  fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
+#else
+  if (!cudnn_)
+    cudnn_ = std::make_unique<cuda::CudnnAttention>();
+  void *s = scratch(cudnn_->scratch_bytes(d, scale));
+  cudnn_->forward(y, q, k, v, d, scale, s, stream_);
+#endif
 }
 
 void CudaKernels::attention_forward(void *y, const void *q, const void *k,
@@ -469,8 +486,12 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
   check_shape("attention_forward", H, Hkv, D);
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
+  if (attention_ == AttentionKernels::Cudnn &&
+      cuda::CudnnAttention::takes(D, range.window, range.chunk, softcap,
+                                  alibi_slopes != nullptr, sinks != nullptr))
+    return cudnn_attention_forward(y, q, k, v, {Bn, H, Hkv, S, D}, scale);
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ == AttentionKernels::TensorCores)
+  if (attention_ != AttentionKernels::CudaCores)
     attn::tensor_core_forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                               range, a, s);
   else if (D <= 64)
@@ -512,7 +533,7 @@ void CudaKernels::attention_backward(
     fail("cuda attention_backward: dsinks without sinks");
   const int64_t rows = Bn * H * S;
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ == AttentionKernels::TensorCores) {
+  if (attention_ != AttentionKernels::CudaCores) { // cuDNN's family too
     float *lse = static_cast<float *>(scratch(rows * int64_t(sizeof(float))));
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
                                delta, lse, Bn, H, Hkv, S, D, scale, range, a,

@@ -234,7 +234,17 @@ CudaBackend::CudaBackend(const BackendOptions &opts) : opts_(opts) {
   pinned_limit_ = pinned_limit();
 
   kernels_ = std::make_unique<CudaKernels>();
-  kernels_->set_attention_kernels(attention_kernels_from_env());
+  const AttentionKernels attention = attention_kernels_from_env();
+  if (attention == AttentionKernels::Cudnn) { // refused now, not mid-step
+#ifdef MEGATRAIN_CUDA_EMULATION
+    fail("MEGATRAIN_CUDA_ATTENTION=cudnn: cuDNN runs on a GPU only, not on "
+         "the emulator");
+#else
+    if (!cuda::cudnn_loadable(&why))
+      fail("MEGATRAIN_CUDA_ATTENTION=cudnn: ", why);
+#endif
+  }
+  kernels_->set_attention_kernels(attention);
   kernels_->set_moe_kernels(moe_kernels_from_env());
   pool_ = std::make_shared<EventPool>();
   for (int s = 0; s < kDeviceStreams; ++s) {

@@ -24,6 +24,7 @@
 #ifndef MEGATRAIN_RUNTIME_CUDA_CUDAKERNELS_H
 #define MEGATRAIN_RUNTIME_CUDA_CUDAKERNELS_H
 
+#include "runtime/cuda/CudnnAttention.h"
 #include "runtime/exec/DeviceKernels.h"
 
 #include <cstdint>
@@ -66,13 +67,15 @@ GemmSpec linear_dx_gemm(void *dx, const void *dy, const void *w, int64_t M,
 GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
                         int64_t K, int64_t N, bool w_in_out);
 
-/// Which kernels run attention (AttentionCommon.cuh): tensor cores, or CUDA
+/// Which kernels run attention (AttentionCommon.cuh): tensor cores, CUDA
 /// cores with all math in f32 (slower; a reference for the tensor-core
-/// kernels).
-enum class AttentionKernels { TensorCores, CudaCores };
+/// kernels), or cuDNN's fused forward where it takes the form, the
+/// tensor-core kernels elsewhere and for every backward (CudnnAttention.h).
+enum class AttentionKernels { TensorCores, CudaCores, Cudnn };
 
 /// The family MEGATRAIN_CUDA_ATTENTION names ("tensor-cores", the default,
-/// or "cuda-cores"); throws Error naming the variable for anything else.
+/// "cuda-cores" or "cudnn"); throws Error naming the variable for anything
+/// else.
 AttentionKernels attention_kernels_from_env();
 
 /// Which kernels run a mixture of experts (MoeCommon.cuh): grouped GEMMs on
@@ -259,6 +262,10 @@ private:
   /// One broadcast operand's gradient (add: other == null).
   void reduce_to_operand(void *d_operand, const void *dy, const void *other,
                          const Broadcast &bc, bool lhs);
+  /// The attention forward on cuDNN (a form CudnnAttention::takes).
+  void cudnn_attention_forward(void *y, const void *q, const void *k,
+                               const void *v, const cuda::AttentionDims &d,
+                               float scale);
 
   void *stream_ = nullptr;
   void *scratch_ = nullptr;
@@ -269,6 +276,10 @@ private:
 
   struct Lt; // cuBLASLt handle, workspace, cached plans (device build only)
   std::unique_ptr<Lt> lt_;
+#ifndef MEGATRAIN_CUDA_EMULATION
+  // cuDNN's attention forward, made at its first call.
+  std::unique_ptr<cuda::CudnnAttention> cudnn_;
+#endif
 };
 
 /// Sleeps `ns` nanoseconds on the stream (stress mode's device-side delays).

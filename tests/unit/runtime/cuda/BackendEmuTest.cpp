@@ -64,6 +64,26 @@ TEST(CudaBackendEmu, RefusesFp32) {
   }
 }
 
+// cuDNN's attention, asked for where it cannot run, is refused when the
+// backend starts, not at the first attention of a step.
+TEST(CudaBackendEmu, RefusesCudnnAttentionOffTheGpu) {
+  BackendOptions bo;
+  bo.bf16 = true;
+  ::setenv("MEGATRAIN_CUDA_ATTENTION", "cudnn", 1);
+  std::string what;
+  try {
+    cuda_emulated_backend_entry().create(bo);
+  } catch (const std::exception &e) {
+    what = e.what();
+  }
+  ::unsetenv("MEGATRAIN_CUDA_ATTENTION");
+  EXPECT_EQ(what.rfind("error: MEGATRAIN_CUDA_ATTENTION=cudnn: cuDNN runs on "
+                       "a GPU only",
+                       0),
+            0u)
+      << what;
+}
+
 // A plan whose attention the kernels cannot run is refused by name before
 // anything is loaded, not at its first attention call.
 TEST(CudaBackendEmu, RefusesAttentionPastTheKernelsLimits) {

@@ -398,7 +398,9 @@ void PrintTo(const AttentionShape &s, std::ostream *os) {
 // Beside the enum, where gtest's printer finds it.
 namespace mtrt::MT_KNS {
 void PrintTo(AttentionKernels k, std::ostream *os) {
-  *os << (k == AttentionKernels::TensorCores ? "tensor cores" : "CUDA cores");
+  *os << (k == AttentionKernels::TensorCores ? "tensor cores"
+          : k == AttentionKernels::CudaCores ? "CUDA cores"
+                                             : "cuDNN");
 }
 void PrintTo(MoeKernels k, std::ostream *os) {
   *os << (k == MoeKernels::TensorCores ? "tensor cores" : "CUDA cores");
@@ -416,7 +418,16 @@ class AttentionTest : public CudaKernelsTest,
 
 TEST_P(AttentionTest, ForwardAndBackward) {
   const AttentionShape s = std::get<0>(GetParam());
-  k_->set_attention_kernels(std::get<1>(GetParam()));
+  const AttentionKernels family = std::get<1>(GetParam());
+#ifdef MEGATRAIN_CUDA_EMULATION
+  if (family == AttentionKernels::Cudnn)
+    GTEST_SKIP() << "cuDNN runs on a GPU only";
+#else
+  if (std::string why;
+      family == AttentionKernels::Cudnn && !mtrt::cuda::cudnn_loadable(&why))
+    GTEST_SKIP() << why;
+#endif
+  k_->set_attention_kernels(family);
   const int64_t nq = s.B * s.H * s.S * s.D, nk = s.B * s.Hkv * s.S * s.D;
   const float scale = 1.f / std::sqrt(float(s.D));
   const mtrt::KeyRange range{s.window, s.chunk};
@@ -521,6 +532,78 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(kAttentionShapes),
                        ::testing::Values(AttentionKernels::CudaCores)));
 
+/// The shapes whose forward cuDNN is given (GQA, MQA, D < 128, D = 128, one
+/// token), and two it is not (a window, D = 256), whose forward stays on the
+/// tensor cores.
+std::vector<AttentionShape> cudnn_shapes() {
+  std::vector<AttentionShape> out;
+  for (const AttentionShape &s : kAttentionShapes)
+    if (mtrt::cuda::CudnnAttention::takes(s.D, s.window, s.chunk, s.softcap,
+                                          s.alibi, s.sinks))
+      out.push_back(s);
+  out.push_back(AttentionShape{1, 2, 1, 150, 64, false, 40});
+  out.push_back(AttentionShape{1, 4, 2, 100, 256});
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(
+    Cudnn, AttentionTest,
+    ::testing::Combine(::testing::ValuesIn(cudnn_shapes()),
+                       ::testing::Values(AttentionKernels::Cudnn)));
+
+TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim128) {
+  using mtrt::cuda::CudnnAttention;
+  EXPECT_TRUE(CudnnAttention::takes(128, 0, 0, 0.f, false, false));
+  EXPECT_TRUE(CudnnAttention::takes(16, 0, 0, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(256, 0, 0, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(20, 0, 0, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, 40, 0, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, 0, 8, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, 0, 0, 2.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, 0, 0, 0.f, true, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, 0, 0, 0.f, false, true));
+}
+
+#ifndef MEGATRAIN_CUDA_EMULATION
+// What of cuDNN's graph needs no GPU: every tensor and operation descriptor
+// of the forward finalizes in the library found here, or this names the one
+// it refuses (a dim or stride wrong anywhere is refused when its operation
+// is finalized). The graph as a whole and cuDNN's engine for it need a GPU:
+// the Cudnn suite above.
+TEST(CudnnAttention, ForwardDescriptorsFinalize) {
+  if (std::string why; !mtrt::cuda::cudnn_loadable(&why))
+    GTEST_SKIP() << why;
+  using mtrt::cuda::AttentionDims;
+  for (const AttentionDims &d :
+       {AttentionDims{2, 4, 2, 37, 16}, AttentionDims{1, 32, 8, 4096, 128},
+        AttentionDims{1, 2, 1, 1, 64}, AttentionDims{3, 6, 6, 70, 80}}) {
+    SCOPED_TRACE(::testing::Message() << "B" << d.B << " H" << d.H << " Hkv"
+                                      << d.Hkv << " S" << d.S << " D" << d.D);
+    try {
+      mtrt::cuda::CudnnAttention::check_descriptors(d);
+    } catch (const mtrt::Error &e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+}
+
+TEST(CudnnAttention, RefusesShapesItCannotTake) {
+  if (std::string why; !mtrt::cuda::cudnn_loadable(&why))
+    GTEST_SKIP() << why;
+  using mtrt::cuda::AttentionDims;
+  for (const AttentionDims &d :
+       {AttentionDims{1, 2, 1, 0, 64}, AttentionDims{1, 3, 2, 5, 64}}) {
+    try {
+      mtrt::cuda::CudnnAttention::check_descriptors(d);
+      ADD_FAILURE() << "no error for S=" << d.S << " H=" << d.H
+                    << " Hkv=" << d.Hkv;
+    } catch (const mtrt::Error &e) {
+      EXPECT_NE(std::string(e.what()).find("for cuDNN"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+#endif
+
 TEST(AttentionKernelsFromEnv, NamesTheFamilyOrRefuses) {
   unsetenv("MEGATRAIN_CUDA_ATTENTION");
   EXPECT_EQ(mtrt::MT_KNS::attention_kernels_from_env(),
@@ -531,6 +614,9 @@ TEST(AttentionKernelsFromEnv, NamesTheFamilyOrRefuses) {
   setenv("MEGATRAIN_CUDA_ATTENTION", "tensor-cores", 1);
   EXPECT_EQ(mtrt::MT_KNS::attention_kernels_from_env(),
             AttentionKernels::TensorCores);
+  setenv("MEGATRAIN_CUDA_ATTENTION", "cudnn", 1);
+  EXPECT_EQ(mtrt::MT_KNS::attention_kernels_from_env(),
+            AttentionKernels::Cudnn);
   setenv("MEGATRAIN_CUDA_ATTENTION", "wmma", 1);
   try {
     mtrt::MT_KNS::attention_kernels_from_env();
