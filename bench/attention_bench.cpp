@@ -18,8 +18,9 @@
 // run to profile (bench/device_check.sh's profile stage runs it under ncu).
 //
 // Where cuDNN loads and takes the shape's form (CudnnAttention.h), its
-// fused forward is timed too, and its output compared with the tensor-core
-// forward's: the largest difference, relative to the largest output.
+// fused kernels are timed too (its backward runs its forward again first),
+// and its forward's output compared with the tensor cores': the largest
+// difference, relative to the largest output.
 //
 // bench/attention_torch.py times PyTorch's scaled_dot_product_attention on
 // the shapes this writes to FILE.
@@ -181,7 +182,7 @@ int main(int argc, char **argv) {
 
   std::printf("| shape | B H Hkv S D W C | fwd ms | fwd TFLOPS | bwd ms "
               "(dQ pass) | bwd TFLOPS | CUDA cores: fwd / bwd TFLOPS | "
-              "cuDNN fwd TFLOPS (diff) |\n"
+              "cuDNN fwd / bwd TFLOPS (fwd diff) |\n"
               "|---|---|---|---|---|---|---|---|\n");
   std::string rows;
   bool ok = true;
@@ -241,22 +242,19 @@ int main(int argc, char **argv) {
                           ? measure(mtrt::cuda::AttentionKernels::CudaCores,
                                     std::max(1, iters / 2))
                           : Timing{};
-    // cuDNN's forward beside the tensor cores' (y holds theirs now).
-    char cudnn_cell[96] = "–", cudnn_fwd[32] = "null", cudnn_diff[32] = "null";
+    // cuDNN's beside the tensor cores' (y holds their forward's now).
+    char cudnn_cell[96] = "–", cudnn_fwd[32] = "null", cudnn_bwd[32] = "null",
+         cudnn_diff[32] = "null";
     if (cudnn && mtrt::cuda::CudnnAttention::takes(s.D, s.window, s.chunk, 0.f,
                                                    false, false)) {
       const std::vector<float> ref = download(y, nq);
       try {
-        k.set_attention_kernels(mtrt::cuda::AttentionKernels::Cudnn);
-        const double ms = time_ms(stream, iters, [&] {
-          k.attention_forward(y, q, kk, v, s.B, s.H, s.Hkv, s.S, s.D, scale,
-                              range, 0.f, nullptr, nullptr);
-        });
+        const Timing cd = measure(mtrt::cuda::AttentionKernels::Cudnn, iters);
         const double diff = relative_difference(download(y, nq), ref);
-        const double tflops = flops / (ms * 1e-3) / 1e12;
-        std::snprintf(cudnn_cell, sizeof cudnn_cell, "%.1f (%.1e)", tflops,
-                      diff);
-        std::snprintf(cudnn_fwd, sizeof cudnn_fwd, "%.2f", tflops);
+        std::snprintf(cudnn_cell, sizeof cudnn_cell, "%.1f / %.1f (%.1e)",
+                      cd.fwd_tflops, cd.bwd_tflops, diff);
+        std::snprintf(cudnn_fwd, sizeof cudnn_fwd, "%.2f", cd.fwd_tflops);
+        std::snprintf(cudnn_bwd, sizeof cudnn_bwd, "%.2f", cd.bwd_tflops);
         std::snprintf(cudnn_diff, sizeof cudnn_diff, "%.3e", diff);
       } catch (const std::exception &e) {
         std::fprintf(stderr, "%s: %s\n", s.name, e.what());
@@ -289,12 +287,13 @@ int main(int argc, char **argv) {
                   "\"fwd_tflops\": %.2f, "
                   "\"bwd_tflops\": %.2f, \"cuda_cores_fwd_tflops\": %s, "
                   "\"cuda_cores_bwd_tflops\": %s, \"cudnn_fwd_tflops\": %s, "
-                  "\"cudnn_fwd_difference\": %s, \"finite\": %s}",
+                  "\"cudnn_bwd_tflops\": %s, \"cudnn_fwd_difference\": %s, "
+                  "\"finite\": %s}",
                   rows.empty() ? "" : ",\n ", s.name, (long long)s.B,
                   (long long)s.H, (long long)s.Hkv, (long long)s.S,
                   (long long)s.D, (long long)s.window, (long long)s.chunk,
                   tc.fwd_ms, tc.bwd_ms, tc.dq_ms, tc.fwd_tflops, tc.bwd_tflops,
-                  cc_fwd, cc_bwd, cudnn_fwd, cudnn_diff,
+                  cc_fwd, cc_bwd, cudnn_fwd, cudnn_bwd, cudnn_diff,
                   tc.finite && cc.finite ? "true" : "false");
     rows += row;
     for (void *p : {q, kk, v, dy, y, dq, dk, dv, delta})

@@ -18,7 +18,7 @@
 #      fp32, one step, --dump-grads;
 #      and CUDA --stress against a normal CUDA run, bit for bit
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
-#      beside cuDNN's fused forward and torch's scaled_dot_product_attention
+#      beside cuDNN's fused kernels and torch's scaled_dot_product_attention
 #      (bench/attention_torch.py)
 #   profile. Nsight Compute on the three tensor-core attention kernels at one
 #      shape: throughputs, occupancy, stall reasons, stalls per instruction
@@ -31,8 +31,8 @@
 #      grouped tensor-core GEMMs, the reference kernels, a dense GEMM
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
 #      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
-#      llama-1b, FSDP2 llama-1b, llama-1b+cudnn (the attention forward
-#      on cuDNN), the 7B-class llama-7b-24g (planned with
+#      llama-1b, FSDP2 llama-1b, llama-1b+cudnn (attention on cuDNN's
+#      fused kernels), the 7B-class llama-7b-24g (planned with
 #      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b, llama-1b-32k
 #      (one 32K-token sequence: the MLP and the loss in chunks of tokens),
 #      and llama-9b-bf16 (the largest the host holds: bf16 master weights)
@@ -309,7 +309,7 @@ parity() {
 [ -d "$WORK/plans" ] && stage parity 55 200 parity
 
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
-bench() { # plan name; NAME+cudnn: that plan with cuDNN's attention forward
+bench() { # plan name; NAME+cudnn: that plan with attention on cuDNN
   local n=$1 plan=${1%%+*} attention=${MEGATRAIN_CUDA_ATTENTION:-}
   local t=$WORK/plans/$plan/trainer
   [ "$n" != "$plan" ] && attention=${n#*+}

@@ -460,20 +460,51 @@ AttentionKernels attention_kernels_from_env() {
        ": expected tensor-cores (the default), cuda-cores or cudnn");
 }
 
+#ifdef MEGATRAIN_CUDA_EMULATION
+// The emulator has no cuDNN: the backend refuses the family before a step.
+void CudaKernels::cudnn_attention_forward(void *, const void *, const void *,
+                                          const void *,
+                                          const cuda::AttentionDims &, float) {
+  fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
+}
+void CudaKernels::cudnn_attention_backward(void *, void *, void *, const void *,
+                                           const void *, const void *,
+                                           const void *,
+                                           const cuda::AttentionDims &, float) {
+  fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
+}
+#else
+cuda::CudnnAttention &CudaKernels::cudnn() {
+  if (!cudnn_)
+    cudnn_ = std::make_unique<cuda::CudnnAttention>();
+  return *cudnn_;
+}
+
 void CudaKernels::cudnn_attention_forward(void *y, const void *q, const void *k,
                                           const void *v,
                                           const cuda::AttentionDims &d,
                                           float scale) {
-#ifdef MEGATRAIN_CUDA_EMULATION
-  (void)y, (void)q, (void)k, (void)v, (void)d, (void)scale;
-  fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
-#else
-  if (!cudnn_)
-    cudnn_ = std::make_unique<cuda::CudnnAttention>();
-  void *s = scratch(cudnn_->scratch_bytes(d, scale));
-  cudnn_->forward(y, q, k, v, d, scale, s, stream_);
-#endif
+  cuda::CudnnAttention &c = cudnn();
+  c.forward(y, q, k, v, d, scale, scratch(c.forward_scratch_bytes(d)), stream_);
 }
+
+void CudaKernels::cudnn_attention_backward(void *dq, void *dk, void *dv,
+                                           const void *dy, const void *q,
+                                           const void *k, const void *v,
+                                           const cuda::AttentionDims &d,
+                                           float scale) {
+  cuda::CudnnAttention &c = cudnn();
+  c.backward(dq, dk, dv, dy, q, k, v, d, scale,
+             scratch(c.backward_scratch_bytes(d)), stream_,
+             [this](void *dst, const void *src, int64_t n) {
+               Broadcast flat{};
+               flat.rank = 1;
+               flat.shape[0] = n;
+               flat.lhs_stride[0] = flat.rhs_stride[0] = 1;
+               add_forward(dst, dst, src, flat);
+             });
+}
+#endif
 
 void CudaKernels::attention_forward(void *y, const void *q, const void *k,
                                     const void *v, int64_t Bn, int64_t H,
@@ -531,6 +562,11 @@ void CudaKernels::attention_backward(
   a.sinks = B(sinks);
   if (dsinks && !sinks)
     fail("cuda attention_backward: dsinks without sinks");
+  if (attention_ == AttentionKernels::Cudnn && dq && dk && dv && !dsinks &&
+      cuda::CudnnAttention::takes(D, range.window, range.chunk, softcap,
+                                  alibi_slopes != nullptr, sinks != nullptr))
+    return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, {Bn, H, Hkv, S, D},
+                                    scale);
   const int64_t rows = Bn * H * S;
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores) { // cuDNN's family too

@@ -69,8 +69,8 @@ GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
 
 /// Which kernels run attention (AttentionCommon.cuh): tensor cores, CUDA
 /// cores with all math in f32 (slower; a reference for the tensor-core
-/// kernels), or cuDNN's fused forward where it takes the form, the
-/// tensor-core kernels elsewhere and for every backward (CudnnAttention.h).
+/// kernels), or cuDNN's fused kernels where they take the form and the
+/// tensor-core kernels elsewhere (CudnnAttention.h).
 enum class AttentionKernels { TensorCores, CudaCores, Cudnn };
 
 /// The family MEGATRAIN_CUDA_ATTENTION names ("tensor-cores", the default,
@@ -262,10 +262,14 @@ private:
   /// One broadcast operand's gradient (add: other == null).
   void reduce_to_operand(void *d_operand, const void *dy, const void *other,
                          const Broadcast &bc, bool lhs);
-  /// The attention forward on cuDNN (a form CudnnAttention::takes).
+  /// The attention forward and backward on cuDNN (forms
+  /// CudnnAttention::takes).
   void cudnn_attention_forward(void *y, const void *q, const void *k,
                                const void *v, const cuda::AttentionDims &d,
                                float scale);
+  void cudnn_attention_backward(void *dq, void *dk, void *dv, const void *dy,
+                                const void *q, const void *k, const void *v,
+                                const cuda::AttentionDims &d, float scale);
 
   void *stream_ = nullptr;
   void *scratch_ = nullptr;
@@ -277,7 +281,8 @@ private:
   struct Lt; // cuBLASLt handle, workspace, cached plans (device build only)
   std::unique_ptr<Lt> lt_;
 #ifndef MEGATRAIN_CUDA_EMULATION
-  // cuDNN's attention forward, made at its first call.
+  // cuDNN's attention, made at its first call.
+  cuda::CudnnAttention &cudnn();
   std::unique_ptr<cuda::CudnnAttention> cudnn_;
 #endif
 };

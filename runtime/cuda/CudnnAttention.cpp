@@ -1,7 +1,8 @@
-//===- CudnnAttention.cpp - the attention forward on cuDNN's kernels ------===//
+//===- CudnnAttention.cpp - causal attention on cuDNN's kernels -----------===//
 //
-// The graph (cuDNN's backend API; cuDNN recognizes this pattern as its
-// fused flash-attention forward, and runs no part of it alone):
+// Two graphs of cuDNN's backend API, each a pattern cuDNN recognizes as one
+// of its fused flash-attention kernels (it runs no part of them alone),
+// spelled as cuDNN 9's own frontend spells them. The forward:
 //
 //   S0 = Q·Kᵀ            matmul, f32         Q (B,H,S,D), Kᵀ (B,Hkv,D,S)
 //   S1 = S0 · scale      scale by value
@@ -12,9 +13,19 @@
 //   P = E / Z            bf16, virtual
 //   Y = P·V              matmul              V (B,Hkv,S,D), Y (B,H,S,D)
 //
-// Every intermediate is virtual: cuDNN keeps it on chip. Kᵀ is K read with
-// its last two strides swapped; key/value heads fewer than query heads
-// broadcast over each group.
+// The backward, from Y and stats (the forward is run again for them):
+//
+//   δ = Σ_d dY ∘ Y       (B,H,S,1) f32, bound to memory
+//   P = exp(mask(scale·Q·Kᵀ − stats))
+//   dV = Pᵀ·dY           Pᵀ a reshape of P; summed over a KV head's group
+//   dS = scale · P ∘ (dY·Vᵀ − δ)
+//   dK = dSᵀ·Q           summed over the group, as dV
+//   dQ = dS·K            into an f32 sum bound to memory (zeroed first),
+//                        then rounded into dQ
+//
+// Every other intermediate is virtual: cuDNN keeps it on chip. Kᵀ and Vᵀ
+// are K and V read with their last two strides swapped; key/value heads
+// fewer than query heads broadcast over each group.
 //
 //===----------------------------------------------------------------------===//
 
@@ -180,18 +191,39 @@ private:
 
 using Dims = std::array<int64_t, 4>;
 
-/// The unique ids of the tensors a call binds.
-enum Uid : int64_t { kQ = 1, kK, kV, kY, kStats, kScale, kLowest };
+Dims contiguous(Dims d) { return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1}; }
+/// The strides of the transpose of the last two dims.
+Dims swap_last(Dims strides) {
+  std::swap(strides[2], strides[3]);
+  return strides;
+}
 
-/// The forward's tensors and operations (the file comment), built without
-/// a device.
-struct ForwardGraph {
+/// The unique ids of the tensors a call binds.
+enum Uid : int64_t {
+  kQ = 1,
+  kK,
+  kV,
+  kY,
+  kStats,
+  kScale,
+  kLowest, // the forward's
+  kDy,
+  kDq,
+  kDk,
+  kDv,
+  kOne,
+  kRowDot,
+  kDqSum // and the backward's
+};
+
+/// One graph's tensors and operations, built without a device.
+struct Graph {
   std::deque<Desc> tensors; // a deque: ops refer to tensors as they grow
   std::vector<Desc> ops;
   int64_t next_virtual = 100;
 
-  Desc &tensor(int64_t uid, Dims dims, Dims strides, cudnnDataType_t type,
-               bool is_virtual, bool by_value = false) {
+  const Desc &tensor(int64_t uid, Dims dims, Dims strides, cudnnDataType_t type,
+                     bool is_virtual, bool by_value = false) {
     Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, type)
         .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data())
@@ -207,9 +239,21 @@ struct ForwardGraph {
     tensors.push_back(std::move(t));
     return tensors.back();
   }
-  Desc &virtual_like(Dims dims, Dims strides,
-                     cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+  /// A bound tensor of the inputs' type (bf16).
+  const Desc &io(int64_t uid, Dims dims, Dims strides) {
+    return tensor(uid, dims, strides, CUDNN_DATA_BFLOAT16, false);
+  }
+  /// A float passed by value.
+  const Desc &scalar(int64_t uid) {
+    const Dims one{1, 1, 1, 1};
+    return tensor(uid, one, one, CUDNN_DATA_FLOAT, false, /*by_value=*/true);
+  }
+  const Desc &virtual_like(Dims dims, Dims strides,
+                           cudnnDataType_t type = CUDNN_DATA_FLOAT) {
     return tensor(next_virtual++, dims, strides, type, true);
+  }
+  const Desc &virtual_like(Dims dims, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    return virtual_like(dims, contiguous(dims), type);
   }
 
   void matmul(const Desc &a, const Desc &b, const Desc &c) {
@@ -247,6 +291,13 @@ struct ForwardGraph {
         .finalize("finalizing a pointwise operation");
     ops.push_back(std::move(op));
   }
+  /// A new virtual tensor shaped as `dims`: mode(x, b).
+  const Desc &binary(cudnnPointwiseMode_t mode, const Desc &x, const Desc &b,
+                     Dims dims) {
+    const Desc &y = virtual_like(dims);
+    pointwise(mode, x, &b, nullptr, y);
+    return y;
+  }
 
   void reduce(cudnnReduceTensorOp_t mode, const Desc &x, const Desc &y) {
     Desc r(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
@@ -262,89 +313,174 @@ struct ForwardGraph {
     ops.push_back(std::move(op));
   }
 
-  explicit ForwardGraph(const AttentionDims &d) {
-    const int64_t B = d.B, H = d.H, G = d.Hkv, S = d.S, D = d.D;
-    // cuDNN divides by these unchecked (a zero is a SIGFPE).
-    if (B <= 0 || H <= 0 || G <= 0 || S <= 0 || D <= 0 || H % G != 0)
-      fail("cuda: no attention of B=", B, " H=", H, " Hkv=", G, " S=", S,
-           " D=", D, " for cuDNN: every dim positive, Hkv dividing H");
-    const Desc &q = tensor(kQ, {B, H, S, D}, {H * S * D, S * D, D, 1},
-                           CUDNN_DATA_BFLOAT16, false);
-    const Desc &kt = tensor(kK, {B, G, D, S}, {G * S * D, S * D, 1, D},
-                            CUDNN_DATA_BFLOAT16, false);
-    const Desc &v = tensor(kV, {B, G, S, D}, {G * S * D, S * D, D, 1},
-                           CUDNN_DATA_BFLOAT16, false);
-    const Desc &y = tensor(kY, {B, H, S, D}, {H * S * D, S * D, D, 1},
-                           CUDNN_DATA_BFLOAT16, false);
-    const Dims rowDims{B, H, S, 1}, rowStrides{H * S, S, 1, 1};
-    const Desc &stats =
-        tensor(kStats, rowDims, rowStrides, CUDNN_DATA_FLOAT, false);
-    const Dims one{1, 1, 1, 1};
-    const Desc &scale =
-        tensor(kScale, one, one, CUDNN_DATA_FLOAT, false, /*by_value=*/true);
-    const Desc &lowest =
-        tensor(kLowest, one, one, CUDNN_DATA_FLOAT, false, /*by_value=*/true);
+  /// y: the same elements as x under other dims and strides.
+  void reshape(const Desc &x, const Desc &y) {
+    Desc op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x)
+        .set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y)
+        .finalize("finalizing a reshape");
+    ops.push_back(std::move(op));
+  }
 
-    const Dims sDims{B, H, S, S}, sStrides{H * S * S, S * S, S, 1};
-    const Desc &s0 = virtual_like(sDims, sStrides);
-    matmul(q, kt, s0);
-    const Desc &s1 = virtual_like(sDims, sStrides);
-    pointwise(CUDNN_POINTWISE_MUL, s0, &scale, nullptr, s1);
-    // The causal mask as cuDNN 9's own frontend spells it: int32 indices.
-    const Desc &row = virtual_like(sDims, sStrides, CUDNN_DATA_INT32);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, nullptr, nullptr, row,
+  /// Scores (B, H, S, S) with every key after its query set to `lowest`:
+  /// the causal mask as cuDNN 9's own frontend spells it (int32 indices).
+  const Desc &causal(const Desc &scores, Dims dims, const Desc &lowest) {
+    const Desc &row = virtual_like(dims, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row,
               CUDNN_DATA_FLOAT, 2);
-    const Desc &col = virtual_like(sDims, sStrides, CUDNN_DATA_INT32);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, nullptr, nullptr, col,
+    const Desc &col = virtual_like(dims, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col,
               CUDNN_DATA_FLOAT, 3);
-    const Desc &seen = virtual_like(sDims, sStrides, CUDNN_DATA_BOOLEAN);
+    const Desc &seen = virtual_like(dims, CUDNN_DATA_BOOLEAN);
     pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, nullptr, seen,
               CUDNN_DATA_BOOLEAN);
-    const Desc &s2 = virtual_like(sDims, sStrides);
-    pointwise(CUDNN_POINTWISE_BINARY_SELECT, s1, &lowest, &seen, s2);
-
-    const Desc &m = virtual_like(rowDims, rowStrides);
-    reduce(CUDNN_REDUCE_TENSOR_MAX, s2, m);
-    const Desc &shifted = virtual_like(sDims, sStrides);
-    pointwise(CUDNN_POINTWISE_SUB, s2, &m, nullptr, shifted);
-    const Desc &e = virtual_like(sDims, sStrides);
-    pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, nullptr, e);
-    const Desc &z = virtual_like(rowDims, rowStrides);
-    reduce(CUDNN_REDUCE_TENSOR_ADD, e, z);
-    const Desc &logz = virtual_like(rowDims, rowStrides);
-    pointwise(CUDNN_POINTWISE_LOG, z, nullptr, nullptr, logz);
-    pointwise(CUDNN_POINTWISE_ADD, m, &logz, nullptr, stats);
-    // P·V takes P in the inputs' type.
-    const Desc &p = virtual_like(sDims, sStrides, CUDNN_DATA_BFLOAT16);
-    pointwise(CUDNN_POINTWISE_DIV, e, &z, nullptr, p);
-    matmul(p, v, y);
+    const Desc &masked = virtual_like(dims);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, &lowest, &seen, masked);
+    return masked;
   }
 };
 
-/// A shape's graph and the plan cuDNN made of it.
+void check_dims(const AttentionDims &d) {
+  // cuDNN divides by these unchecked (a zero is a SIGFPE).
+  if (d.B <= 0 || d.H <= 0 || d.Hkv <= 0 || d.S <= 0 || d.D <= 0 ||
+      d.H % d.Hkv != 0)
+    fail("cuda: no attention of B=", d.B, " H=", d.H, " Hkv=", d.Hkv,
+         " S=", d.S, " D=", d.D,
+         " for cuDNN: every dim positive, Hkv dividing H");
+}
+
+/// The forward (the file comment).
+Graph forward_graph(const AttentionDims &d) {
+  check_dims(d);
+  const int64_t B = d.B, H = d.H, G = d.Hkv, S = d.S, D = d.D;
+  Graph g;
+  const Dims qDims{B, H, S, D}, kvDims{B, G, S, D};
+  const Desc &q = g.io(kQ, qDims, contiguous(qDims));
+  const Desc &kt = g.io(kK, {B, G, D, S}, swap_last(contiguous(kvDims)));
+  const Desc &v = g.io(kV, kvDims, contiguous(kvDims));
+  const Desc &y = g.io(kY, qDims, contiguous(qDims));
+  const Dims rows{B, H, S, 1};
+  const Desc &stats =
+      g.tensor(kStats, rows, contiguous(rows), CUDNN_DATA_FLOAT, false);
+  const Desc &scale = g.scalar(kScale), &lowest = g.scalar(kLowest);
+
+  const Dims sDims{B, H, S, S};
+  const Desc &s0 = g.virtual_like(sDims);
+  g.matmul(q, kt, s0);
+  const Desc &s1 = g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
+  const Desc &s2 = g.causal(s1, sDims, lowest);
+  const Desc &m = g.virtual_like(rows);
+  g.reduce(CUDNN_REDUCE_TENSOR_MAX, s2, m);
+  const Desc &shifted = g.binary(CUDNN_POINTWISE_SUB, s2, m, sDims);
+  const Desc &e = g.virtual_like(sDims);
+  g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, nullptr, e);
+  const Desc &z = g.virtual_like(rows);
+  g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, z);
+  const Desc &logz = g.virtual_like(rows);
+  g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, nullptr, logz);
+  g.pointwise(CUDNN_POINTWISE_ADD, m, &logz, nullptr, stats);
+  // P·V takes P in the inputs' type.
+  const Desc &p = g.virtual_like(sDims, CUDNN_DATA_BFLOAT16);
+  g.pointwise(CUDNN_POINTWISE_DIV, e, &z, nullptr, p);
+  g.matmul(p, v, y);
+  return g;
+}
+
+/// The backward (the file comment): dQ, dK and dV (written, not added) of
+/// the forward's output Y and log-sum-exp `stats`. cuDNN's kernel adds dQ up
+/// in f32 (kDqSum, zeroed before each call) and takes each row's dY·Y
+/// (kRowDot) from memory.
+Graph backward_graph(const AttentionDims &d) {
+  check_dims(d);
+  const int64_t B = d.B, H = d.H, G = d.Hkv, S = d.S, D = d.D;
+  Graph g;
+  const Dims qDims{B, H, S, D}, kvDims{B, G, S, D}, rows{B, H, S, 1};
+  const Dims sDims{B, H, S, S}, tDims{B, H, S, S}; // scores, transposed
+  const Desc &q = g.io(kQ, qDims, contiguous(qDims));
+  const Desc &kt = g.io(kK, {B, G, D, S}, swap_last(contiguous(kvDims)));
+  const Desc &vt = g.io(kV, {B, G, D, S}, swap_last(contiguous(kvDims)));
+  const Desc &y = g.io(kY, qDims, contiguous(qDims));
+  const Desc &dy = g.io(kDy, qDims, contiguous(qDims));
+  const Desc &dq = g.io(kDq, qDims, contiguous(qDims));
+  const Desc &dk = g.io(kDk, kvDims, contiguous(kvDims));
+  const Desc &dv = g.io(kDv, kvDims, contiguous(kvDims));
+  const Desc &stats =
+      g.tensor(kStats, rows, contiguous(rows), CUDNN_DATA_FLOAT, false);
+  const Desc &rowDot =
+      g.tensor(kRowDot, rows, contiguous(rows), CUDNN_DATA_FLOAT, false);
+  const Desc &dqSum =
+      g.tensor(kDqSum, qDims, contiguous(qDims), CUDNN_DATA_FLOAT, false);
+  const Desc &scale = g.scalar(kScale), &lowest = g.scalar(kLowest),
+             &one = g.scalar(kOne);
+
+  // δ = Σ_d dY·Y, a row at a time.
+  const Desc &dyy =
+      g.virtual_like(qDims, {H * S * D, S * D, H * D, 1}); // as cuDNN's own
+  g.pointwise(CUDNN_POINTWISE_MUL, dy, &y, nullptr, dyy);
+  const Desc &delta = g.virtual_like(rows);
+  g.reduce(CUDNN_REDUCE_TENSOR_ADD, dyy, delta);
+  g.pointwise(CUDNN_POINTWISE_MUL, delta, &one, nullptr, rowDot);
+
+  // P = exp(mask(scale·Q·Kᵀ − stats)), and dV = Pᵀ·dY.
+  const Desc &s0 = g.virtual_like(sDims);
+  g.matmul(q, kt, s0);
+  const Desc &s1 = g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
+  const Desc &s2 = g.binary(CUDNN_POINTWISE_SUB, s1, stats, sDims);
+  const Desc &s3 = g.causal(s2, sDims, lowest);
+  const Desc &p = g.virtual_like(sDims);
+  g.pointwise(CUDNN_POINTWISE_EXP, s3, nullptr, nullptr, p);
+  const Dims transposed{H * S * S, S * S, 1, S};
+  const Desc &pt = g.virtual_like(tDims, transposed, CUDNN_DATA_BFLOAT16);
+  g.reshape(p, pt);
+  // Query heads sharing a key/value head add their parts up.
+  auto per_kv_head = [&](const Desc &lhs, const Desc &rhs, const Desc &out) {
+    if (H == G)
+      return g.matmul(lhs, rhs, out);
+    const Desc &full = g.virtual_like(qDims, CUDNN_DATA_BFLOAT16);
+    g.matmul(lhs, rhs, full);
+    g.reduce(CUDNN_REDUCE_TENSOR_ADD, full, out);
+  };
+  per_kv_head(pt, dy, dv);
+
+  // dS = scale · P ∘ (dY·Vᵀ − δ); dK = dSᵀ·Q, dQ = dS·K.
+  const Desc &dp = g.virtual_like(sDims);
+  g.matmul(dy, vt, dp);
+  const Desc &centered = g.binary(CUDNN_POINTWISE_SUB, dp, rowDot, sDims);
+  const Desc &ds0 = g.binary(CUDNN_POINTWISE_MUL, centered, p, sDims);
+  const Desc &ds = g.binary(CUDNN_POINTWISE_MUL, ds0, scale, sDims);
+  const Desc &dst = g.virtual_like(tDims, transposed, CUDNN_DATA_BFLOAT16);
+  g.reshape(ds, dst);
+  per_kv_head(dst, q, dk);
+  const Desc &k = g.virtual_like(kvDims); // Kᵀ read back as K
+  g.reshape(kt, k);
+  g.matmul(ds, k, dqSum);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, dqSum, nullptr, nullptr, dq);
+  return g;
+}
+
+/// A graph and the plan cuDNN made of it.
 struct Plan {
-  ForwardGraph graph;
+  Graph graph;
   Desc ops{CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR};
   Desc plan{CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR};
   int64_t workspace = 0;
-  float scale = 1.f, lowest = std::numeric_limits<float>::lowest();
 
-  Plan(const AttentionDims &d, float s, cudnnHandle_t handle)
-      : graph(d), scale(s) {
+  Plan(Graph g, cudnnHandle_t handle, const char *what, const AttentionDims &d)
+      : graph(std::move(g)) {
     std::vector<cudnnBackendDescriptor_t> raw;
     for (const Desc &op : graph.ops)
       raw.push_back(op.get());
     ops.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
             int64_t(raw.size()), raw.data())
         .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
-        .finalize("finalizing the attention graph");
+        .finalize(what);
     std::string tried;
     for (cudnnBackendHeurMode_t mode :
          {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
       if (choose(mode, handle, &tried))
         return;
-    fail("cuda: cuDNN has no engine for the attention forward of B=", d.B,
-         " H=", d.H, " Hkv=", d.Hkv, " S=", d.S, " D=", d.D, tried,
+    fail("cuda: cuDNN has no engine for ", what, " of B=", d.B, " H=", d.H,
+         " Hkv=", d.Hkv, " S=", d.S, " D=", d.D, tried,
          " (unset MEGATRAIN_CUDA_ATTENTION to run the tensor-core kernels)");
   }
 
@@ -395,20 +531,47 @@ struct Plan {
     }
     return false;
   }
+
+  /// Runs the plan on `stream` with the tensors of `uids` at `pointers`.
+  void run(cudnnHandle_t handle, void *stream, int64_t count,
+           const int64_t *uids, void **pointers, void *ws,
+           const char *what) const {
+    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids)
+        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count,
+             pointers)
+        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws)
+        .finalize("finalizing the attention's arguments");
+    check(api().cudnnSetStream(handle, static_cast<cudaStream_t>(stream)),
+          "setting the stream");
+    check(api().cudnnBackendExecute(handle, plan.get(), pack.get()), what);
+  }
 };
 
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t>;
+using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
-Key key_of(const AttentionDims &d, float scale) {
-  uint32_t bits;
-  std::memcpy(&bits, &scale, sizeof bits);
-  return {d.B, d.H, d.Hkv, d.S, d.D, bits};
-}
+/// Bytes rounded up to 256, so that what follows them stays aligned.
+int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-int64_t stats_bytes(const AttentionDims &d) {
-  // Rounded up to 256 bytes so that the workspace after it is aligned.
-  return (d.B * d.H * d.S * int64_t(sizeof(float)) + 255) / 256 * 256;
-}
+/// Where the backward's scratch puts each of its arrays.
+struct BackwardScratch {
+  int64_t y, stats, row_dot, dq_sum, dq, dk, dv, workspace, end;
+  BackwardScratch(const AttentionDims &d, int64_t fwd_ws, int64_t bwd_ws) {
+    const int64_t rows = d.B * d.H * d.S, q = rows * d.D,
+                  kv = d.B * d.Hkv * d.S * d.D;
+    y = 0;
+    stats = y + aligned(2 * q);
+    row_dot = stats + aligned(4 * rows);
+    dq_sum = row_dot + aligned(4 * rows);
+    dq = dq_sum + aligned(4 * q);
+    dk = dq + aligned(2 * q);
+    dv = dk + aligned(2 * kv);
+    workspace = dv + aligned(2 * kv);
+    end = workspace + std::max(fwd_ws, bwd_ws);
+  }
+};
+
+constexpr float kLowestScore = std::numeric_limits<float>::lowest();
 
 } // namespace
 
@@ -418,17 +581,38 @@ struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans;
 
-  Plan &plan(const AttentionDims &d, float scale) {
-    auto [it, fresh] = plans.try_emplace(key_of(d, scale));
+  Plan &plan(bool backward, const AttentionDims &d) {
+    auto [it, fresh] =
+        plans.try_emplace(Key{backward, d.B, d.H, d.Hkv, d.S, d.D});
     if (fresh) {
       try {
-        it->second = std::make_unique<Plan>(d, scale, handle);
+        it->second = backward
+                         ? std::make_unique<Plan>(backward_graph(d), handle,
+                                                  "the attention backward", d)
+                         : std::make_unique<Plan>(forward_graph(d), handle,
+                                                  "the attention forward", d);
       } catch (...) {
         plans.erase(it);
         throw;
       }
     }
     return *it->second;
+  }
+
+  void forward(void *y, void *stats, void *ws, const void *q, const void *k,
+               const void *v, const AttentionDims &d, float scale,
+               void *stream) {
+    float lowest = kLowestScore;
+    const int64_t uids[] = {kQ, kK, kV, kY, kStats, kScale, kLowest};
+    void *pointers[] = {const_cast<void *>(q),
+                        const_cast<void *>(k),
+                        const_cast<void *>(v),
+                        y,
+                        stats,
+                        &scale,
+                        &lowest};
+    plan(false, d).run(handle, stream, 7, uids, pointers, ws,
+                       "running the attention forward");
   }
 };
 
@@ -442,39 +626,67 @@ CudnnAttention::~CudnnAttention() {
     api().cudnnDestroy(impl_->handle);
 }
 
-int64_t CudnnAttention::scratch_bytes(const AttentionDims &d, float scale) {
-  return stats_bytes(d) + impl_->plan(d, scale).workspace;
+int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &d) {
+  return aligned(4 * d.B * d.H * d.S) + impl_->plan(false, d).workspace;
 }
 
 void CudnnAttention::forward(void *y, const void *q, const void *k,
                              const void *v, const AttentionDims &d, float scale,
                              void *scratch, void *stream) {
-  Plan &p = impl_->plan(d, scale);
   char *stats = static_cast<char *>(scratch);
-  void *workspace = p.workspace > 0 ? stats + stats_bytes(d) : nullptr;
-  const int64_t uids[] = {kQ, kK, kV, kY, kStats, kScale, kLowest};
+  impl_->forward(y, stats, stats + aligned(4 * d.B * d.H * d.S), q, k, v, d,
+                 scale, stream);
+}
+
+int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &d) {
+  return BackwardScratch(d, impl_->plan(false, d).workspace,
+                         impl_->plan(true, d).workspace)
+      .end;
+}
+
+void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
+                              const void *q, const void *k, const void *v,
+                              const AttentionDims &d, float scale,
+                              void *scratch, void *stream, const AddInto &add) {
+  Plan &fwd = impl_->plan(false, d), &bwd = impl_->plan(true, d);
+  const BackwardScratch at(d, fwd.workspace, bwd.workspace);
+  char *base = static_cast<char *>(scratch);
+  void *y = base + at.y, *stats = base + at.stats, *ws = base + at.workspace;
+  // The forward again for its output and log-sum-exp.
+  impl_->forward(y, stats, ws, q, k, v, d, scale, stream);
+  const int64_t q_elems = d.B * d.H * d.S * d.D,
+                kv_elems = d.B * d.Hkv * d.S * d.D;
+  if (cudaMemsetAsync(base + at.dq_sum, 0, size_t(4 * q_elems),
+                      static_cast<cudaStream_t>(stream)) != cudaSuccess)
+    fail("cuda: clearing cuDNN's dQ sum failed");
+  float lowest = kLowestScore, one = 1.f;
+  const int64_t uids[] = {kQ,  kK,  kV,     kY,   kDy,     kStats,  kDq,
+                          kDk, kDv, kScale, kOne, kLowest, kRowDot, kDqSum};
   void *pointers[] = {const_cast<void *>(q),
                       const_cast<void *>(k),
                       const_cast<void *>(v),
                       y,
+                      const_cast<void *>(dy),
                       stats,
-                      &p.scale,
-                      &p.lowest};
-  Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 7, uids)
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 7,
-           pointers)
-      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
-           &workspace)
-      .finalize("finalizing the attention's arguments");
-  check(api().cudnnSetStream(impl_->handle, static_cast<cudaStream_t>(stream)),
-        "setting the stream");
-  check(api().cudnnBackendExecute(impl_->handle, p.plan.get(), pack.get()),
-        "running the attention forward");
+                      base + at.dq,
+                      base + at.dk,
+                      base + at.dv,
+                      &scale,
+                      &one,
+                      &lowest,
+                      base + at.row_dot,
+                      base + at.dq_sum};
+  bwd.run(impl_->handle, stream, 14, uids, pointers, ws,
+          "running the attention backward");
+  // cuDNN writes the gradients; the interface adds them.
+  add(dq, base + at.dq, q_elems);
+  add(dk, base + at.dk, kv_elems);
+  add(dv, base + at.dv, kv_elems);
 }
 
 void CudnnAttention::check_descriptors(const AttentionDims &d) {
-  ForwardGraph graph(d);
+  forward_graph(d);
+  backward_graph(d);
 }
 
 #else // built without cuDNN's headers
@@ -495,11 +707,20 @@ struct CudnnAttention::Impl {};
 
 CudnnAttention::CudnnAttention() { fail("cuda: ", kLeftOut); }
 CudnnAttention::~CudnnAttention() = default;
-int64_t CudnnAttention::scratch_bytes(const AttentionDims &, float) {
+int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &) {
   fail("cuda: ", kLeftOut);
 }
 void CudnnAttention::forward(void *, const void *, const void *, const void *,
                              const AttentionDims &, float, void *, void *) {
+  fail("cuda: ", kLeftOut);
+}
+int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &) {
+  fail("cuda: ", kLeftOut);
+}
+void CudnnAttention::backward(void *, void *, void *, const void *,
+                              const void *, const void *, const void *,
+                              const AttentionDims &, float, void *, void *,
+                              const AddInto &) {
   fail("cuda: ", kLeftOut);
 }
 void CudnnAttention::check_descriptors(const AttentionDims &) {

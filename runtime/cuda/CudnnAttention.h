@@ -1,13 +1,13 @@
-//===- CudnnAttention.h - attention forward on cuDNN's kernels -*- C++ -*-===//
+//===- CudnnAttention.h - causal attention on cuDNN's kernels --*- C++ -*-===//
 //
-// The causal attention forward through cuDNN's graph API: a graph of Q·Kᵀ,
-// the scale, the causal mask, a softmax that also yields each row's
-// log-sum-exp, and P·V, which cuDNN runs as one fused flash-attention
-// kernel of its own. MEGATRAIN_CUDA_ATTENTION=cudnn asks for it
-// (CudaKernels). The forms it is not given (sliding windows, chunks, soft
-// caps, ALiBi, sinks, head dims past 128 or not a multiple of 8) and the
-// whole backward stay on the tensor-core kernels, whose dQ pass finds the
-// log-sum-exp again itself, so the two families mix freely.
+// Causal attention through cuDNN's graph API: the forward as a graph of
+// Q·Kᵀ, the scale, the causal mask, a softmax that also yields each row's
+// log-sum-exp, and P·V, and the backward as the graph of its gradients,
+// each of which cuDNN runs as a fused flash-attention kernel of its own.
+// MEGATRAIN_CUDA_ATTENTION=cudnn asks for them (CudaKernels). The forms
+// they are not given (sliding windows, chunks, soft caps, ALiBi, sinks,
+// head dims past 128 or not a multiple of 8, a backward that leaves a
+// gradient out) stay on the tensor-core kernels.
 //
 // cuDNN is loaded with dlopen at first use ($MEGATRAIN_CUDNN, then
 // libcudnn.so.9 on the loader's path), so that the runtime builds and runs
@@ -20,6 +20,7 @@
 #define MEGATRAIN_RUNTIME_CUDA_CUDNNATTENTION_H
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,17 +52,32 @@ public:
   /// Device bytes forward() needs as scratch for this shape: each row's
   /// log-sum-exp and cuDNN's workspace. The first call for a shape builds
   /// its plan (cuDNN may compile its kernel then, which takes seconds).
-  int64_t scratch_bytes(const AttentionDims &d, float scale);
+  int64_t forward_scratch_bytes(const AttentionDims &d);
 
   /// y = softmax(scale·q·kᵀ, causal)·v on `stream` (a cudaStream_t);
-  /// `scratch` holds scratch_bytes(d, scale) bytes of device memory.
+  /// `scratch` holds forward_scratch_bytes(d) bytes of device memory.
   void forward(void *y, const void *q, const void *k, const void *v,
                const AttentionDims &d, float scale, void *scratch,
                void *stream);
 
-  /// Builds every tensor and operation descriptor of the forward's graph
-  /// for `d`, all that needs no device; throws Error naming the first that
-  /// cuDNN refuses, or saying why cuDNN cannot be loaded.
+  /// Adds n bf16 values at src into dst, on the stream.
+  using AddInto = std::function<void(void *dst, const void *src, int64_t n)>;
+
+  /// Device bytes backward() needs as scratch for this shape (building the
+  /// forward's and the backward's plans the first time).
+  int64_t backward_scratch_bytes(const AttentionDims &d);
+
+  /// Adds the gradients of the forward above for dy into dq, dk and dv, on
+  /// `stream`: the forward again (its output and log-sum-exp into scratch),
+  /// cuDNN's fused backward into scratch, then `add` into each gradient.
+  void backward(void *dq, void *dk, void *dv, const void *dy, const void *q,
+                const void *k, const void *v, const AttentionDims &d,
+                float scale, void *scratch, void *stream, const AddInto &add);
+
+  /// Builds every tensor and operation descriptor of the forward's and the
+  /// backward's graphs for `d`, all that needs no device; throws Error
+  /// naming the first that cuDNN refuses, or saying why cuDNN cannot be
+  /// loaded.
   static void check_descriptors(const AttentionDims &d);
 
 private:

@@ -101,7 +101,8 @@ class Report(unittest.TestCase):
         row = {"name": "y", "B": 1, "H": 2, "Hkv": 1, "S": 64, "D": 64, "window": 0, "chunk": 0,
                "fwd_ms": 1.0, "bwd_ms": 3.0, "dq_ms": 1.25, "fwd_tflops": 10.0, "bwd_tflops": 8.0,
                "cuda_cores_fwd_tflops": None, "cuda_cores_bwd_tflops": None,
-               "cudnn_fwd_tflops": 400.0, "cudnn_fwd_difference": 0.0031, "finite": True}
+               "cudnn_fwd_tflops": 400.0, "cudnn_bwd_tflops": 300.0,
+               "cudnn_fwd_difference": 0.0031, "finite": True}
         with tempfile.TemporaryDirectory() as work, tempfile.TemporaryDirectory() as out:
             with open(os.path.join(work, "attention.json"), "w") as f:
                 json.dump([row], f)
@@ -109,7 +110,7 @@ class Report(unittest.TestCase):
                 devcheck.cmd_report(work, out)
             with open(os.path.join(out, "summary.md")) as f:
                 summary = f.read()
-        self.assertIn("| y | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 1.250 + 1.750 | – / – | 400.0 (3.1e-03) |",
+        self.assertIn("| y | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 1.250 + 1.750 | – / – | 400.0 / 300.0 (3.1e-03) |",
                       summary)
 
 

@@ -532,9 +532,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(kAttentionShapes),
                        ::testing::Values(AttentionKernels::CudaCores)));
 
-/// The shapes whose forward cuDNN is given (GQA, MQA, D < 128, D = 128, one
-/// token), and two it is not (a window, D = 256), whose forward stays on the
-/// tensor cores.
+/// The shapes whose attention cuDNN is given (GQA, MQA, D < 128, D = 128,
+/// one token), and two it is not (a window, D = 256), which stay on the
+/// tensor cores. The backward adds into random gradients, as a step's does.
 std::vector<AttentionShape> cudnn_shapes() {
   std::vector<AttentionShape> out;
   for (const AttentionShape &s : kAttentionShapes)
@@ -564,12 +564,12 @@ TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim128) {
 }
 
 #ifndef MEGATRAIN_CUDA_EMULATION
-// What of cuDNN's graph needs no GPU: every tensor and operation descriptor
-// of the forward finalizes in the library found here, or this names the one
-// it refuses (a dim or stride wrong anywhere is refused when its operation
-// is finalized). The graph as a whole and cuDNN's engine for it need a GPU:
-// the Cudnn suite above.
-TEST(CudnnAttention, ForwardDescriptorsFinalize) {
+// What of cuDNN's graphs needs no GPU: every tensor and operation descriptor
+// of the forward and the backward finalizes in the library found here, or
+// this names the one it refuses (a matmul's dims wrong anywhere are refused
+// when it is finalized). The graphs as a whole and cuDNN's engines for them
+// need a GPU: the Cudnn suite above.
+TEST(CudnnAttention, DescriptorsFinalize) {
   if (std::string why; !mtrt::cuda::cudnn_loadable(&why))
     GTEST_SKIP() << why;
   using mtrt::cuda::AttentionDims;
