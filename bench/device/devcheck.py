@@ -214,6 +214,9 @@ def bench_row(work, name):
     tps = median([s.get("tokens_per_s") for s in warm])
     tokens = steps[0].get("tokens") if steps else None
     row["tokens_per_step"] = tokens
+    # The same plan, seed and data give the same first loss whichever
+    # kernels run it (NAME+VARIANT beside NAME), to bf16's rounding.
+    row["first_loss"] = steps[0].get("loss") if steps else None
     row["tokens_per_s"] = tps
     # Model FLOPs count the params a token uses (a mixture's experts k of E), as the
     # simulator's prediction does.
@@ -393,8 +396,8 @@ def cmd_report(work, out):
     L += ["", "## Benchmarks (--init random, median over steps after the first)", "",
           "| model | params | M×B×S tokens/step | tokens/s (sim) | model TFLOPS (sim) | step s (sim) "
           "| GPU busy (sim) | h2d GB/s busy / per step | d2h GB/s busy / per step "
-          "| device peak GiB (plan) | host RSS GiB | sim kernels GEMM / attention / other s | rc |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| device peak GiB (plan) | host RSS GiB | sim kernels GEMM / attention / other s | first loss | rc |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for b in benches:
         p = b["prediction"]
         L.append(
@@ -408,7 +411,7 @@ def cmd_report(work, out):
             f"| {fmt(b.get('device_used_peak_bytes'), '.1f', 2**30)} ({fmt(b.get('plan_device_bytes'), '.1f', 2**30)}) "
             f"| {fmt(b.get('host_peak_rss_bytes'), '.1f', 2**30)} "
             f"| {fmt(p.get('gemm_s'), '.2f')} / {fmt(p.get('attention_s'), '.2f')} / {fmt(p.get('other_kernels_s'), '.2f')} "
-            f"| {b.get('rc')} |")
+            f"| {fmt(b.get('first_loss'), '.5f')} | {b.get('rc')} |")
     L += ["", "Device peak: total minus the least free memory cudaMemGetInfo reported at a step's end "
           "(context, arenas, kernel scratch, cuBLASLt workspace). GB/s busy: bytes over the time "
           "the copy engine ran copies (from --trace's timing events); per step: bytes over step time.",

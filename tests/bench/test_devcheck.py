@@ -1,6 +1,7 @@
-"""bench/device/devcheck.py: Nsight Compute's kernel durations and the
-attention table's dQ / dK-dV split, on CSV and JSON written by hand in the
-layouts those tools write."""
+"""bench/device/devcheck.py: Nsight Compute's kernel durations, the
+attention table's dQ / dK-dV split and cuDNN's column, and a benchmark run
+of a plan another way, on CSV and JSON written by hand in the layouts those
+tools write."""
 import contextlib
 import io
 import json
@@ -112,6 +113,23 @@ class Report(unittest.TestCase):
                 summary = f.read()
         self.assertIn("| y | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 1.250 + 1.750 | – / – | 400.0 / 300.0 (3.1e-03) |",
                       summary)
+
+
+class Benchmarks(unittest.TestCase):
+    def test_a_variant_reads_its_plans_json_and_shows_its_first_loss(self):
+        with tempfile.TemporaryDirectory() as work:
+            os.makedirs(os.path.join(work, "plans", "m"))
+            with open(os.path.join(work, "plans", "m", "plan.json"), "w") as f:
+                json.dump({"trained_params": 2e9, "micro_batches": 2}, f)
+            with open(os.path.join(work, "m+cudnn.jsonl"), "w") as f:
+                for step, loss in ((0, 10.5), (1, 9.25)):
+                    f.write(json.dumps({"step": step, "loss": loss, "tokens": 1000,
+                                        "tokens_per_s": 500.0}) + "\n")
+            row = devcheck.bench_row(work, "m+cudnn")
+        self.assertEqual(row["params"], 2e9)
+        self.assertEqual(row["micro_batches"], 2)
+        self.assertEqual(row["first_loss"], 10.5)
+        self.assertAlmostEqual(row["step_s"], 2.0)
 
 
 if __name__ == "__main__":
