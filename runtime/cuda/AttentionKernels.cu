@@ -2,7 +2,8 @@
 //
 // The attention entry points (at the bottom: they run the tensor-core
 // kernels of AttentionTensorCore.cu unless CudaKernels was set to
-// AttentionKernels::CudaCores) and the kernels on CUDA cores, in the scheme
+// AttentionKernels::CudaCores, or to Cudnn for the forms CudnnAttention.h
+// takes) and the kernels on CUDA cores, in the scheme
 // below; both families take head dims up to 512. The tensor-core family
 // differs in its backward: two passes, dQ first, taking δ from attention_delta
 // and the log-sum-exp online, where this one reruns the forward for both.
@@ -497,6 +498,7 @@ void CudaKernels::cudnn_attention_backward(void *dq, void *dk, void *dv,
   c.backward(dq, dk, dv, dy, q, k, v, d, scale,
              scratch(c.backward_scratch_bytes(d)), stream_,
              [this](void *dst, const void *src, int64_t n) {
+               // Flat: no scratch of its own (ours holds cuDNN's results).
                Broadcast flat{};
                flat.rank = 1;
                flat.shape[0] = n;

@@ -80,27 +80,30 @@ struct CudnnApi {
 #define MT_STR2(x) #x
 #define MT_STR(x) MT_STR2(x)
 
-/// Loads cuDNN once: $MEGATRAIN_CUDNN, then the loader's search path. The
-/// major version must be the headers' (the backend API's ABI).
+/// Loads cuDNN once: $MEGATRAIN_CUDNN where set (that one alone), else
+/// from the loader's search path. The major version must be the headers'
+/// (the backend API's ABI).
 const CudnnApi *load(std::string *why) {
   static CudnnApi api;
   static std::string error;
   static std::once_flag once;
   std::call_once(once, [] {
     std::vector<std::string> names;
-    if (const char *env = std::getenv("MEGATRAIN_CUDNN"); env && *env)
+    const char *env = std::getenv("MEGATRAIN_CUDNN");
+    if (env && *env)
       names.push_back(env);
-    names.push_back("libcudnn.so." MT_STR(CUDNN_MAJOR));
-    names.push_back("libcudnn.so");
+    else
+      names = {"libcudnn.so." MT_STR(CUDNN_MAJOR), "libcudnn.so"};
     void *lib = nullptr;
     for (const std::string &n : names)
       if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL)))
         break;
     if (!lib) {
       const char *e = dlerror();
-      error = std::string("cannot load cuDNN (libcudnn.so.") +
-              MT_STR(CUDNN_MAJOR) + "): " + (e ? e : "not found") +
-              "; set MEGATRAIN_CUDNN to its path";
+      error = std::string("cannot load cuDNN (") + names.front() +
+              "): " + (e ? e : "not found") +
+              (env && *env ? "; MEGATRAIN_CUDNN names it"
+                           : "; set MEGATRAIN_CUDNN to its path");
       return;
     }
 #define MT_CUDNN_LOAD(f)                                                       \

@@ -84,33 +84,33 @@ class NcuDurations(unittest.TestCase):
         self.assertAlmostEqual(table["kernels"][1]["ms"], 4e-4)
 
 
+def attention_row(name, **extra):
+    row = {"name": name, "B": 1, "H": 2, "Hkv": 1, "S": 64, "D": 64, "window": 0, "chunk": 0,
+           "fwd_ms": 1.0, "bwd_ms": 3.0, "dq_ms": 1.25, "fwd_tflops": 10.0, "bwd_tflops": 8.0,
+           "cuda_cores_fwd_tflops": None, "cuda_cores_bwd_tflops": None, "finite": True}
+    row.update(extra)
+    return row
+
+
+def summary_of_attention(rows):
+    """The report's summary.md for an attention.json of `rows` alone."""
+    with tempfile.TemporaryDirectory() as work, tempfile.TemporaryDirectory() as out:
+        with open(os.path.join(work, "attention.json"), "w") as f:
+            json.dump(rows, f)
+        with contextlib.redirect_stdout(io.StringIO()):
+            devcheck.cmd_report(work, out)
+        with open(os.path.join(out, "summary.md")) as f:
+            return f.read()
+
+
 class Report(unittest.TestCase):
     def test_attention_rows_split_the_backward(self):
-        row = {"name": "x", "B": 1, "H": 2, "Hkv": 1, "S": 64, "D": 64, "window": 0, "chunk": 0,
-               "fwd_ms": 1.0, "bwd_ms": 3.0, "dq_ms": 1.25, "fwd_tflops": 10.0, "bwd_tflops": 8.0,
-               "cuda_cores_fwd_tflops": None, "cuda_cores_bwd_tflops": None, "finite": True}
-        with tempfile.TemporaryDirectory() as work, tempfile.TemporaryDirectory() as out:
-            with open(os.path.join(work, "attention.json"), "w") as f:
-                json.dump([row], f)
-            with contextlib.redirect_stdout(io.StringIO()):
-                devcheck.cmd_report(work, out)
-            with open(os.path.join(out, "summary.md")) as f:
-                summary = f.read()
+        summary = summary_of_attention([attention_row("x")])
         self.assertIn("| x | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 1.250 + 1.750 | – / – | – |", summary)
 
     def test_attention_rows_show_cudnn_beside_ours(self):
-        row = {"name": "y", "B": 1, "H": 2, "Hkv": 1, "S": 64, "D": 64, "window": 0, "chunk": 0,
-               "fwd_ms": 1.0, "bwd_ms": 3.0, "dq_ms": 1.25, "fwd_tflops": 10.0, "bwd_tflops": 8.0,
-               "cuda_cores_fwd_tflops": None, "cuda_cores_bwd_tflops": None,
-               "cudnn_fwd_tflops": 400.0, "cudnn_bwd_tflops": 300.0,
-               "cudnn_fwd_difference": 0.0031, "finite": True}
-        with tempfile.TemporaryDirectory() as work, tempfile.TemporaryDirectory() as out:
-            with open(os.path.join(work, "attention.json"), "w") as f:
-                json.dump([row], f)
-            with contextlib.redirect_stdout(io.StringIO()):
-                devcheck.cmd_report(work, out)
-            with open(os.path.join(out, "summary.md")) as f:
-                summary = f.read()
+        summary = summary_of_attention([attention_row(
+            "y", cudnn_fwd_tflops=400.0, cudnn_bwd_tflops=300.0, cudnn_fwd_difference=0.0031)])
         self.assertIn("| y | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 1.250 + 1.750 | – / – | 400.0 / 300.0 (3.1e-03) |",
                       summary)
 
