@@ -20,6 +20,14 @@
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
 #      beside cuDNN's fused kernels and torch's scaled_dot_product_attention
 #      (bench/attention_torch.py)
+#   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
+#      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
+#      llama-1b, FSDP2 llama-1b, llama-1b+cudnn (attention on cuDNN's
+#      fused kernels), the 7B-class llama-7b-24g (planned with
+#      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b; last of all,
+#      after moe, llama-1b-32k (one 32K-token sequence: the MLP and the
+#      loss in chunks of tokens) and llama-9b-bf16 (the largest the host
+#      holds: bf16 master weights)
 #   profile. Nsight Compute on the three tensor-core attention kernels at one
 #      shape: throughputs, occupancy, stall reasons, stalls per instruction
 #   kernels. one step of llama-1b's layer (2 layers) under Nsight Compute:
@@ -29,13 +37,6 @@
 #      packs applying the update (bench/host_step_bench.cpp)
 #   moe. the mixture-of-experts kernels' TFLOPS (bench/moe_bench.cpp): the
 #      grouped tensor-core GEMMs, the reference kernels, a dense GEMM
-#   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
-#      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
-#      llama-1b, FSDP2 llama-1b, llama-1b+cudnn (attention on cuDNN's
-#      fused kernels), the 7B-class llama-7b-24g (planned with
-#      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b, llama-1b-32k
-#      (one 32K-token sequence: the MLP and the loss in chunks of tokens),
-#      and llama-9b-bf16 (the largest the host holds: bf16 master weights)
 # Results: $OUT/summary.md (the tables), $OUT/results.json, the logs and
 # Chrome traces in $OUT/logs.tar.gz and $OUT/traces.tar.gz, and the dumped
 # gradients of the models short of parity's fp32 criterion in
@@ -131,7 +132,7 @@ if [ -n "${MEGATRAIN_CUDNN:-}" ]; then
   export LD_LIBRARY_PATH=$(dirname "$MEGATRAIN_CUDNN")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   log "cuDNN: $MEGATRAIN_CUDNN" | tee -a "$WORK/env.txt"
 else
-  log "cuDNN: none found (its attention stays untimed)" | tee -a "$WORK/env.txt"
+  log "cuDNN: none in Python's packages (the loader's search path decides)" | tee -a "$WORK/env.txt"
 fi
 
 # ---- a. build ----------------------------------------------------------------
@@ -311,6 +312,15 @@ parity() {
 }
 [ -d "$WORK/plans" ] && stage parity 55 200 parity
 
+# ---- attention kernels against cuDNN's and torch's SDPA -------------------------
+# Before the benchmarks: the single most telling stage for attention, the
+# largest gap to the targets.
+attention() {
+  "$WORK/build/bench/attention_bench" --json "$WORK/attention.json" || return 1
+  python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
+}
+[ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
+
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
 bench() { # plan name; NAME+cudnn: that plan with attention on cuDNN
   local n=$1 plan=${1%%+*} attention=${MEGATRAIN_CUDA_ATTENTION:-}
@@ -352,13 +362,6 @@ if [ -d "$WORK/plans" ]; then
   stage "bench llama-3b" 80 200 "bench llama-3b"
   stage "fsdp2 llama-3b" 120 220 "fsdp llama-3b"
 fi
-
-# ---- attention kernels against torch's SDPA -------------------------------------
-attention() {
-  "$WORK/build/bench/attention_bench" --json "$WORK/attention.json" || return 1
-  python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
-}
-[ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
 
 # ---- where the attention kernels' time goes: Nsight Compute, one shape ----------
 # Each kernel's second launch (the first warms up) on Llama 3 8B's shape at
