@@ -475,13 +475,15 @@ struct Plan {
       raw.push_back(op.get());
     ops.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
             int64_t(raw.size()), raw.data())
-        .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
-        .finalize(what);
+        .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     std::string tried;
-    for (cudnnBackendHeurMode_t mode :
-         {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
-      if (choose(mode, handle, &tried))
-        return;
+    if (api().cudnnBackendFinalize(ops.get()) != CUDNN_STATUS_SUCCESS)
+      tried = last_word(); // the graph refused: no engine to look for
+    else
+      for (cudnnBackendHeurMode_t mode :
+           {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
+        if (choose(mode, handle, &tried))
+          return;
     fail("cuda: cuDNN has no engine for ", what, " of B=", d.B, " H=", d.H,
          " Hkv=", d.Hkv, " S=", d.S, " D=", d.D, tried,
          " (unset MEGATRAIN_CUDA_ATTENTION to run the tensor-core kernels)");
