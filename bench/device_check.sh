@@ -20,6 +20,8 @@
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
 #      beside cuDNN's fused kernels and torch's scaled_dot_product_attention
 #      (bench/attention_torch.py)
+#   tiles. the tensor-core attention kernels on other tiles beside the
+#      runtime's, and the fastest per kernel (bench/attention_tiles_bench.cpp)
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
 #      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
 #      llama-1b, FSDP2 llama-1b, llama-1b+cudnn (attention on cuDNN's
@@ -320,6 +322,15 @@ attention() {
   python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
 }
 [ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
+
+# ---- the tensor-core attention on other tiles ------------------------------------
+# Each choice of AttentionTileVariants.h beside the runtime's tiles, and the
+# fastest per kernel: what to make the default (Tiles in
+# runtime/cuda/AttentionTensorCore.cuh).
+tiles() {
+  "$WORK/build/bench/attention_tiles_bench" --json "$WORK/attention-tiles.json"
+}
+[ -x "$WORK/build/bench/attention_tiles_bench" ] && stage tiles 15 60 tiles
 
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
 bench() { # plan name; NAME+cudnn: that plan with attention on cuDNN

@@ -325,6 +325,46 @@ def fmt(x, spec=".1f", scale=1.0, none="–"):
     return none if x is None else format(x / scale, spec)
 
 
+# Outputs of sums taken in another order: a few bf16 ulps apart at most.
+TILES_AGREE = 2e-2
+
+
+def tile_lines(rows):
+    """The report's section on attention_tiles_bench's rows: every choice of
+    tiles, then per shape the fastest of each kernel among the choices that
+    agree with the runtime's, and its speed-up over the runtime's."""
+    if not rows:
+        return []
+    L = ["", "## Attention kernels on other tiles (attention_tiles_bench)", "",
+         "| shape | tiles | fwd TFLOPS | dQ ms | dK/dV ms | bwd TFLOPS | difference from the runtime's |",
+         "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mark = " (runtime)" if r.get("runtime") else ""
+        L.append(f"| {r.get('shape')} | {r.get('tiles')}{mark} | {fmt(r.get('fwd_tflops'))} "
+                 f"| {fmt(r.get('dq_ms'), '.3f')} | {fmt(r.get('dkdv_ms'), '.3f')} "
+                 f"| {fmt(r.get('bwd_tflops'))} | {fmt(r.get('difference'), '.1e')} |")
+    L += ["", "Fastest tiles per kernel (speed-up over the runtime's):", "",
+          "| shape | forward | dQ | dK/dV |", "|---|---|---|---|"]
+    shapes = []
+    for r in rows:
+        if r.get("shape") not in shapes:
+            shapes.append(r.get("shape"))
+    for shape in shapes:
+        mine = [r for r in rows if r.get("shape") == shape]
+        runtime = next((r for r in mine if r.get("runtime")), None)
+        agree = [r for r in mine if (r.get("difference") or 0) < TILES_AGREE]
+        cells = []
+        for key in ("fwd_ms", "dq_ms", "dkdv_ms"):
+            timed = [r for r in agree if r.get(key)]
+            if not timed or not runtime or not runtime.get(key):
+                cells.append("–")
+                continue
+            best = min(timed, key=lambda r: r[key])
+            cells.append(f"{best.get('tiles')} ({runtime[key] / best[key]:.2f}x)")
+        L.append(f"| {shape} | " + " | ".join(cells) + " |")
+    return L
+
+
 def cmd_report(work, out):
     stages = load_jsonl(os.path.join(work, "stages.jsonl"))
     env = load_json(os.path.join(work, "env.json"), {})
@@ -335,9 +375,11 @@ def cmd_report(work, out):
     fsdp = [load_json(p, {}) for p in sorted(glob.glob(os.path.join(work, "fsdp2-*.json")))]
     attention = load_json(os.path.join(work, "attention-torch.json")) or \
         load_json(os.path.join(work, "attention.json"), [])
+    tiles = load_json(os.path.join(work, "attention-tiles.json"), [])
     moe = load_json(os.path.join(work, "moe.json"), [])
     results = {"env": env, "stages": stages, "tests": tests, "parity": parity,
-               "attention": attention, "moe": moe, "benchmarks": benches, "fsdp2": fsdp}
+               "attention": attention, "attention_tiles": tiles, "moe": moe,
+               "benchmarks": benches, "fsdp2": fsdp}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 
@@ -385,6 +427,7 @@ def cmd_report(work, out):
                  f"| {fmt(r.get('cuda_cores_fwd_tflops'))} / {fmt(r.get('cuda_cores_bwd_tflops'))} "
                  f"| {cudnn_cell(r)} "
                  f"| {fmt(r.get('torch_fwd_tflops'))} / {fmt(r.get('torch_bwd_tflops'))} |")
+    L += tile_lines(tiles)
     L += ["", "## Mixture-of-experts kernels (TFLOPS count 2·T·(E·H + 3·k·H·I) forward, 2x that backward)",
           "", "| shape | T H E I k | grouped fwd / bwd TFLOPS | reference (CUDA cores) fwd / bwd | dense GEMM of equal FLOPs |",
           "|---|---|---|---|---|"]

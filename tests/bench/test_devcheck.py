@@ -1,5 +1,6 @@
 """bench/device/devcheck.py: Nsight Compute's kernel durations, the
-attention table's dQ / dK-dV split and cuDNN's column, and a benchmark run
+attention table's dQ / dK-dV split and cuDNN's column, the tile table's
+fastest choices, and a benchmark run
 of a plan another way, on CSV and JSON written by hand in the layouts those
 tools write."""
 import contextlib
@@ -113,6 +114,30 @@ class Report(unittest.TestCase):
             "y", cudnn_fwd_tflops=400.0, cudnn_bwd_tflops=300.0, cudnn_fwd_difference=0.0031)])
         self.assertIn("| y | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 1.250 + 1.750 | – / – | 400.0 / 300.0 (3.1e-03) |",
                       summary)
+
+
+def tile_row(shape, tiles, runtime=False, **extra):
+    row = {"shape": shape, "tiles": tiles, "runtime": runtime, "fwd_ms": 1.0, "dq_ms": 1.0,
+           "dkdv_ms": 2.0, "fwd_tflops": 100.0, "bwd_tflops": 80.0, "difference": 0.0}
+    row.update(extra)
+    return row
+
+
+class AttentionTiles(unittest.TestCase):
+    def test_no_rows_no_section(self):
+        self.assertEqual(devcheck.tile_lines([]), [])
+
+    def test_the_fastest_that_agrees_per_kernel_and_shape(self):
+        lines = devcheck.tile_lines([
+            tile_row("s", "a", runtime=True),
+            tile_row("s", "b", fwd_ms=0.5, dkdv_ms=2.5),
+            # Fastest of all, but its outputs differ from the runtime's.
+            tile_row("s", "c", fwd_ms=0.25, dq_ms=0.1, difference=0.5),
+            tile_row("t", "a", runtime=True, dq_ms=2.0),
+            tile_row("t", "b", dq_ms=1.6)])
+        self.assertIn("| s | a (runtime) | 100.0 | 1.000 | 2.000 | 80.0 | 0.0e+00 |", lines)
+        self.assertIn("| s | b (2.00x) | a (1.00x) | a (1.00x) |", lines)
+        self.assertIn("| t | a (1.00x) | b (1.25x) | a (1.00x) |", lines)
 
 
 class Benchmarks(unittest.TestCase):

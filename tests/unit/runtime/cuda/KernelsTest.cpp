@@ -23,6 +23,8 @@
 
 #include "TestDevice.h"
 
+#include "runtime/cuda/AttentionTileVariants.h"
+
 #include "runtime/exec/CpuKernels.h"
 #include "runtime/exec/Error.h"
 #include "runtime/kernels/Kernels.h"
@@ -549,6 +551,83 @@ INSTANTIATE_TEST_SUITE_P(
     Cudnn, AttentionTest,
     ::testing::Combine(::testing::ValuesIn(cudnn_shapes()),
                        ::testing::Values(AttentionKernels::Cudnn)));
+
+class AttentionTilesTest
+    : public CudaKernelsTest,
+      public ::testing::WithParamInterface<std::tuple<AttentionShape, int>> {};
+
+/// The tensor-core kernels on every other choice of tiles that the tile
+/// benchmark weighs (AttentionTileVariants.h), against the CPU reference:
+/// whichever it finds faster must also be right. δ comes from the runtime's
+/// kernel; the backward adds into random gradients, as a step's does.
+TEST_P(AttentionTilesTest, ForwardAndBackward) {
+  const AttentionShape s = std::get<0>(GetParam());
+  const mtrt::MT_KNS::AttentionTiles tiles =
+      mtrt::MT_KNS::attention_tile_variants(s.D).at(std::get<1>(GetParam()));
+  SCOPED_TRACE(tiles.name);
+  const int64_t nq = s.B * s.H * s.S * s.D, nk = s.B * s.Hkv * s.S * s.D;
+  const int64_t rows = nq / s.D;
+  const float scale = 1.f / std::sqrt(float(s.D));
+  const mtrt::KeyRange range{s.window, s.chunk};
+  Tensor q = Tensor::random(nq, 70, -2.f, 2.f),
+         k = Tensor::random(nk, 71, -2.f, 2.f), v = Tensor::random(nk, 72);
+  std::vector<float> slopes(s.H);
+  for (int64_t h = 0; h < s.H; ++h)
+    slopes[h] = std::exp2(-8.f * float(h + 1) / float(s.H));
+  const float *alibi = s.alibi ? slopes.data() : nullptr;
+  Tensor sinks = Tensor::random(s.H, 73, -1.f, 2.f);
+  Tensor y = Tensor::output(nq), dy = Tensor::random(nq, 74);
+  Tensor dq = Tensor::grad(nq, 75), dk = Tensor::grad(nk, 76),
+         dv = Tensor::grad(nk, 77);
+  Tensor delta = Tensor::f32(rows, 78), lse = Tensor::f32(rows, 79);
+  const mtrt::MT_KNS::AttentionCall call{
+      y.dev(),         dq.dev(),      dk.dev(), dv.dev(),
+      q.dev(),         k.dev(),       v.dev(),  dy.dev(),
+      delta.dev_f32(), lse.dev_f32(), s.B,      s.H,
+      s.Hkv,           s.S,           s.D,      scale,
+      range,           s.softcap,     alibi,    s.sinks ? sinks.dev() : nullptr,
+      stream_};
+  tiles.forward(call);
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, s.D);
+  tiles.dq(call);
+  tiles.dkdv(call);
+  float *sinks_host = s.sinks ? sinks.host() : nullptr;
+  cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), s.B, s.H,
+                         s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
+                         sinks_host);
+  cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
+  cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
+                          k.host(), v.host(), delta.host(), s.B, s.H, s.Hkv,
+                          s.S, s.D, scale, range, s.softcap, alibi, sinks_host,
+                          nullptr);
+  sync();
+  EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
+  EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kAttention)) << "dq";
+  EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention)) << "dk";
+  EXPECT_TRUE(near(dv.fetch(), dv.h, kUlp, kAttention)) << "dv";
+}
+
+/// Shapes that cut tiles of every size tried (16 to 128 rows) at head dims
+/// 16, 64 and 128: GQA, MQA, a window with ALiBi, a soft cap in a window,
+/// chunks, sinks; each with every choice of tiles for its head dim.
+std::vector<std::tuple<AttentionShape, int>> tile_cases() {
+  const AttentionShape shapes[] = {
+      AttentionShape{2, 4, 2, 37, 16},
+      AttentionShape{1, 2, 1, 150, 64},
+      AttentionShape{1, 2, 1, 150, 128},
+      AttentionShape{1, 2, 1, 150, 64, true, 40},
+      AttentionShape{1, 2, 2, 150, 128, false, 9, 2.f},
+      AttentionShape{1, 2, 1, 150, 64, false, 0, 0.f, false, 64},
+      AttentionShape{1, 4, 2, 70, 64, false, 0, 0.f, true}};
+  std::vector<std::tuple<AttentionShape, int>> out;
+  for (const AttentionShape &s : shapes)
+    for (size_t i = 0; i < mtrt::MT_KNS::attention_tile_variants(s.D).size();
+         ++i)
+      out.emplace_back(s, int(i));
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(TensorCores, AttentionTilesTest,
+                         ::testing::ValuesIn(tile_cases()));
 
 TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim128) {
   using mtrt::cuda::CudnnAttention;
