@@ -478,10 +478,14 @@ rows_a(uint32_t (&a)[4], const uint32_t (&held)[KS][4],
 ///  - DkdvMinBlocks: dK/dV's blocks an SM that registers must allow
 ///    (__launch_bounds__): at DM = 64 it would take 188 a thread, 2 blocks;
 ///    capped at 168 for 3 it spills 12 bytes, read once a head.
+///  - FwdMinBlocks, DqMinBlocks: the same for the forward and dQ; 0 sets
+///    no floor (no minimum in __launch_bounds__: the compiler's own choice,
+///    which a floor of 1 changes).
 template <int DM, int Warps = 4, int FwdKeys = (DM > 128 ? 32 : 64),
           int DqKeys = (DM > 128 ? 16 : 32),
           int QueryTile = (DM == 64 ? 32 : 16),
-          int DkdvMinBlocks = (DM == 64 ? 3 : 1)>
+          int DkdvMinBlocks = (DM == 64 ? 3 : 1), int FwdMinBlocks = 0,
+          int DqMinBlocks = 0>
 struct Tiles {
   static constexpr int kDM = DM, kWarps = Warps, kThreads = 32 * Warps;
   static constexpr bool kWide = DM > 128;
@@ -495,7 +499,8 @@ struct Tiles {
   static constexpr int kQueryBuffers = kWide ? 1 : 2; // dK/dV's, the same
   static constexpr int kKeySplit = DM > 256 ? 4 : kWide ? 2 : 1; // per 16 keys
   static constexpr int kDkdvKeys = 16 * kWarps / kKeySplit;
-  static constexpr int kQueryTile = QueryTile, kMinBlocks = DkdvMinBlocks;
+  static constexpr int kQueryTile = QueryTile, kMinBlocks = DkdvMinBlocks,
+                       kFwdMinBlocks = FwdMinBlocks, kDqMinBlocks = DqMinBlocks;
   static_assert(FwdKeys % 16 == 0 && DqKeys % 16 == 0 && QueryTile % 16 == 0,
                 "tiles are whole k-steps of 16");
 
@@ -574,7 +579,7 @@ __device__ __forceinline__ void sum_partials(float (&a)[N][4], float (&b)[N][4],
 /// The forward, tiled as C (a Tiles). Grid (ceil(S/kQueryRows), H, B),
 /// C::kThreads threads, C::forward_shared() bytes.
 template <class C>
-__global__ void __launch_bounds__(C::kThreads)
+__global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
     forward_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                    int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
                    KeyRange range, ScoreForm form) {
@@ -656,7 +661,7 @@ __global__ void __launch_bounds__(C::kThreads)
 /// for dkdv_kernel, tiled as C. Grid (ceil(S/kQueryRows), H, B), C::kThreads
 /// threads, C::dq_shared() bytes.
 template <class C>
-__global__ void __launch_bounds__(C::kThreads)
+__global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
     dq_kernel(bf16 *dq, float *lse, const bf16 *dy, const bf16 *q,
               const bf16 *k, const bf16 *v, const float *delta, int64_t H,
               int64_t Hkv, int64_t S, int64_t D, float scale, KeyRange range,

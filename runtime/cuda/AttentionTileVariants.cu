@@ -54,12 +54,18 @@ template <class C> void dkdv(const AttentionCall &c) {
                           c.range, form_of(c), cudaStream_t(c.stream));
 }
 
+/// A register floor's blocks an SM, "free" where there is none.
+std::string floor_of(int blocks) {
+  return blocks ? std::to_string(blocks) : "free";
+}
+
 template <class C> AttentionTiles variant() {
-  const std::string name = "warps " + std::to_string(C::kWarps) +
-                           ", forward keys " + std::to_string(C::kFwdKeys) +
-                           ", dQ keys " + std::to_string(C::kDqKeys) +
-                           ", dK/dV queries " + std::to_string(C::kQueryTile) +
-                           ", dK/dV blocks/SM " + std::to_string(C::kMinBlocks);
+  const std::string name =
+      "warps " + std::to_string(C::kWarps) + ", forward keys " +
+      std::to_string(C::kFwdKeys) + ", dQ keys " + std::to_string(C::kDqKeys) +
+      ", dK/dV queries " + std::to_string(C::kQueryTile) +
+      ", blocks/SM forward " + floor_of(C::kFwdMinBlocks) + ", dQ " +
+      floor_of(C::kDqMinBlocks) + ", dK/dV " + floor_of(C::kMinBlocks);
   return {name, std::is_same_v<C, Tiles<C::kDM>>, forward<C>, dq<C>, dkdv<C>};
 }
 
@@ -70,17 +76,22 @@ std::vector<AttentionTiles> attention_tile_variants(int64_t head_dim) {
   // between twice the warps. dK/dV's register cap then allows 1 block an SM
   // (3 blocks of 256 threads would leave it 80 registers a thread).
   if (head_dim <= 64)
-    return {variant<Tiles<64>>(),
-            variant<Tiles<64, 8, 64, 32, 32, 1>>(),
-            variant<Tiles<64, 4, 32, 16>>(),         // smaller key tiles
-            variant<Tiles<64, 4, 128, 64>>(),        // larger key tiles
-            variant<Tiles<64, 4, 64, 32, 16>>(),     // dK/dV's query tile 16
-            variant<Tiles<64, 4, 64, 32, 32, 2>>()}; // dK/dV uncapped
+    return {variant<Tiles<64>>(), variant<Tiles<64, 8, 64, 32, 32, 1>>(),
+            variant<Tiles<64, 4, 32, 16>>(),        // smaller key tiles
+            variant<Tiles<64, 4, 128, 64>>(),       // larger key tiles
+            variant<Tiles<64, 4, 64, 32, 16>>(),    // dK/dV's query tile 16
+            variant<Tiles<64, 4, 64, 32, 32, 2>>(), // dK/dV uncapped
+            // 4 blocks an SM of the forward and dQ: 128 registers a thread
+            // (dQ spills 8 bytes), with key tiles of 32 and 16.
+            variant<Tiles<64, 4, 32, 16, 32, 3, 4, 4>>()};
   if (head_dim <= 128)
     return {variant<Tiles<128>>(), variant<Tiles<128, 8>>(),
-            variant<Tiles<128, 4, 32, 16>>(),      // smaller key tiles
-            variant<Tiles<128, 4, 64, 16>>(),      // dQ's key tile alone
-            variant<Tiles<128, 4, 64, 32, 32>>()}; // dK/dV's query tile 32
+            variant<Tiles<128, 4, 32, 16>>(),     // smaller key tiles
+            variant<Tiles<128, 4, 64, 16>>(),     // dQ's key tile alone
+            variant<Tiles<128, 4, 64, 32, 32>>(), // dK/dV's query tile 32
+            // 3 blocks an SM of the forward: its key tile of 32 fits 168
+            // registers a thread (64 would spill 120 bytes).
+            variant<Tiles<128, 4, 32, 32, 16, 1, 3>>()};
   return {};
 }
 
