@@ -250,6 +250,17 @@ template <int KS>
 __device__ __forceinline__ void load_a(uint32_t (&f)[KS][4], const bf16 *m,
                                        int64_t r0, int64_t S, int64_t D) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // Most warps: all 16 rows in the matrix, no padded columns: each word is
+  // two neighbours, one 4-byte load without bounds tests.
+  if (r0 + 16 <= S && D == 16 * KS && reinterpret_cast<uintptr_t>(m) % 4 == 0) {
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        f[kk][r] = load_word(m + (r0 + g + 8 * (r % 2)) * D + kk * 16 + 2 * t +
+                             8 * (r / 2));
+    return;
+  }
 #pragma unroll
   for (int kk = 0; kk < KS; ++kk)
 #pragma unroll
@@ -303,39 +314,66 @@ __device__ __forceinline__ void result_a(uint32_t (&a)[4],
   a[3] = pack_f32(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
-/// c[nt] += a · (the tile's rows [8·nt, 8·nt + 8))ᵀ at k-step kk, for the
-/// N n-tiles of a warp's 16 rows against the tile's first 8·N rows.
-template <int DM, int N>
-__device__ __forceinline__ void mma_tile_t(float (&c)[N][4],
-                                           const uint32_t (&a)[4],
+/// c[mt][nt] += a[mt] · (the tile's rows [8·nt, 8·nt + 8))ᵀ at k-step kk,
+/// for the N n-tiles of MT m-tiles of 16 rows against the tile's first 8·N
+/// rows: each B fragment loaded once for the MT products.
+template <int DM, int MT, int N>
+__device__ __forceinline__ void mma_tile_t(float (&c)[MT][N][4],
+                                           const uint32_t (&a)[MT][4],
                                            const bf16 (*tile)[DM + 8], int kk) {
 #pragma unroll
   for (int nt = 0; nt < N; nt += 2) {
     uint32_t bf[2][2];
     tile_bt2<DM>(bf, tile, nt * 8, kk);
-    mma_bf16(c[nt], a, bf[0]);
-    mma_bf16(c[nt + 1], a, bf[1]);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      mma_bf16(c[mt][nt], a[mt], bf[0]);
+      mma_bf16(c[mt][nt + 1], a[mt], bf[1]);
+    }
   }
 }
+/// The same for a warp's 16 rows.
+template <int DM, int N>
+__device__ __forceinline__ void mma_tile_t(float (&c)[N][4],
+                                           const uint32_t (&a)[4],
+                                           const bf16 (*tile)[DM + 8], int kk) {
+  mma_tile_t<DM, 1, N>(reinterpret_cast<float(&)[1][N][4]>(c),
+                       reinterpret_cast<const uint32_t(&)[1][4]>(a), tile, kk);
+}
 
-/// acc += r · tile[0, 8·K)[n0, n0 + 8·N): an earlier product's result r
-/// (16 rows × 8·K, rounded to bf16) times the tile's first 8·K rows.
-template <int DM, int K, int N>
+/// acc[mt] += r[mt] · tile[0, 8·K)[n0, n0 + 8·N): an earlier product's
+/// result r (MT m-tiles of 16 rows × 8·K, rounded to bf16) times the tile's
+/// first 8·K rows, each B fragment loaded once for the MT products.
+template <int DM, int MT, int K, int N>
 __device__ __forceinline__ void
-mma_result_tile(float (&acc)[N][4], const float (&r)[K][4],
+mma_result_tile(float (&acc)[MT][N][4], const float (&r)[MT][K][4],
                 const bf16 (*tile)[DM + 8], int n0) {
 #pragma unroll
   for (int kk = 0; kk < K / 2; ++kk) {
-    uint32_t a[4];
-    result_a<K>(a, r, kk);
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      result_a<K>(a[mt], r[mt], kk);
 #pragma unroll
     for (int nt = 0; nt < N; nt += 2) {
       uint32_t bf[2][2];
       tile_b2<DM>(bf, tile, kk * 16, n0 + nt * 8);
-      mma_bf16(acc[nt], a, bf[0]);
-      mma_bf16(acc[nt + 1], a, bf[1]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_bf16(acc[mt][nt], a[mt], bf[0]);
+        mma_bf16(acc[mt][nt + 1], a[mt], bf[1]);
+      }
     }
   }
+}
+/// The same for a warp's 16 rows.
+template <int DM, int K, int N>
+__device__ __forceinline__ void
+mma_result_tile(float (&acc)[N][4], const float (&r)[K][4],
+                const bf16 (*tile)[DM + 8], int n0) {
+  mma_result_tile<DM, 1, K, N>(reinterpret_cast<float(&)[1][N][4]>(acc),
+                               reinterpret_cast<const float(&)[1][K][4]>(r),
+                               tile, n0);
 }
 
 /// Sum (or max) over the four lanes holding one row of a D fragment.
@@ -355,11 +393,11 @@ __device__ __forceinline__ int64_t last_tile_first() {
   return int64_t(gridDim.x) - 1 - blockIdx.x;
 }
 
-/// Whether none of a warp's query rows [w0, w0 + 16) sees any key of
+/// Whether none of a warp's query rows [w0, w0 + rows) sees any key of
 /// [j0, j0 + keys).
-__device__ __forceinline__ bool warp_sees_none(int64_t w0, int64_t j0, int keys,
-                                               KeyRange range) {
-  return j0 > w0 + 15 || j0 + keys - 1 < range.first_key(w0);
+__device__ __forceinline__ bool warp_sees_none(int64_t w0, int rows, int64_t j0,
+                                               int keys, KeyRange range) {
+  return j0 > w0 + rows - 1 || j0 + keys - 1 < range.first_key(w0);
 }
 
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
@@ -444,13 +482,14 @@ __device__ __forceinline__ float first_max2(const ScoreForm &form, int64_t h) {
   return kLog2e * form.first_max(h);
 }
 
-/// A-operand fragments of a warp's 16 rows at k-step kk, from registers
-/// (DM <= 128: held for the whole kernel) or from a shared tile (wider).
-template <int DM, int KS>
+/// A-operand fragments of 16 rows at k-step kk, from registers (held for
+/// the whole kernel) or, when Shared, from a shared tile's rows [r0, r0 +
+/// 16).
+template <int DM, bool Shared, int KS>
 __device__ __forceinline__ void
 rows_a(uint32_t (&a)[4], const uint32_t (&held)[KS][4],
        const bf16 (*tile)[DM + 8], int r0, int kk) {
-  if constexpr (DM > 128) {
+  if constexpr (Shared) {
     tile_a<DM>(a, tile, r0, kk);
   } else {
 #pragma unroll
@@ -461,7 +500,7 @@ rows_a(uint32_t (&a)[4], const uint32_t (&held)[KS][4],
 
 /// The kernels' tile sizes for head dims padded to DM: Tiles<DM> is what
 /// the runtime launches; the other arguments are there for the tile
-/// benchmark (bench/attention_tiles_bench.cu), which times alternatives.
+/// benchmark (bench/attention_tiles_bench.cpp), which times alternatives.
 /// Up to 128 a warp holds its 16 query rows (and dY's) in registers; past
 /// that they stay in shared memory and the key tiles shrink. So that the
 /// accumulators fit in registers, warps split the output dims of 16 rows:
@@ -481,11 +520,17 @@ rows_a(uint32_t (&a)[4], const uint32_t (&held)[KS][4],
 ///  - FwdMinBlocks, DqMinBlocks: the same for the forward and dQ; 0 sets
 ///    no floor (no minimum in __launch_bounds__: the compiler's own choice,
 ///    which a floor of 1 changes).
+///  - FwdRowTiles: the forward's query rows a warp, in tiles of 16 (up to
+///    DM = 128). Past one, the queries stay in shared memory and each K and
+///    V fragment loaded serves every tile of rows: FlashAttention 2's 32
+///    rows a warp, at the cost of registers.
+///  - FwdKeyBuffers: the forward's K and V tiles in flight (KeyTiles).
 template <int DM, int Warps = 4, int FwdKeys = (DM > 128 ? 32 : 64),
           int DqKeys = (DM > 128 ? 16 : 32),
           int QueryTile = (DM == 64 ? 32 : 16),
           int DkdvMinBlocks = (DM == 64 ? 3 : 1), int FwdMinBlocks = 0,
-          int DqMinBlocks = 0>
+          int DqMinBlocks = 0, int FwdRowTiles = 1,
+          int FwdKeyBuffers = (DM > 128 ? 1 : 2)>
 struct Tiles {
   static constexpr int kDM = DM, kWarps = Warps, kThreads = 32 * Warps;
   static constexpr bool kWide = DM > 128;
@@ -493,6 +538,12 @@ struct Tiles {
   static constexpr int kQuerySplit = DM > 256 ? 2 : 1; // warps per 16 queries
   static constexpr int kQueryRows = 16 * kWarps / kQuerySplit; // a block's
   static constexpr int kFwdKeys = FwdKeys, kDqKeys = DqKeys;
+  static constexpr int kFwdRowTiles = FwdRowTiles;
+  static constexpr int kFwdQueryRows = kFwdRowTiles * kQueryRows; // a block's
+  // The forward's queries in shared memory, not in registers.
+  static constexpr bool kFwdSharedQueries = kWide || kFwdRowTiles > 1;
+  static_assert(kFwdRowTiles == 1 || !kWide, "one row tile a warp past 128");
+  static constexpr int kFwdKeyBuffers = FwdKeyBuffers;
   // K and V tiles in flight ahead of the one in use (KeyTiles), where
   // shared memory allows it.
   static constexpr int kKeyBuffers = kWide ? 1 : 2;
@@ -508,7 +559,8 @@ struct Tiles {
     return size_t(rows) * kRow * sizeof(bf16);
   }
   static constexpr size_t forward_shared() {
-    return tiles(2 * kKeyBuffers * kFwdKeys + (kWide ? kQueryRows : 0));
+    return tiles(2 * kFwdKeyBuffers * kFwdKeys +
+                 (kFwdSharedQueries ? kFwdQueryRows : 0));
   }
   static constexpr size_t dq_shared() {
     return tiles(2 * kKeyBuffers * kDqKeys + (kWide ? 2 * kQueryRows : 0));
@@ -526,15 +578,15 @@ struct Tiles {
                 dkdv_shared() <= 99 * 1024);
 };
 
-/// A warp's place when Split warps share each 16 rows of a block: its first
+/// A warp's place when Split warps share each Rows rows of a block: its first
 /// row in the block, which of the Split it is, and so the first of the
 /// DM / Split output dims it owns.
-template <int Warps, int DM, int Split> struct WarpPlace {
+template <int Warps, int DM, int Split, int Rows = 16> struct WarpPlace {
   static constexpr int kCols = DM / Split;
   int row, part, col0;
   __device__ __forceinline__ WarpPlace() {
     const int warp = threadIdx.x / 32;
-    row = 16 * (warp % (Warps / Split));
+    row = Rows * (warp % (Warps / Split));
     part = warp / (Warps / Split);
     col0 = kCols * part;
   }
@@ -576,85 +628,102 @@ __device__ __forceinline__ void sum_partials(float (&a)[N][4], float (&b)[N][4],
   }
 }
 
-/// The forward, tiled as C (a Tiles). Grid (ceil(S/kQueryRows), H, B),
+/// The forward, tiled as C (a Tiles). Grid (ceil(S/kFwdQueryRows), H, B),
 /// C::kThreads threads, C::forward_shared() bytes.
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
     forward_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                    int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
                    KeyRange range, ScoreForm form) {
-  constexpr int DM = C::kDM;
-  using Place = WarpPlace<C::kWarps, DM, C::kQuerySplit>;
+  constexpr int DM = C::kDM, MT = C::kFwdRowTiles;
+  constexpr bool kShared = C::kFwdSharedQueries;
+  using Place = WarpPlace<C::kWarps, DM, C::kQuerySplit, 16 * MT>;
   constexpr int BC = C::kFwdKeys, KS = DM / 16, NT = Place::kCols / 8,
                 ST = BC / 8;
   MT_DYNAMIC_SHARED(smem);
   auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
-  auto *vs = ks + C::kKeyBuffers * BC;
-  auto *qs = vs + C::kKeyBuffers * BC; // the block's queries when wide
+  auto *vs = ks + C::kFwdKeyBuffers * BC;
+  auto *qs = vs + C::kFwdKeyBuffers * BC; // the block's queries, if shared
   const Place place;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
-  const int64_t q0 = last_tile_first() * C::kQueryRows, w0 = q0 + place.row;
-  const int64_t rows[2] = {w0 + g, w0 + g + 8};
+  const int64_t q0 = last_tile_first() * C::kFwdQueryRows, w0 = q0 + place.row;
+  int64_t rows[MT][2]; // the lane's two rows of each tile of 16
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    rows[mt][0] = w0 + 16 * mt + g, rows[mt][1] = w0 + 16 * mt + g + 8;
   const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
   const bf16 *kh = k + (b * Hkv + grp) * S * D,
              *vh = v + (b * Hkv + grp) * S * D;
   const float slope = form.slope_of(h);
 
-  uint32_t qf[C::kWide ? 1 : KS][4];
-  if constexpr (C::kWide)
-    stage<C::kQueryRows, DM, C::kThreads>(qs, q + base * D, q0, S,
-                                          D); // after a barrier
+  uint32_t qf[kShared ? 1 : KS][4];
+  if constexpr (kShared)
+    stage<C::kFwdQueryRows, DM, C::kThreads>(qs, q + base * D, q0, S,
+                                             D); // after a barrier
   else
     load_a<KS>(qf, q + base * D, w0, S, D);
-  float o[NT][4] = {}; // the warp's output dims [col0, col0 + 8·NT)
+  float o[MT][NT][4] = {}; // the warp's output dims [col0, col0 + 8·NT)
   // A row's four lanes sum l: one of them counts the sink.
-  float m[2] = {first_max2(form, h), first_max2(form, h)},
-        l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      m[mt][r] = first_max2(form, h), l[mt][r] = form.first_sum(t == 0);
 
-  const int64_t keys = min64(q0 + C::kQueryRows, S);
+  const int64_t keys = min64(q0 + C::kFwdQueryRows, S);
   const int64_t first = first_key_tile(q0, range, BC);
-  KeyTiles<BC, DM, C::kKeyBuffers, C::kThreads> tiles(ks, vs, kh, vh, first,
-                                                      keys, S, D);
+  KeyTiles<BC, DM, C::kFwdKeyBuffers, C::kThreads> tiles(ks, vs, kh, vh, first,
+                                                         keys, S, D);
   for (int64_t j0 = first; j0 < keys; j0 += BC) {
     tiles.arrive(j0);
-    if (warp_sees_none(w0, j0, BC, range))
+    if (warp_sees_none(w0, 16 * MT, j0, BC, range))
       continue;
-    float s[ST][4] = {};
+    float s[MT][ST][4] = {};
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
-      uint32_t aq[4];
-      rows_a<DM>(aq, qf, qs, place.row, kk);
+      uint32_t aq[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        rows_a<DM, kShared>(aq[mt], qf, qs, place.row + 16 * mt, kk);
       mma_tile_t<DM>(s, aq, tiles.k(), kk);
     }
-    score_tile<ST>(s, rows, j0, range, scale, slope, form);
-    raise_max(m, l, o, s);
-    float off[2];
-    max_offsets(off, m);
 #pragma unroll
-    for (int nt = 0; nt < ST; ++nt)
+    for (int mt = 0; mt < MT; ++mt) {
+      score_tile<ST>(s[mt], rows[mt], j0, range, scale, slope, form);
+      raise_max(m[mt], l[mt], o[mt], s[mt]);
+      float off[2];
+      max_offsets(off, m[mt]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp2_approx(s[nt][e] - off[e / 2]);
-        l[e / 2] += s[nt][e];
-      }
+      for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nt][e] = exp2_approx(s[mt][nt][e] - off[e / 2]);
+          l[mt][e / 2] += s[mt][nt][e];
+        }
+    }
     mma_result_tile<DM>(o, s, tiles.v(), place.col0);
   }
 
-  // One division a row: a division per element is an IEEE one, with a
-  // slow-path call each.
-  float inv_l[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
-    inv_l[r] = 1.f / quad_sum(l[r]);
+  for (int mt = 0; mt < MT; ++mt) {
+    // One division a row: a division per element is an IEEE one, with a
+    // slow-path call each.
+    float inv_l[2];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+    for (int r = 0; r < 2; ++r)
+      inv_l[r] = 1.f / quad_sum(l[mt][r]);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t i = rows[e / 2], col = place.col0 + nt * 8 + 2 * t + e % 2;
-      if (i < S && col < D)
-        y[(base + i) * D + col] = f2bf(o[nt][e] * inv_l[e / 2]);
-    }
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = rows[mt][e / 2],
+                      col = place.col0 + nt * 8 + 2 * t + e % 2;
+        if (i < S && col < D)
+          y[(base + i) * D + col] = f2bf(o[mt][nt][e] * inv_l[e / 2]);
+      }
+  }
 }
 
 /// dQ of a block's query rows (none when dq is null), and their log-sum-exp
@@ -709,14 +778,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
                                                       keys, S, D);
   for (int64_t j0 = first; j0 < keys; j0 += BC) {
     tiles.arrive(j0);
-    if (warp_sees_none(w0, j0, BC, range))
+    if (warp_sees_none(w0, 16, j0, BC, range))
       continue;
     float s[ST][4] = {}, dp[ST][4] = {};
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
       uint32_t aq[4], ady[4];
-      rows_a<DM>(aq, qf, qs, place.row, kk);
-      rows_a<DM>(ady, dyf, dys, place.row, kk);
+      rows_a<DM, C::kWide>(aq, qf, qs, place.row, kk);
+      rows_a<DM, C::kWide>(ady, dyf, dys, place.row, kk);
       mma_tile_t<DM>(s, aq, tiles.k(), kk);
       mma_tile_t<DM>(dp, ady, tiles.v(), kk);
     }
@@ -914,7 +983,7 @@ void forward_tiled(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
                    cudaStream_t stream) {
   launch_kernel_shared(
       "attention_tc_forward_kernel", forward_kernel<C>,
-      dim3(tiles_of(S, C::kQueryRows), unsigned(H), unsigned(Bn)),
+      dim3(tiles_of(S, C::kFwdQueryRows), unsigned(H), unsigned(Bn)),
       dim3(C::kThreads), C::forward_shared(), stream, y, q, k, v, H, Hkv, S, D,
       scale, range, form);
 }

@@ -65,7 +65,9 @@ template <class C> AttentionTiles variant() {
       std::to_string(C::kFwdKeys) + ", dQ keys " + std::to_string(C::kDqKeys) +
       ", dK/dV queries " + std::to_string(C::kQueryTile) +
       ", blocks/SM forward " + floor_of(C::kFwdMinBlocks) + ", dQ " +
-      floor_of(C::kDqMinBlocks) + ", dK/dV " + floor_of(C::kMinBlocks);
+      floor_of(C::kDqMinBlocks) + ", dK/dV " + floor_of(C::kMinBlocks) +
+      ", forward rows/warp " + std::to_string(16 * C::kFwdRowTiles) +
+      ", forward key buffers " + std::to_string(C::kFwdKeyBuffers);
   return {name, std::is_same_v<C, Tiles<C::kDM>>, forward<C>, dq<C>, dkdv<C>};
 }
 
@@ -83,7 +85,9 @@ std::vector<AttentionTiles> attention_tile_variants(int64_t head_dim) {
             variant<Tiles<64, 4, 64, 32, 32, 2>>(), // dK/dV uncapped
             // 4 blocks an SM of the forward and dQ: 128 registers a thread
             // (dQ spills 8 bytes), with key tiles of 32 and 16.
-            variant<Tiles<64, 4, 32, 16, 32, 3, 4, 4>>()};
+            variant<Tiles<64, 4, 32, 16, 32, 3, 4, 4>>(),
+            // FlashAttention 2's forward: 32 query rows a warp, 128 a block.
+            variant<Tiles<64, 4, 64, 32, 32, 3, 0, 0, 2>>()};
   if (head_dim <= 128)
     return {variant<Tiles<128>>(), variant<Tiles<128, 8>>(),
             variant<Tiles<128, 4, 32, 16>>(),     // smaller key tiles
@@ -91,7 +95,11 @@ std::vector<AttentionTiles> attention_tile_variants(int64_t head_dim) {
             variant<Tiles<128, 4, 64, 32, 32>>(), // dK/dV's query tile 32
             // 3 blocks an SM of the forward: its key tile of 32 fits 168
             // registers a thread (64 would spill 120 bytes).
-            variant<Tiles<128, 4, 32, 32, 16, 1, 3>>()};
+            variant<Tiles<128, 4, 32, 32, 16, 1, 3>>(),
+            // FlashAttention 2's forward: 32 query rows a warp, 128 a block,
+            // with key tiles of 32 (255 registers, 8 bytes spilled; key
+            // tiles of 64 would spill 172).
+            variant<Tiles<128, 4, 32, 32, 16, 1, 0, 0, 2>>()};
   return {};
 }
 

@@ -28,6 +28,7 @@
 #include "runtime/cuda/CudaCompat.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace mtrt::MT_KNS {
 
@@ -38,6 +39,18 @@ __device__ __forceinline__ uint32_t pack_bf16(bf16 lo, bf16 hi) {
 #else
   return uint32_t(__bfloat16_as_ushort(lo)) | uint32_t(__bfloat16_as_ushort(hi))
                                                   << 16;
+#endif
+}
+
+/// Two neighbouring bf16 in one word (p 4-byte aligned), p[0] in the low
+/// half: as pack_bf16(p[0], p[1]).
+__device__ __forceinline__ uint32_t load_word(const bf16 *p) {
+#ifdef MEGATRAIN_CUDA_EMULATION
+  uint32_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+#else
+  return *reinterpret_cast<const uint32_t *>(p);
 #endif
 }
 
