@@ -61,9 +61,19 @@ struct AttentionTiles {
   void (*dkdv)(const AttentionCall &);
 };
 
-/// The choices for a head dim of up to 64, or up to 128 (the runtime's
-/// first); none past 128.
-std::vector<AttentionTiles> attention_tile_variants(int64_t head_dim);
+/// The choices for head dims up to 64 and up to 128, the runtime's first
+/// (AttentionTileVariants64.cu and AttentionTileVariants128.cu).
+std::vector<AttentionTiles> attention_tile_variants_64();
+std::vector<AttentionTiles> attention_tile_variants_128();
+
+/// The choices for a head dim: none past 128.
+inline std::vector<AttentionTiles> attention_tile_variants(int64_t head_dim) {
+  if (head_dim <= 64)
+    return attention_tile_variants_64();
+  if (head_dim <= 128)
+    return attention_tile_variants_128();
+  return {};
+}
 
 } // namespace mtrt::MT_KNS
 

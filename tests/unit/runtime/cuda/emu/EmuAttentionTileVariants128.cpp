@@ -1,2 +1,2 @@
 // The kernel source compiled for the CPU emulator (see CudaCompat.h).
-#include "runtime/cuda/AttentionTileVariants.cu"
+#include "runtime/cuda/AttentionTileVariants128.cu"

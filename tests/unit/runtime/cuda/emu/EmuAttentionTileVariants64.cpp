@@ -1,0 +1,2 @@
+// The kernel source compiled for the CPU emulator (see CudaCompat.h).
+#include "runtime/cuda/AttentionTileVariants64.cu"
