@@ -1,9 +1,10 @@
 //===- KernelTiming.h - timing CUDA kernel calls for the benchmarks -*- C++
 //-*-===//
 //
-// What the kernel benchmarks (attention_bench, moe_bench) share: CUDA
-// errors as a clean exit, the median time of repeated calls on a stream,
-// and a finiteness check of a bf16 result.
+// What the kernel benchmarks (attention_bench, attention_tiles_bench,
+// moe_bench) share: CUDA errors as a clean exit, a stream on the device, the
+// median time of repeated calls on it, a finiteness check of a bf16 result
+// and the JSON file of their rows.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MEGATRAIN_BENCH_KERNELTIMING_H
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace bench {
@@ -24,6 +26,31 @@ inline void check(cudaError_t e, const char *what) {
     std::fprintf(stderr, "error: %s: %s\n", what, cudaGetErrorString(e));
     std::exit(1);
   }
+}
+
+/// A non-blocking stream on the CUDA device; a clean exit where there is
+/// none.
+inline cudaStream_t device_stream() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "error: no CUDA device\n");
+    std::exit(1);
+  }
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  return stream;
+}
+
+/// Writes `rows` (JSON objects, comma-separated) to path as one array;
+/// false, said on stderr, where the file cannot be written.
+inline bool write_rows(const std::string &path, const std::string &rows) {
+  FILE *f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "error: cannot write %s\n", path.c_str());
+    return false;
+  }
+  std::fprintf(f, "[%s]\n", rows.c_str());
+  return std::fclose(f) == 0;
 }
 
 /// Milliseconds per call of f, the median of `iters` timed calls after one

@@ -95,13 +95,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "error: --iters must be at least 1\n");
     return 2;
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "error: no CUDA device\n");
-    return 1;
-  }
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  const cudaStream_t stream = bench::device_stream();
   mtrt::cuda::CudaKernels kernels;
   kernels.set_stream(stream);
 
@@ -202,14 +196,7 @@ int main(int argc, char **argv) {
   std::printf("\nFastest tiles per kernel (speed-up over the runtime's):\n\n"
               "| shape | forward | dQ | dK/dV |\n|---|---|---|---|\n%s",
               best.c_str());
-  if (!json.empty()) {
-    FILE *f = std::fopen(json.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "error: cannot write %s\n", json.c_str());
-      return 1;
-    }
-    std::fprintf(f, "[%s]\n", rows.c_str());
-    std::fclose(f);
-  }
+  if (!json.empty() && !bench::write_rows(json, rows))
+    return 1;
   return ok ? 0 : 1;
 }

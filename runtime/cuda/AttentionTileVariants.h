@@ -16,19 +16,12 @@
 #ifndef MEGATRAIN_RUNTIME_CUDA_ATTENTIONTILEVARIANTS_H
 #define MEGATRAIN_RUNTIME_CUDA_ATTENTIONTILEVARIANTS_H
 
+#include "runtime/cuda/KernelNamespace.h"
 #include "runtime/kernels/KeyRange.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#ifndef MT_KNS
-#ifdef MEGATRAIN_CUDA_EMULATION
-#define MT_KNS cudaemu
-#else
-#define MT_KNS cuda
-#endif
-#endif
 
 namespace mtrt::MT_KNS {
 

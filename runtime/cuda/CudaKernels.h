@@ -25,19 +25,12 @@
 #define MEGATRAIN_RUNTIME_CUDA_CUDAKERNELS_H
 
 #include "runtime/cuda/CudnnAttention.h"
+#include "runtime/cuda/KernelNamespace.h"
 #include "runtime/exec/DeviceKernels.h"
 
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#ifndef MT_KNS
-#ifdef MEGATRAIN_CUDA_EMULATION
-#define MT_KNS cudaemu
-#else
-#define MT_KNS cuda
-#endif
-#endif
 
 namespace mtrt::MT_KNS {
 
