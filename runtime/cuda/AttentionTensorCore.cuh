@@ -2,9 +2,11 @@
 //
 // Head dims up to 512 (zero-padded to DM = 64, 128, 256 or 512), every
 // product on tensor cores (Mma.cuh: bf16 operands, f32 accumulation); the
-// backward is two passes, dQ then dK/dV, both deterministic. A block is four
-// warps; each warp owns 16 rows of the block's 64 (wide heads: fewer, below)
-// and keeps its results in registers in the MMA layout:
+// backward is two passes, dQ then dK/dV, both deterministic. With the
+// runtime's tiles (Tiles below, whose other choices the tile benchmark
+// times) a block is four warps; each warp owns 16 rows of the block's 64
+// (wide heads: fewer, below) and keeps its results in registers in the MMA
+// layout:
 //
 //  - Forward: rows are queries. S = Q·Kᵀ for a key tile of 64 (32 when
 //    DM > 128), the online softmax on S's fragments (each row's max and sum
@@ -544,8 +546,9 @@ struct Tiles {
   static constexpr bool kFwdSharedQueries = kWide || kFwdRowTiles > 1;
   static_assert(kFwdRowTiles == 1 || !kWide, "one row tile a warp past 128");
   static constexpr int kFwdKeyBuffers = FwdKeyBuffers;
-  // K and V tiles in flight ahead of the one in use (KeyTiles), where
-  // shared memory allows it.
+  // dQ's K and V tiles in flight (KeyTiles): the next one's copies fly
+  // while the block computes on the current one, where shared memory
+  // allows it.
   static constexpr int kKeyBuffers = kWide ? 1 : 2;
   static constexpr int kQueryBuffers = kWide ? 1 : 2; // dK/dV's, the same
   static constexpr int kKeySplit = DM > 256 ? 4 : kWide ? 2 : 1; // per 16 keys
