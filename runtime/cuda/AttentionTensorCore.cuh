@@ -527,12 +527,14 @@ rows_a(uint32_t (&a)[4], const uint32_t (&held)[KS][4],
 ///    V fragment loaded serves every tile of rows: FlashAttention 2's 32
 ///    rows a warp, at the cost of registers.
 ///  - FwdKeyBuffers: the forward's K and V tiles in flight (KeyTiles).
+///  - DqRowTiles: dQ's query rows a warp, in tiles of 16, as FwdRowTiles
+///    (the queries and dY then in shared memory).
 template <int DM, int Warps = 4, int FwdKeys = (DM > 128 ? 32 : 64),
           int DqKeys = (DM > 128 ? 16 : 32),
           int QueryTile = (DM == 64 ? 32 : 16),
           int DkdvMinBlocks = (DM == 64 ? 3 : 1), int FwdMinBlocks = 0,
           int DqMinBlocks = 0, int FwdRowTiles = 1,
-          int FwdKeyBuffers = (DM > 128 ? 1 : 2)>
+          int FwdKeyBuffers = (DM > 128 ? 1 : 2), int DqRowTiles = 1>
 struct Tiles {
   static constexpr int kDM = DM, kWarps = Warps, kThreads = 32 * Warps;
   static constexpr bool kWide = DM > 128;
@@ -546,6 +548,11 @@ struct Tiles {
   static constexpr bool kFwdSharedQueries = kWide || kFwdRowTiles > 1;
   static_assert(kFwdRowTiles == 1 || !kWide, "one row tile a warp past 128");
   static constexpr int kFwdKeyBuffers = FwdKeyBuffers;
+  static constexpr int kDqRowTiles = DqRowTiles;
+  static constexpr int kDqQueryRows = kDqRowTiles * kQueryRows; // a block's
+  // dQ's queries and dY in shared memory, not in registers.
+  static constexpr bool kDqSharedQueries = kWide || kDqRowTiles > 1;
+  static_assert(kDqRowTiles == 1 || !kWide, "one row tile a warp past 128");
   // dQ's K and V tiles in flight (KeyTiles): the next one's copies fly
   // while the block computes on the current one, where shared memory
   // allows it.
@@ -566,7 +573,8 @@ struct Tiles {
                  (kFwdSharedQueries ? kFwdQueryRows : 0));
   }
   static constexpr size_t dq_shared() {
-    return tiles(2 * kKeyBuffers * kDqKeys + (kWide ? 2 * kQueryRows : 0));
+    return tiles(2 * kKeyBuffers * kDqKeys +
+                 (kDqSharedQueries ? 2 * kDqQueryRows : 0));
   }
   /// Floats a lane adds up with the other warps of its keys in dK/dV: the
   /// fragments of Sᵀ and dPᵀ (kQueryTile / 8 n-tiles each).
@@ -730,119 +738,139 @@ __global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
 }
 
 /// dQ of a block's query rows (none when dq is null), and their log-sum-exp
-/// for dkdv_kernel, tiled as C. Grid (ceil(S/kQueryRows), H, B), C::kThreads
-/// threads, C::dq_shared() bytes.
+/// for dkdv_kernel, tiled as C. Grid (ceil(S/kDqQueryRows), H, B),
+/// C::kThreads threads, C::dq_shared() bytes.
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
     dq_kernel(bf16 *dq, float *lse, const bf16 *dy, const bf16 *q,
               const bf16 *k, const bf16 *v, const float *delta, int64_t H,
               int64_t Hkv, int64_t S, int64_t D, float scale, KeyRange range,
               ScoreForm form) {
-  constexpr int DM = C::kDM;
-  using Place = WarpPlace<C::kWarps, DM, C::kQuerySplit>;
+  constexpr int DM = C::kDM, MT = C::kDqRowTiles;
+  constexpr bool kShared = C::kDqSharedQueries;
+  using Place = WarpPlace<C::kWarps, DM, C::kQuerySplit, 16 * MT>;
   constexpr int BC = C::kDqKeys, KS = DM / 16, NT = Place::kCols / 8,
                 ST = BC / 8;
   MT_DYNAMIC_SHARED(smem);
   auto *ks = reinterpret_cast<bf16(*)[DM + 8]>(smem);
   auto *vs = ks + C::kKeyBuffers * BC;
-  auto *qs = vs + C::kKeyBuffers * BC; // the block's queries and dY, when wide
-  auto *dys = qs + C::kQueryRows;
+  auto *qs = vs + C::kKeyBuffers * BC; // the block's queries and dY, if shared
+  auto *dys = qs + C::kDqQueryRows;
   const Place place;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, grp = h / (H / Hkv);
-  const int64_t q0 = last_tile_first() * C::kQueryRows, w0 = q0 + place.row;
-  const int64_t rows[2] = {w0 + g, w0 + g + 8};
+  const int64_t q0 = last_tile_first() * C::kDqQueryRows, w0 = q0 + place.row;
+  int64_t rows[MT][2]; // the lane's two rows of each tile of 16
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    rows[mt][0] = w0 + 16 * mt + g, rows[mt][1] = w0 + 16 * mt + g + 8;
   const int64_t base = (b * H + h) * S;
   const bf16 *kh = k + (b * Hkv + grp) * S * D,
              *vh = v + (b * Hkv + grp) * S * D;
   const float slope = form.slope_of(h);
 
-  uint32_t qf[C::kWide ? 1 : KS][4], dyf[C::kWide ? 1 : KS][4];
-  if constexpr (C::kWide) {
-    stage_pair<C::kQueryRows, DM, C::kThreads>(qs, q + base * D, dys,
-                                               dy + base * D, q0, S,
-                                               D); // after a barrier
+  uint32_t qf[kShared ? 1 : KS][4], dyf[kShared ? 1 : KS][4];
+  if constexpr (kShared) {
+    stage_pair<C::kDqQueryRows, DM, C::kThreads>(qs, q + base * D, dys,
+                                                 dy + base * D, q0, S,
+                                                 D); // after a barrier
   } else {
     load_a<KS>(qf, q + base * D, w0, S, D);
     load_a<KS>(dyf, dy + base * D, w0, S, D);
   }
-  float dl[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-    dl[r] = rows[r] < S ? delta[base + rows[r]] : 0.f;
+  float dl[MT][2];
   // Σ_j p̃_ij (dP_ij − δ_i) k_j, p̃ under the max m, the warp's output dims
-  float acc[NT][4] = {};
-  float m[2] = {first_max2(form, h), first_max2(form, h)},
-        l[2] = {form.first_sum(t == 0), form.first_sum(t == 0)};
+  float acc[MT][NT][4] = {};
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      dl[mt][r] = rows[mt][r] < S ? delta[base + rows[mt][r]] : 0.f;
+      m[mt][r] = first_max2(form, h), l[mt][r] = form.first_sum(t == 0);
+    }
 
-  const int64_t keys = min64(q0 + C::kQueryRows, S);
+  const int64_t keys = min64(q0 + C::kDqQueryRows, S);
   const int64_t first = first_key_tile(q0, range, BC);
   KeyTiles<BC, DM, C::kKeyBuffers, C::kThreads> tiles(ks, vs, kh, vh, first,
                                                       keys, S, D);
   for (int64_t j0 = first; j0 < keys; j0 += BC) {
     tiles.arrive(j0);
-    if (warp_sees_none(w0, 16, j0, BC, range))
+    if (warp_sees_none(w0, 16 * MT, j0, BC, range))
       continue;
-    float s[ST][4] = {}, dp[ST][4] = {};
+    float s[MT][ST][4] = {}, dp[MT][ST][4] = {};
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
-      uint32_t aq[4], ady[4];
-      rows_a<DM, C::kWide>(aq, qf, qs, place.row, kk);
-      rows_a<DM, C::kWide>(ady, dyf, dys, place.row, kk);
+      uint32_t aq[MT][4], ady[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        rows_a<DM, kShared>(aq[mt], qf, qs, place.row + 16 * mt, kk);
+        rows_a<DM, kShared>(ady[mt], dyf, dys, place.row + 16 * mt, kk);
+      }
       mma_tile_t<DM>(s, aq, tiles.k(), kk);
       mma_tile_t<DM>(dp, ady, tiles.v(), kk);
     }
-    const bool plain = score_tile<ST>(s, rows, j0, range, scale, slope, form);
-    raise_max(m, l, acc, s);
-    float off[2];
-    max_offsets(off, m);
-    // One branch a tile, not one a score: a plain tile has no mask, cap or
-    // bias to undo.
-    if (plain) {
 #pragma unroll
-      for (int nt = 0; nt < ST; ++nt)
+    for (int mt = 0; mt < MT; ++mt) {
+      const bool plain =
+          score_tile<ST>(s[mt], rows[mt], j0, range, scale, slope, form);
+      raise_max(m[mt], l[mt], acc[mt], s[mt]);
+      float off[2];
+      max_offsets(off, m[mt]);
+      // One branch a tile, not one a score: a plain tile has no mask, cap
+      // or bias to undo.
+      if (plain) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = exp2_approx(s[nt][e] - off[e / 2]);
-          l[e / 2] += p;
-          s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
-        }
-    } else {
+        for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < ST; ++nt)
+          for (int e = 0; e < 4; ++e) {
+            const float p = exp2_approx(s[mt][nt][e] - off[e / 2]);
+            l[mt][e / 2] += p;
+            s[mt][nt][e] = p * (dp[mt][nt][e] - dl[mt][e / 2]);
+          }
+      } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t i = rows[e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-          const float p = exp2_approx(s[nt][e] - off[e / 2]);
-          l[e / 2] += p;
-          // The capped score, the bias taken off again (registers are
-          // short).
-          const float c = kLn2 * s[nt][e] - slope * float(j - i);
-          s[nt][e] =
-              p > 0.f ? p * (dp[nt][e] - dl[e / 2]) * form.cap_slope(c) : 0.f;
-        }
+        for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t i = rows[mt][e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
+            const float p = exp2_approx(s[mt][nt][e] - off[e / 2]);
+            l[mt][e / 2] += p;
+            // The capped score, the bias taken off again (registers are
+            // short).
+            const float c = kLn2 * s[mt][nt][e] - slope * float(j - i);
+            s[mt][nt][e] = p > 0.f ? p * (dp[mt][nt][e] - dl[mt][e / 2]) *
+                                         form.cap_slope(c)
+                                   : 0.f;
+          }
+      }
     }
     mma_result_tile<DM>(acc, s, tiles.k(), place.col0);
   }
-  float row_scale[2]; // scale / l, one division a row
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = quad_sum(l[r]);
-    row_scale[r] = scale / l[r];
-    // The warps that share the row found the same; the first writes it.
-    if (t == 0 && place.col0 == 0 && rows[r] < S)
-      lse[base + rows[r]] = kLn2 * (m[r] + log2f(l[r]));
-  }
-  if (!dq)
-    return;
+  for (int mt = 0; mt < MT; ++mt) {
+    float row_scale[2]; // scale / l, one division a row
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t i = rows[e / 2], col = place.col0 + nt * 8 + 2 * t + e % 2;
-      if (i < S && col < D)
-        add_store(dq, (base + i) * D + col, acc[nt][e] * row_scale[e / 2]);
+    for (int r = 0; r < 2; ++r) {
+      l[mt][r] = quad_sum(l[mt][r]);
+      row_scale[r] = scale / l[mt][r];
+      // The warps that share the row found the same; the first writes it.
+      if (t == 0 && place.col0 == 0 && rows[mt][r] < S)
+        lse[base + rows[mt][r]] = kLn2 * (m[mt][r] + log2f(l[mt][r]));
     }
+    if (!dq)
+      continue;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = rows[mt][e / 2],
+                      col = place.col0 + nt * 8 + 2 * t + e % 2;
+        if (i < S && col < D)
+          add_store(dq, (base + i) * D + col,
+                    acc[mt][nt][e] * row_scale[e / 2]);
+      }
+  }
 }
 
 /// dK and dV of C::kDkdvKeys key rows of one KV head, tiled as C. Grid
@@ -1000,7 +1028,7 @@ void dq_tiled(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
               KeyRange range, const ScoreForm &form, cudaStream_t stream) {
   launch_kernel_shared(
       "attention_tc_dq_kernel", dq_kernel<C>,
-      dim3(tiles_of(S, C::kQueryRows), unsigned(H), unsigned(Bn)),
+      dim3(tiles_of(S, C::kDqQueryRows), unsigned(H), unsigned(Bn)),
       dim3(C::kThreads), C::dq_shared(), stream, dq, lse, dy, q, k, v, delta, H,
       Hkv, S, D, scale, range, form);
 }

@@ -66,7 +66,8 @@ template <class C> AttentionTiles tile_variant() {
       ", blocks/SM forward " + floor_of(C::kFwdMinBlocks) + ", dQ " +
       floor_of(C::kDqMinBlocks) + ", dK/dV " + floor_of(C::kMinBlocks) +
       ", forward rows/warp " + std::to_string(16 * C::kFwdRowTiles) +
-      ", forward key buffers " + std::to_string(C::kFwdKeyBuffers);
+      ", forward key buffers " + std::to_string(C::kFwdKeyBuffers) +
+      ", dQ rows/warp " + std::to_string(16 * C::kDqRowTiles);
   return {name, std::is_same_v<C, Tiles<C::kDM>>, forward<C>, dq<C>, dkdv<C>};
 }
 

@@ -20,10 +20,10 @@ std::vector<AttentionTiles> attention_tile_variants_128() {
           // 3 blocks an SM of the forward: its key tile of 32 fits 168
           // registers a thread (64 would spill 120 bytes).
           tile_variant<Tiles<128, 4, 32, 32, 16, 1, 3>>(),
-          // FlashAttention 2's forward: 32 query rows a warp, 128 a block,
-          // with key tiles of 32 (255 registers, 8 bytes spilled; key
-          // tiles of 64 would spill 172).
-          tile_variant<Tiles<128, 4, 32, 32, 16, 1, 0, 0, 2>>()};
+          // FlashAttention 2's layout in the forward and dQ: 32 query rows
+          // a warp, 128 a block, with key tiles of 32 and 16 (the
+          // forward's of 64 would spill 172 bytes).
+          tile_variant<Tiles<128, 4, 32, 16, 16, 1, 0, 0, 2, 2, 2>>()};
 }
 
 } // namespace mtrt::MT_KNS

@@ -25,8 +25,9 @@ std::vector<AttentionTiles> attention_tile_variants_64() {
           // 4 blocks an SM of the forward and dQ: 128 registers a thread
           // (dQ spills 8 bytes), with key tiles of 32 and 16.
           tile_variant<Tiles<64, 4, 32, 16, 32, 3, 4, 4>>(),
-          // FlashAttention 2's forward: 32 query rows a warp, 128 a block.
-          tile_variant<Tiles<64, 4, 64, 32, 32, 3, 0, 0, 2>>()};
+          // FlashAttention 2's layout in the forward and dQ: 32 query rows
+          // a warp, 128 a block.
+          tile_variant<Tiles<64, 4, 64, 32, 32, 3, 0, 0, 2, 2, 2>>()};
 }
 
 } // namespace mtrt::MT_KNS
