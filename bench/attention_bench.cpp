@@ -122,8 +122,11 @@ int main(int argc, char **argv) {
          *v = pool.device(nk, 3), *dy = pool.device(nq, 4);
     void *y = pool.device(nq, 5), *dq = pool.device(nq, 6),
          *dk = pool.device(nk, 7), *dv = pool.device(nk, 8);
-    void *delta = nullptr; // f32, one per query row
-    check(cudaMalloc(&delta, size_t(nq / s.D) * sizeof(float)), "cudaMalloc");
+    void *stats[2] = {}; // δ and the log-sum-exp, f32 a query row
+    for (void *&p : stats)
+      check(cudaMalloc(&p, size_t(nq / s.D) * sizeof(float)), "cudaMalloc");
+    auto *delta = static_cast<float *>(stats[0]);
+    auto *lse = static_cast<float *>(stats[1]);
     const float scale = 1.f / std::sqrt(float(s.D));
     const mtrt::KeyRange range{s.window, s.chunk};
     const double flops =
@@ -135,25 +138,26 @@ int main(int argc, char **argv) {
     auto measure = [&](mtrt::cuda::AttentionKernels family, int n) {
       k.set_attention_kernels(family);
       Timing t;
+      // The forward as the backward's recompute runs it, keeping each
+      // row's log-sum-exp.
       t.fwd_ms = time_ms(stream, n, [&] {
-        k.attention_forward(y, q, kk, v, s.B, s.H, s.Hkv, s.S, s.D, scale,
+        k.attention_forward(y, lse, q, kk, v, s.B, s.H, s.Hkv, s.S, s.D, scale,
                             range, 0.f, nullptr, nullptr);
       });
       t.finite = all_finite(y, nq);
       // The backward as a step runs it: δ, then the gradients.
       t.bwd_ms = time_ms(stream, n, [&] {
-        k.attention_delta(static_cast<float *>(delta), dy, y, nq / s.D, s.D);
-        k.attention_backward(
-            dq, dk, dv, dy, q, kk, v, static_cast<const float *>(delta), s.B,
-            s.H, s.Hkv, s.S, s.D, scale, range, 0.f, nullptr, nullptr, nullptr);
+        k.attention_delta(delta, dy, y, nq / s.D, s.D);
+        k.attention_backward(dq, dk, dv, dy, q, kk, v, delta, lse, s.B, s.H,
+                             s.Hkv, s.S, s.D, scale, range, 0.f, nullptr,
+                             nullptr, nullptr);
       });
       // The dQ pass alone: no dK or dV asked for.
       t.dq_ms = time_ms(stream, n, [&] {
-        k.attention_delta(static_cast<float *>(delta), dy, y, nq / s.D, s.D);
-        k.attention_backward(dq, nullptr, nullptr, dy, q, kk, v,
-                             static_cast<const float *>(delta), s.B, s.H, s.Hkv,
-                             s.S, s.D, scale, range, 0.f, nullptr, nullptr,
-                             nullptr);
+        k.attention_delta(delta, dy, y, nq / s.D, s.D);
+        k.attention_backward(dq, nullptr, nullptr, dy, q, kk, v, delta, lse,
+                             s.B, s.H, s.Hkv, s.S, s.D, scale, range, 0.f,
+                             nullptr, nullptr, nullptr);
       });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;
@@ -219,7 +223,7 @@ int main(int argc, char **argv) {
                   cc_fwd, cc_bwd, cudnn_fwd, cudnn_bwd, cudnn_diff,
                   tc.finite && cc.finite ? "true" : "false");
     rows += row;
-    for (void *p : {q, kk, v, dy, y, dq, dk, dv, delta})
+    for (void *p : {q, kk, v, dy, y, dq, dk, dv, stats[0], stats[1]})
       cudaFree(p);
   }
   if (!json.empty() && !bench::write_rows(json, rows))

@@ -321,9 +321,12 @@ private:
           << (r.getRotation() == "interleaved" ? "true" : "false") << ");\n";
     } else if (auto at = dyn_cast<AttentionOp>(op)) {
       std::string slopes = alibiSlopes(at.getAlibiSlopes());
+      Value lse = at.getLse();
       os_ << "  k.attention_forward(" << ref(at.getY()) << ", "
-          << ref(at.getQ()) << ", " << ref(at.getK()) << ", " << ref(at.getV())
-          << ", "
+          << (lse && !lse.use_empty() ? "static_cast<float *>(" + ref(lse) + ")"
+                                      : std::string("nullptr"))
+          << ", " << ref(at.getQ()) << ", " << ref(at.getK()) << ", "
+          << ref(at.getV()) << ", "
           << attentionDims(at.getQ(), at.getK(),
                            at.getScale().convertToDouble())
           << ", " << keyRange(at.getWindow(), at.getChunk()) << ", "
@@ -346,7 +349,8 @@ private:
       os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv << ", "
           << ref(g.getDy()) << ", " << ref(g.getQ()) << ", " << ref(g.getK())
           << ", " << ref(g.getV()) << ", static_cast<const float *>("
-          << ref(g.getDelta()) << "), "
+          << ref(g.getDelta()) << "), static_cast<const float *>("
+          << ref(g.getLse()) << "), "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
           << ", " << keyRange(g.getWindow(), g.getChunk()) << ", "
           << softcap(g.getSoftcapAttr()) << ", " << slopes << ", "

@@ -114,6 +114,9 @@ LogicalResult AttentionGradOp::verify() {
   if (getDelta().getType() != rowsOf(getQ()))
     return emitOpError("delta has type ")
            << getDelta().getType() << ", expected " << rowsOf(getQ());
+  if (getLse().getType() != rowsOf(getQ()))
+    return emitOpError("lse has type ")
+           << getLse().getType() << ", expected " << rowsOf(getQ());
   if (auto slopes = getAlibiSlopes();
       slopes && int64_t(slopes->size()) !=
                     cast<RankedTensorType>(getQ().getType()).getDimSize(1))

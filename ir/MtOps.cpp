@@ -176,6 +176,8 @@ LogicalResult AttentionOp::verify() {
              << str(sinks) << " must hold one logit per query head (" << q[1]
              << ")";
   }
+  if (getLse() && failed(expectShape(*this, getLse(), q.drop_back(), "lse")))
+    return failure();
   return expectShape(*this, getY(), q, "result");
 }
 

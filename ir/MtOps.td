@@ -276,9 +276,16 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
     [1, H, 1, 1]; gpt-oss), head h's softmax has one more logit, sinks[h],
     that weighs no value: the row's weights sum to less than 1.
 
+    The optional second result `lse` (f32, [B, H, S]) is each query row's
+    log-sum-exp, log Σ_j exp(score_ij) (with the sink's logit where there
+    is one): mt.attention_grad reads it, so the backward need not find each
+    row's softmax again. mt-derive-backward asks for it where the backward
+    recomputes the forward; elsewhere nothing computes it.
+
     ```mlir
     %y = mt.attention %q, %k, %v {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>) -> tensor<2x4x16x16xf32>
     %z = mt.attention %q, %k, %v, %sinks {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>, tensor<4xf32>) -> tensor<2x4x16x16xf32>
+    %u, %lse = mt.attention %q, %k, %v {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16xf32>)
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$q, Mt_FloatTensor:$k, Mt_FloatTensor:$v,
@@ -286,7 +293,7 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
                        F64Attr:$scale, OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
                        OptionalAttr<I64Attr>:$window, OptionalAttr<I64Attr>:$chunk,
                        OptionalAttr<F64Attr>:$softcap);
-  let results = (outs Mt_FloatTensor:$y);
+  let results = (outs Mt_FloatTensor:$y, Optional<Mt_FloatTensor>:$lse);
   let assemblyFormat = "$q `,` $k `,` $v (`,` $sinks^)? attr-dict `:` functional-type(operands, results)";
 }
 

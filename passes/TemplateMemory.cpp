@@ -26,6 +26,8 @@ bool writesParamGradient(Operation *op, unsigned i) {
 }
 
 int64_t storageWidth(Value v) {
+  if (auto a = v.getDefiningOp<AttentionOp>(); a && v == a.getLse())
+    return 2;
   return v.getDefiningOp<AttentionDeltaOp>() ? 2 : 1;
 }
 

@@ -55,7 +55,8 @@ void placeParamGradients(TemplateOp tmpl,
 int64_t launchScratchElems(mlir::ModuleOp module);
 
 /// Storage elements one element of v takes in scratch: 2 for a value kept
-/// in f32 (mt.attention_delta's δ) where storage is bf16 (the GPU), else 1.
+/// in f32 (mt.attention_delta's δ, mt.attention's log-sum-exp) where
+/// storage is bf16 (the GPU), else 1.
 int64_t storageWidth(mlir::Value v);
 
 /// Whether op writes an f32 param gradient as its result #i (dw, db,

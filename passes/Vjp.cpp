@@ -114,11 +114,25 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
       if (op->getAttr(name))
         attrs.push_back(attr(name));
     auto q = cast<RankedTensorType>(a.getQ().getType());
-    Operation *delta = create(
-        loc, "mt.attention_delta", {dy, a.getY()},
-        {RankedTensorType::get(q.getShape().drop_back(), q.getElementType())});
-    SmallVector<Value> operands{dy, a.getQ(), a.getK(), a.getV(),
-                                delta->getResult(0)};
+    auto rows =
+        RankedTensorType::get(q.getShape().drop_back(), q.getElementType());
+    Value lse = a.getLse();
+    if (!lse) {
+      // The forward keeps each row's log-sum-exp for attention_grad: a twin
+      // with the second result takes a's place (a, now unread, goes with
+      // eraseUnread; its y stays the key of dy meanwhile).
+      OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPoint(a);
+      SmallVector<Type> results{a.getY().getType(), rows};
+      Operation *twin =
+          create(loc, "mt.attention", a->getOperands(), results, a->getAttrs());
+      a.getY().replaceAllUsesWith(twin->getResult(0));
+      lse = twin->getResult(1);
+    }
+    Operation *delta = create(loc, "mt.attention_delta",
+                              {dy, lse.getDefiningOp()->getResult(0)}, {rows});
+    SmallVector<Value> operands{
+        dy, a.getQ(), a.getK(), a.getV(), delta->getResult(0), lse};
     SmallVector<Value> primals{a.getQ(), a.getK(), a.getV()};
     if (a.getSinks()) {
       operands.push_back(a.getSinks());

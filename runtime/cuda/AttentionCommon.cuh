@@ -86,19 +86,20 @@ void sink_backward(float *dsinks, const bf16 *sinks, const float *lse,
                    cudaStream_t stream);
 
 /// The attention kernels on tensor cores (AttentionTensorCore.cu), for head
-/// dims up to 512. The backward reads attention_delta's δ and uses lse,
-/// f32 scratch of B·H·S floats.
+/// dims up to 512. The forward keeps each row's log-sum-exp in lse (B·H·S
+/// floats) unless it is null; the backward reads it back, and
+/// attention_delta's δ.
 
-void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
-                         int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                         int64_t D, float scale, KeyRange range,
+void tensor_core_forward(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
+                         const bf16 *v, int64_t Bn, int64_t H, int64_t Hkv,
+                         int64_t S, int64_t D, float scale, KeyRange range,
                          const ScoreForm &form, cudaStream_t stream);
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                           const bf16 *q, const bf16 *k, const bf16 *v,
-                          const float *delta, float *lse, int64_t Bn, int64_t H,
-                          int64_t Hkv, int64_t S, int64_t D, float scale,
-                          KeyRange range, const ScoreForm &form,
+                          const float *delta, const float *lse, int64_t Bn,
+                          int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                          float scale, KeyRange range, const ScoreForm &form,
                           cudaStream_t stream);
 
 } // namespace mtrt::MT_KNS::attn

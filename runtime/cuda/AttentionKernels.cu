@@ -4,9 +4,8 @@
 // kernels of AttentionTensorCore.cu unless CudaKernels was set to
 // AttentionKernels::CudaCores, or to Cudnn for the forms CudnnAttention.h
 // takes) and the kernels on CUDA cores, in the scheme
-// below; both families take head dims up to 512. The tensor-core family
-// differs in its backward: two passes, dQ first, taking δ from attention_delta
-// and the log-sum-exp online, where this one reruns the forward for both.
+// below; both families take head dims up to 512, and both backwards read δ
+// from attention_delta and each row's log-sum-exp from the forward.
 //
 // Layout: a query (or key) row is owned by TPR consecutive lanes, lane t
 // holding dims t, t + TPR, t + 2·TPR, ... (DPT of them, in registers), so a
@@ -15,15 +14,14 @@
 // K/V (or Q/dY) tiles are staged in shared memory; all math is f32.
 //
 //  - Forward: per block BR query rows; key tiles of BC with the online
-//    softmax of docs/primitives.md (running max m, sum l, unnormalized o).
-//  - Backward, three kernels, all deterministic (no atomics):
-//     1. the forward again, writing each row's log-sum-exp and
-//        δ_i = dy_i · y_i (f32 scratch, 2·B·H·S floats);
-//     2. dK/dV: a block owns BC key rows of one KV head and walks every
+//    softmax of docs/primitives.md (running max m, sum l, unnormalized o);
+//    where asked, each row's log-sum-exp m + log l.
+//  - Backward, two kernels, both deterministic (no atomics):
+//     1. dK/dV: a block owns BC key rows of one KV head and walks every
 //        query head of its group and every later query tile in a fixed
 //        order, so it alone writes those dK/dV rows;
-//     3. dQ: a block owns BR query rows and walks the key tiles.
-//    p and ds are recomputed from q, k and the log-sum-exp in 2 and 3.
+//     2. dQ: a block owns BR query rows and walks the key tiles.
+//    p and ds are recomputed from q, k and the log-sum-exp in both.
 //
 // A score is cap · tanh(s / cap) of the scaled dot product s when
 // soft-capped (Gemma 2), plus ALiBi's m_h · (j − i); the cap and the slopes
@@ -81,15 +79,14 @@ __device__ __forceinline__ void load_row(float (&r)[DPT], const bf16 *row,
   }
 }
 
-/// Forward (Stats = false: writes y) or the backward's statistics pass
-/// (Stats = true: writes lse and delta). Grid (ceil(S/BR), H, B), BR·TPR
-/// threads.
-template <int TPR, int DPT, int BR, int BC, bool Stats>
+/// The forward: y, and each row's log-sum-exp where lse is set. Grid
+/// (ceil(S/BR), H, B), BR·TPR threads.
+template <int TPR, int DPT, int BR, int BC>
 __global__ void __launch_bounds__(BR *TPR)
-    attention_forward_kernel(bf16 *y, float *lse, float *delta, const bf16 *dy,
-                             const bf16 *q, const bf16 *k, const bf16 *v,
-                             int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                             float scale, KeyRange range, ScoreForm form) {
+    attention_forward_kernel(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
+                             const bf16 *v, int64_t H, int64_t Hkv, int64_t S,
+                             int64_t D, float scale, KeyRange range,
+                             ScoreForm form) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -152,28 +149,16 @@ __global__ void __launch_bounds__(BR *TPR)
     m = m_new;
   }
 
-  const bool writes = q0 + r < S;
-  if (Stats) {
-    float d = 0.f;
+  if (q0 + r >= S)
+    return;
 #pragma unroll
-    for (int u = 0; u < DPT; ++u) {
-      const int dd = t + TPR * u;
-      if (dd < D)
-        d += bf2f(dy[row * D + dd]) * (o[u] / l);
-    }
-    d = row_sum<TPR>(d);
-    if (writes && t == 0) {
-      lse[row] = m + logf(l);
-      delta[row] = d;
-    }
-  } else if (writes) {
-#pragma unroll
-    for (int u = 0; u < DPT; ++u) {
-      const int dd = t + TPR * u;
-      if (dd < D)
-        y[row * D + dd] = f2bf(o[u] / l);
-    }
+  for (int u = 0; u < DPT; ++u) {
+    const int dd = t + TPR * u;
+    if (dd < D)
+      y[row * D + dd] = f2bf(o[u] / l);
   }
+  if (lse && t == 0)
+    lse[row] = m + logf(l);
 }
 
 /// dK and dV of BC key rows of one KV head. Grid (ceil(S/BC), Hkv, B),
@@ -318,44 +303,37 @@ __global__ void __launch_bounds__(BR *TPR)
 template <int TPR, int DPT, int Rows> struct Attention {
   static constexpr int BR = Rows, BC_FWD = Rows < 32 ? Rows : 32, BC = Rows;
 
-  static void forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
-                      int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                      float scale, KeyRange range, const ScoreForm &form,
-                      cudaStream_t stream) {
-    auto *kernel = attention_forward_kernel<TPR, DPT, BR, BC_FWD, false>;
+  static void forward(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
+                      const bf16 *v, int64_t Bn, int64_t H, int64_t Hkv,
+                      int64_t S, int64_t D, float scale, KeyRange range,
+                      const ScoreForm &form, cudaStream_t stream) {
+    auto *kernel = attention_forward_kernel<TPR, DPT, BR, BC_FWD>;
     launch_kernel("attention_forward_kernel", kernel,
                   dim3(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn)),
-                  dim3(BR * TPR), stream, y, static_cast<float *>(nullptr),
-                  static_cast<float *>(nullptr),
-                  static_cast<const bf16 *>(nullptr), q, k, v, H, Hkv, S, D,
-                  scale, range, form);
+                  dim3(BR * TPR), stream, y, lse, q, k, v, H, Hkv, S, D, scale,
+                  range, form);
   }
 
   static void backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
-                       const bf16 *q, const bf16 *k, const bf16 *v, float *lse,
-                       float *delta, int64_t Bn, int64_t H, int64_t Hkv,
-                       int64_t S, int64_t D, float scale, KeyRange range,
-                       const ScoreForm &form, cudaStream_t stream) {
+                       const bf16 *q, const bf16 *k, const bf16 *v,
+                       const float *lse, const float *delta, int64_t Bn,
+                       int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                       float scale, KeyRange range, const ScoreForm &form,
+                       cudaStream_t stream) {
     const dim3 rows(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn));
-    auto *stats = attention_forward_kernel<TPR, DPT, BR, BC_FWD, true>;
-    launch_kernel("attention_stats_kernel", stats, rows, dim3(BR * TPR), stream,
-                  static_cast<bf16 *>(nullptr), lse, delta, dy, q, k, v, H, Hkv,
-                  S, D, scale, range, form);
     if (dk || dv) {
       auto *kernel = attention_dkdv_kernel<TPR, DPT, BC, BR>;
       launch_kernel(
           "attention_dkdv_kernel", kernel,
           dim3(unsigned((S + BC - 1) / BC), unsigned(Hkv), unsigned(Bn)),
-          dim3(BC * TPR), stream, dk, dv, dy, q, k, v,
-          static_cast<const float *>(lse), static_cast<const float *>(delta), H,
-          Hkv, S, D, scale, range, form);
+          dim3(BC * TPR), stream, dk, dv, dy, q, k, v, lse, delta, H, Hkv, S, D,
+          scale, range, form);
     }
     if (dq) {
       auto *kernel = attention_dq_kernel<TPR, DPT, BR, BC>;
       launch_kernel("attention_dq_kernel", kernel, rows, dim3(BR * TPR), stream,
-                    dq, dy, q, k, v, static_cast<const float *>(lse),
-                    static_cast<const float *>(delta), H, Hkv, S, D, scale,
-                    range, form);
+                    dq, dy, q, k, v, lse, delta, H, Hkv, S, D, scale, range,
+                    form);
     }
   }
 };
@@ -463,8 +441,8 @@ AttentionKernels attention_kernels_from_env() {
 
 #ifdef MEGATRAIN_CUDA_EMULATION
 // The emulator has no cuDNN: the backend refuses the family before a step.
-void CudaKernels::cudnn_attention_forward(void *, const void *, const void *,
-                                          const void *,
+void CudaKernels::cudnn_attention_forward(void *, float *, const void *,
+                                          const void *, const void *,
                                           const cuda::AttentionDims &, float) {
   fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
 }
@@ -481,12 +459,13 @@ cuda::CudnnAttention &CudaKernels::cudnn() {
   return *cudnn_;
 }
 
-void CudaKernels::cudnn_attention_forward(void *y, const void *q, const void *k,
-                                          const void *v,
+void CudaKernels::cudnn_attention_forward(void *y, float *lse, const void *q,
+                                          const void *k, const void *v,
                                           const cuda::AttentionDims &d,
                                           float scale) {
   cuda::CudnnAttention &c = cudnn();
-  c.forward(y, q, k, v, d, scale, scratch(c.forward_scratch_bytes(d)), stream_);
+  c.forward(y, lse, q, k, v, d, scale, scratch(c.forward_scratch_bytes(d)),
+            stream_);
 }
 
 void CudaKernels::cudnn_attention_backward(void *dq, void *dk, void *dv,
@@ -508,11 +487,12 @@ void CudaKernels::cudnn_attention_backward(void *dq, void *dk, void *dv,
 }
 #endif
 
-void CudaKernels::attention_forward(void *y, const void *q, const void *k,
-                                    const void *v, int64_t Bn, int64_t H,
-                                    int64_t Hkv, int64_t S, int64_t D,
-                                    float scale, const KeyRange &range,
-                                    float softcap, const float *alibi_slopes,
+void CudaKernels::attention_forward(void *y, float *lse, const void *q,
+                                    const void *k, const void *v, int64_t Bn,
+                                    int64_t H, int64_t Hkv, int64_t S,
+                                    int64_t D, float scale,
+                                    const KeyRange &range, float softcap,
+                                    const float *alibi_slopes,
                                     const void *sinks) {
   if (Bn * H * S * D <= 0)
     return;
@@ -522,22 +502,22 @@ void CudaKernels::attention_forward(void *y, const void *q, const void *k,
   if (attention_ == AttentionKernels::Cudnn &&
       cuda::CudnnAttention::takes(D, range.window, range.chunk, softcap,
                                   alibi_slopes != nullptr, sinks != nullptr))
-    return cudnn_attention_forward(y, q, k, v, {Bn, H, Hkv, S, D}, scale);
+    return cudnn_attention_forward(y, lse, q, k, v, {Bn, H, Hkv, S, D}, scale);
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores)
-    attn::tensor_core_forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
-                              range, a, s);
+    attn::tensor_core_forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D,
+                              scale, range, a, s);
   else if (D <= 64)
-    Attention64::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale, range,
-                         a, s);
+    Attention64::forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
+                         range, a, s);
   else if (D <= 128)
-    Attention128::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
+    Attention128::forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                           range, a, s);
   else if (D <= 256)
-    Attention256::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
+    Attention256::forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                           range, a, s);
   else
-    Attention512::forward(B(y), B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
+    Attention512::forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
                           range, a, s);
 }
 
@@ -554,9 +534,10 @@ void CudaKernels::attention_delta(float *delta, const void *dy, const void *y,
 
 void CudaKernels::attention_backward(
     void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
-    const void *v, const float *delta, int64_t Bn, int64_t H, int64_t Hkv,
-    int64_t S, int64_t D, float scale, const KeyRange &range, float softcap,
-    const float *alibi_slopes, const void *sinks, float *dsinks) {
+    const void *v, const float *delta, const float *lse, int64_t Bn, int64_t H,
+    int64_t Hkv, int64_t S, int64_t D, float scale, const KeyRange &range,
+    float softcap, const float *alibi_slopes, const void *sinks,
+    float *dsinks) {
   if (Bn * H * S * D <= 0 || (!dq && !dk && !dv && !dsinks))
     return;
   check_shape("attention_backward", H, Hkv, D);
@@ -569,34 +550,25 @@ void CudaKernels::attention_backward(
                                   alibi_slopes != nullptr, sinks != nullptr))
     return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, {Bn, H, Hkv, S, D},
                                     scale);
-  const int64_t rows = Bn * H * S;
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ != AttentionKernels::CudaCores) { // cuDNN's family too
-    float *lse = static_cast<float *>(scratch(rows * int64_t(sizeof(float))));
+  if (attention_ != AttentionKernels::CudaCores) // cuDNN's family too
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
                                delta, lse, Bn, H, Hkv, S, D, scale, range, a,
                                s);
-    if (dsinks)
-      attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
-    return;
-  }
-  // The CUDA-core kernels find their own δ (and log-sum-exp).
-  float *lse = static_cast<float *>(scratch(2 * rows * int64_t(sizeof(float))));
-  float *own = lse + rows;
-  if (D <= 64)
+  else if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                          own, Bn, H, Hkv, S, D, scale, range, a, s);
+                          delta, Bn, H, Hkv, S, D, scale, range, a, s);
   else if (D <= 128)
     Attention128::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           own, Bn, H, Hkv, S, D, scale, range, a, s);
+                           delta, Bn, H, Hkv, S, D, scale, range, a, s);
   else if (D <= 256)
     Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           own, Bn, H, Hkv, S, D, scale, range, a, s);
+                           delta, Bn, H, Hkv, S, D, scale, range, a, s);
   else
     Attention512::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           own, Bn, H, Hkv, S, D, scale, range, a, s);
+                           delta, Bn, H, Hkv, S, D, scale, range, a, s);
   if (dsinks)
-    attn::sink_backward(dsinks, a.sinks, lse, own, Bn, H, S, s);
+    attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
 }
 
 } // namespace mtrt::MT_KNS

@@ -9,29 +9,29 @@
 
 namespace mtrt::MT_KNS::attn {
 
-void tensor_core_forward(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
-                         int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                         int64_t D, float scale, KeyRange range,
+void tensor_core_forward(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
+                         const bf16 *v, int64_t Bn, int64_t H, int64_t Hkv,
+                         int64_t S, int64_t D, float scale, KeyRange range,
                          const ScoreForm &form, cudaStream_t stream) {
   if (D <= 64)
-    tc::forward_tiled<tc::Tiles<64>>(y, q, k, v, Bn, H, Hkv, S, D, scale, range,
-                                     form, stream);
+    tc::forward_tiled<tc::Tiles<64>>(y, lse, q, k, v, Bn, H, Hkv, S, D, scale,
+                                     range, form, stream);
   else if (D <= 128)
-    tc::forward_tiled<tc::Tiles<128>>(y, q, k, v, Bn, H, Hkv, S, D, scale,
+    tc::forward_tiled<tc::Tiles<128>>(y, lse, q, k, v, Bn, H, Hkv, S, D, scale,
                                       range, form, stream);
   else if (D <= 256)
-    tc::forward_tiled<tc::Tiles<256>>(y, q, k, v, Bn, H, Hkv, S, D, scale,
+    tc::forward_tiled<tc::Tiles<256>>(y, lse, q, k, v, Bn, H, Hkv, S, D, scale,
                                       range, form, stream);
   else
-    tc::forward_tiled<tc::Tiles<512>>(y, q, k, v, Bn, H, Hkv, S, D, scale,
+    tc::forward_tiled<tc::Tiles<512>>(y, lse, q, k, v, Bn, H, Hkv, S, D, scale,
                                       range, form, stream);
 }
 
 void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
                           const bf16 *q, const bf16 *k, const bf16 *v,
-                          const float *delta, float *lse, int64_t Bn, int64_t H,
-                          int64_t Hkv, int64_t S, int64_t D, float scale,
-                          KeyRange range, const ScoreForm &form,
+                          const float *delta, const float *lse, int64_t Bn,
+                          int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                          float scale, KeyRange range, const ScoreForm &form,
                           cudaStream_t stream) {
   if (D <= 64)
     tc::backward_tiled<tc::Tiles<64>>(dq, dk, dv, dy, q, k, v, delta, lse, Bn,

@@ -2,7 +2,7 @@
 //
 // Head dims up to 512 (zero-padded to DM = 64, 128, 256 or 512), every
 // product on tensor cores (Mma.cuh: bf16 operands, f32 accumulation); the
-// backward is two passes, dQ then dK/dV, both deterministic. With the
+// backward is two passes, dQ and dK/dV, both deterministic. With the
 // runtime's tiles (Tiles below, whose other choices the tile benchmark
 // times) a block is four warps; each warp owns 16 rows of the block's 64
 // (wide heads: fewer, below) and keeps its results in registers in the MMA
@@ -13,13 +13,13 @@
 //    over the four lanes that hold it), then O += P·V with P rounded to
 //    bf16 straight from S's fragments (D's layout is A's). Scores are kept
 //    in base-2 units (times log2 e, folded into the scale), so that each
-//    exponential is one exp2.
+//    exponential is one exp2. Where the backward follows, each row's
+//    log-sum-exp is kept too.
 //  - dQ: rows are queries, key tiles of 32 (16 past DM = 128): S = Q·Kᵀ
 //    and dP = dY·Vᵀ, then dS = P ∘ (dP − δ) and dQ += dS·K, with δ from
-//    attention_delta and P's max and sum running online as in the forward
-//    (the unnormalized sum rescales when the max grows); it leaves each
-//    row's log-sum-exp for dK/dV. FlashAttention 2 gets dQ from the dK/dV
-//    pass with atomic adds instead: one pass fewer, but not deterministic.
+//    attention_delta and P = 2^(S − lse) from the forward's log-sum-exp
+//    (no running max or sum). FlashAttention 2 gets dQ from the dK/dV pass
+//    with atomic adds instead: one pass fewer, but not deterministic.
 //  - dK/dV: rows are keys (64 a block; 32 at DM = 256, whose output dims
 //    two warps split; 16 at DM = 512, split over all four), query tiles of
 //    16 (32 at DM = 64): Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then dV += Pᵀ·dY and
@@ -639,13 +639,14 @@ __device__ __forceinline__ void sum_partials(float (&a)[N][4], float (&b)[N][4],
   }
 }
 
-/// The forward, tiled as C (a Tiles). Grid (ceil(S/kFwdQueryRows), H, B),
-/// C::kThreads threads, C::forward_shared() bytes.
+/// The forward, tiled as C (a Tiles), and each row's log-sum-exp where lse
+/// is set. Grid (ceil(S/kFwdQueryRows), H, B), C::kThreads threads,
+/// C::forward_shared() bytes.
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
-    forward_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
-                   int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
-                   KeyRange range, ScoreForm form) {
+    forward_kernel(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
+                   const bf16 *v, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                   float scale, KeyRange range, ScoreForm form) {
   constexpr int DM = C::kDM, MT = C::kFwdRowTiles;
   constexpr bool kShared = C::kFwdSharedQueries;
   using Place = WarpPlace<C::kWarps, DM, C::kQuerySplit, 16 * MT>;
@@ -723,8 +724,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
     // slow-path call each.
     float inv_l[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      inv_l[r] = 1.f / quad_sum(l[mt][r]);
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(l[mt][r]);
+      inv_l[r] = 1.f / sum;
+      // The warps that share the row found the same; the first writes it.
+      if (lse && t == 0 && place.col0 == 0 && rows[mt][r] < S)
+        lse[base + rows[mt][r]] = kLn2 * (m[mt][r] + log2f(sum));
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -737,13 +743,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
   }
 }
 
-/// dQ of a block's query rows (none when dq is null), and their log-sum-exp
-/// for dkdv_kernel, tiled as C. Grid (ceil(S/kDqQueryRows), H, B),
+/// dQ of a block's query rows, tiled as C, each weight exp(score − lse)
+/// from the forward's log-sum-exp. Grid (ceil(S/kDqQueryRows), H, B),
 /// C::kThreads threads, C::dq_shared() bytes.
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
-    dq_kernel(bf16 *dq, float *lse, const bf16 *dy, const bf16 *q,
-              const bf16 *k, const bf16 *v, const float *delta, int64_t H,
+    dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
+              const bf16 *v, const float *delta, const float *lse, int64_t H,
               int64_t Hkv, int64_t S, int64_t D, float scale, KeyRange range,
               ScoreForm form) {
   constexpr int DM = C::kDM, MT = C::kDqRowTiles;
@@ -778,16 +784,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
     load_a<KS>(qf, q + base * D, w0, S, D);
     load_a<KS>(dyf, dy + base * D, w0, S, D);
   }
-  float dl[MT][2];
-  // Σ_j p̃_ij (dP_ij − δ_i) k_j, p̃ under the max m, the warp's output dims
+  // Each row's δ, and its log-sum-exp in base 2 (rows past S: any finite
+  // value, they write nothing).
+  float dl[MT][2], lse2[MT][2];
+  // Σ_j p_ij (dP_ij − δ_i) k_j, the warp's output dims
   float acc[MT][NT][4] = {};
-  float m[MT][2], l[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      dl[mt][r] = rows[mt][r] < S ? delta[base + rows[mt][r]] : 0.f;
-      m[mt][r] = first_max2(form, h), l[mt][r] = form.first_sum(t == 0);
+      const bool in = rows[mt][r] < S;
+      dl[mt][r] = in ? delta[base + rows[mt][r]] : 0.f;
+      lse2[mt][r] = in ? kLog2e * lse[base + rows[mt][r]] : 0.f;
     }
 
   const int64_t keys = min64(q0 + C::kDqQueryRows, S);
@@ -814,9 +822,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
     for (int mt = 0; mt < MT; ++mt) {
       const bool plain =
           score_tile<ST>(s[mt], rows[mt], j0, range, scale, slope, form);
-      raise_max(m[mt], l[mt], acc[mt], s[mt]);
-      float off[2];
-      max_offsets(off, m[mt]);
       // One branch a tile, not one a score: a plain tile has no mask, cap
       // or bias to undo.
       if (plain) {
@@ -824,8 +829,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
         for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float p = exp2_approx(s[mt][nt][e] - off[e / 2]);
-            l[mt][e / 2] += p;
+            const float p = exp2_approx(s[mt][nt][e] - lse2[mt][e / 2]);
             s[mt][nt][e] = p * (dp[mt][nt][e] - dl[mt][e / 2]);
           }
       } else {
@@ -834,8 +838,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int64_t i = rows[mt][e / 2], j = j0 + nt * 8 + 2 * t + e % 2;
-            const float p = exp2_approx(s[mt][nt][e] - off[e / 2]);
-            l[mt][e / 2] += p;
+            // 2^-inf = 0 where the query does not see the key.
+            const float p = exp2_approx(s[mt][nt][e] - lse2[mt][e / 2]);
             // The capped score, the bias taken off again (registers are
             // short).
             const float c = kLn2 * s[mt][nt][e] - slope * float(j - i);
@@ -848,18 +852,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
     mma_result_tile<DM>(acc, s, tiles.k(), place.col0);
   }
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    float row_scale[2]; // scale / l, one division a row
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[mt][r] = quad_sum(l[mt][r]);
-      row_scale[r] = scale / l[mt][r];
-      // The warps that share the row found the same; the first writes it.
-      if (t == 0 && place.col0 == 0 && rows[mt][r] < S)
-        lse[base + rows[mt][r]] = kLn2 * (m[mt][r] + log2f(l[mt][r]));
-    }
-    if (!dq)
-      continue;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -867,10 +860,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
         const int64_t i = rows[mt][e / 2],
                       col = place.col0 + nt * 8 + 2 * t + e % 2;
         if (i < S && col < D)
-          add_store(dq, (base + i) * D + col,
-                    acc[mt][nt][e] * row_scale[e / 2]);
+          add_store(dq, (base + i) * D + col, acc[mt][nt][e] * scale);
       }
-  }
 }
 
 /// dK and dV of C::kDkdvKeys key rows of one KV head, tiled as C. Grid
@@ -1008,28 +999,29 @@ inline unsigned tiles_of(int64_t S, int rows) {
 
 /// The forward on tiles C (a Tiles).
 template <class C>
-void forward_tiled(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v,
-                   int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                   float scale, KeyRange range, const ScoreForm &form,
-                   cudaStream_t stream) {
+void forward_tiled(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
+                   const bf16 *v, int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
+                   int64_t D, float scale, KeyRange range,
+                   const ScoreForm &form, cudaStream_t stream) {
   launch_kernel_shared(
       "attention_tc_forward_kernel", forward_kernel<C>,
       dim3(tiles_of(S, C::kFwdQueryRows), unsigned(H), unsigned(Bn)),
-      dim3(C::kThreads), C::forward_shared(), stream, y, q, k, v, H, Hkv, S, D,
-      scale, range, form);
+      dim3(C::kThreads), C::forward_shared(), stream, y, lse, q, k, v, H, Hkv,
+      S, D, scale, range, form);
 }
 
-/// dQ (into dq, unless null) and the log-sum-exp, then dK and dV (unless
-/// both are null), on tiles C; δ from attention_delta, lse B·H·S floats.
+/// dQ (added into dq), then dK and dV (added into dk and dv, unless both
+/// are null), on tiles C; δ from attention_delta, lse from the forward,
+/// B·H·S floats each.
 template <class C>
 void dq_tiled(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
-              const bf16 *v, const float *delta, float *lse, int64_t Bn,
+              const bf16 *v, const float *delta, const float *lse, int64_t Bn,
               int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
               KeyRange range, const ScoreForm &form, cudaStream_t stream) {
   launch_kernel_shared(
       "attention_tc_dq_kernel", dq_kernel<C>,
       dim3(tiles_of(S, C::kDqQueryRows), unsigned(H), unsigned(Bn)),
-      dim3(C::kThreads), C::dq_shared(), stream, dq, lse, dy, q, k, v, delta, H,
+      dim3(C::kThreads), C::dq_shared(), stream, dq, dy, q, k, v, delta, lse, H,
       Hkv, S, D, scale, range, form);
 }
 template <class C>
@@ -1045,16 +1037,16 @@ void dkdv_tiled(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
       delta, H, Hkv, S, D, scale, range, form);
 }
 
-/// The backward on tiles C: dQ first, as it leaves the log-sum-exp that
-/// dK/dV read.
+/// The backward on tiles C: dQ (unless dq is null), then dK/dV.
 template <class C>
 void backward_tiled(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
                     const bf16 *k, const bf16 *v, const float *delta,
-                    float *lse, int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                    int64_t D, float scale, KeyRange range,
+                    const float *lse, int64_t Bn, int64_t H, int64_t Hkv,
+                    int64_t S, int64_t D, float scale, KeyRange range,
                     const ScoreForm &form, cudaStream_t stream) {
-  dq_tiled<C>(dq, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D, scale, range, form,
-              stream);
+  if (dq)
+    dq_tiled<C>(dq, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D, scale, range,
+                form, stream);
   if (dk || dv)
     dkdv_tiled<C>(dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D, scale,
                   range, form, stream);

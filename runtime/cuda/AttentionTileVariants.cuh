@@ -39,8 +39,8 @@ inline const bf16 *B(const void *p) { return static_cast<const bf16 *>(p); }
 inline bf16 *B(void *p) { return static_cast<bf16 *>(p); }
 
 template <class C> void forward(const AttentionCall &c) {
-  forward_tiled<C>(B(c.y), B(c.q), B(c.k), B(c.v), c.B, c.H, c.Hkv, c.S, c.D,
-                   c.scale, c.range, form_of(c), cudaStream_t(c.stream));
+  forward_tiled<C>(B(c.y), c.lse, B(c.q), B(c.k), B(c.v), c.B, c.H, c.Hkv, c.S,
+                   c.D, c.scale, c.range, form_of(c), cudaStream_t(c.stream));
 }
 template <class C> void dq(const AttentionCall &c) {
   dq_tiled<C>(B(c.dq), B(c.dy), B(c.q), B(c.k), B(c.v), c.delta, c.lse, c.B,

@@ -27,7 +27,7 @@ namespace mtrt::MT_KNS {
 
 /// One attention call's operands, as CudaKernels takes them: device
 /// pointers (bf16 unless said), δ from attention_delta, lse B·H·S floats
-/// of scratch that dq writes and dkdv reads. alibi_slopes: H host floats,
+/// that the forward writes and dq and dkdv read. alibi_slopes: H host floats,
 /// or null; sinks: H bf16 on the device, or null. stream: a cudaStream_t.
 struct AttentionCall {
   void *y, *dq, *dk, *dv;
@@ -43,9 +43,9 @@ struct AttentionCall {
   void *stream;
 };
 
-/// The kernels on one choice of tiles. dq writes dQ (where dq is set; it
-/// adds, as the runtime's backward does) and the log-sum-exp; dkdv then adds
-/// dK and dV.
+/// The kernels on one choice of tiles. forward writes y and the
+/// log-sum-exp; dq adds dQ and dkdv dK and dV, as the runtime's backward
+/// does.
 struct AttentionTiles {
   std::string name; // the choice, e.g. "warps 4, forward keys 64, ..."
   bool runtime;     // the runtime's own (Tiles<DM>)

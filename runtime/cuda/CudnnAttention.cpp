@@ -635,12 +635,12 @@ int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &d) {
   return aligned(4 * d.B * d.H * d.S) + impl_->plan(false, d).workspace;
 }
 
-void CudnnAttention::forward(void *y, const void *q, const void *k,
+void CudnnAttention::forward(void *y, float *lse, const void *q, const void *k,
                              const void *v, const AttentionDims &d, float scale,
                              void *scratch, void *stream) {
-  char *stats = static_cast<char *>(scratch);
-  impl_->forward(y, stats, stats + aligned(4 * d.B * d.H * d.S), q, k, v, d,
-                 scale, stream);
+  char *own = static_cast<char *>(scratch);
+  impl_->forward(y, lse ? static_cast<void *>(lse) : own,
+                 own + aligned(4 * d.B * d.H * d.S), q, k, v, d, scale, stream);
 }
 
 int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &d) {
@@ -715,8 +715,9 @@ CudnnAttention::~CudnnAttention() = default;
 int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &) {
   fail("cuda: ", kLeftOut);
 }
-void CudnnAttention::forward(void *, const void *, const void *, const void *,
-                             const AttentionDims &, float, void *, void *) {
+void CudnnAttention::forward(void *, float *, const void *, const void *,
+                             const void *, const AttentionDims &, float, void *,
+                             void *) {
   fail("cuda: ", kLeftOut);
 }
 int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &) {

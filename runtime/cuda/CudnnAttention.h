@@ -54,9 +54,10 @@ public:
   /// its plan (cuDNN may compile its kernel then, which takes seconds).
   int64_t forward_scratch_bytes(const AttentionDims &d);
 
-  /// y = softmax(scale·q·kᵀ, causal)·v on `stream` (a cudaStream_t);
+  /// y = softmax(scale·q·kᵀ, causal)·v on `stream` (a cudaStream_t), and
+  /// each row's log-sum-exp into lse (B·H·S floats) unless it is null;
   /// `scratch` holds forward_scratch_bytes(d) bytes of device memory.
-  void forward(void *y, const void *q, const void *k, const void *v,
+  void forward(void *y, float *lse, const void *q, const void *k, const void *v,
                const AttentionDims &d, float scale, void *scratch,
                void *stream);
 

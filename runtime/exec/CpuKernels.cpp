@@ -110,14 +110,14 @@ void CpuKernels::rope_backward(void *dx, const void *dy, const void *cos,
                      interleaved);
   store(dx, B * H * S * D);
 }
-void CpuKernels::attention_forward(void *y, const void *q, const void *k,
-                                   const void *v, int64_t B, int64_t H,
-                                   int64_t Hkv, int64_t S, int64_t D,
+void CpuKernels::attention_forward(void *y, float *lse, const void *q,
+                                   const void *k, const void *v, int64_t B,
+                                   int64_t H, int64_t Hkv, int64_t S, int64_t D,
                                    float scale, const KeyRange &range,
                                    float softcap, const float *alibi_slopes,
                                    const void *sinks) {
-  cpu::attention_forward(F(y), F(q), F(k), F(v), B, H, Hkv, S, D, scale, range,
-                         softcap, alibi_slopes, F(sinks));
+  cpu::attention_forward(F(y), lse, F(q), F(k), F(v), B, H, Hkv, S, D, scale,
+                         range, softcap, alibi_slopes, F(sinks));
   store(y, B * H * S * D);
 }
 void CpuKernels::attention_delta(float *delta, const void *dy, const void *y,
@@ -126,12 +126,13 @@ void CpuKernels::attention_delta(float *delta, const void *dy, const void *y,
 }
 void CpuKernels::attention_backward(
     void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
-    const void *v, const float *delta, int64_t B, int64_t H, int64_t Hkv,
-    int64_t S, int64_t D, float scale, const KeyRange &range, float softcap,
-    const float *alibi_slopes, const void *sinks, float *dsinks) {
+    const void *v, const float *delta, const float *lse, int64_t B, int64_t H,
+    int64_t Hkv, int64_t S, int64_t D, float scale, const KeyRange &range,
+    float softcap, const float *alibi_slopes, const void *sinks,
+    float *dsinks) {
   cpu::attention_backward(F(dq), F(dk), F(dv), F(dy), F(q), F(k), F(v), delta,
-                          B, H, Hkv, S, D, scale, range, softcap, alibi_slopes,
-                          F(sinks), dsinks);
+                          lse, B, H, Hkv, S, D, scale, range, softcap,
+                          alibi_slopes, F(sinks), dsinks);
   store(dq, B * H * S * D);
   store(dk, B * Hkv * S * D);
   store(dv, B * Hkv * S * D);

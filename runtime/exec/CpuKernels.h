@@ -47,18 +47,18 @@ public:
   void rope_backward(void *dx, const void *dy, const void *cos, const void *sin,
                      int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
                      int seq_axis, bool interleaved) override;
-  void attention_forward(void *y, const void *q, const void *k, const void *v,
-                         int64_t B, int64_t H, int64_t Hkv, int64_t S,
-                         int64_t D, float scale, const KeyRange &range,
-                         float softcap, const float *alibi_slopes,
-                         const void *sinks) override;
+  void attention_forward(void *y, float *lse, const void *q, const void *k,
+                         const void *v, int64_t B, int64_t H, int64_t Hkv,
+                         int64_t S, int64_t D, float scale,
+                         const KeyRange &range, float softcap,
+                         const float *alibi_slopes, const void *sinks) override;
   void attention_delta(float *delta, const void *dy, const void *y,
                        int64_t rows, int64_t D) override;
   void attention_backward(void *dq, void *dk, void *dv, const void *dy,
                           const void *q, const void *k, const void *v,
-                          const float *delta, int64_t B, int64_t H, int64_t Hkv,
-                          int64_t S, int64_t D, float scale,
-                          const KeyRange &range, float softcap,
+                          const float *delta, const float *lse, int64_t B,
+                          int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                          float scale, const KeyRange &range, float softcap,
                           const float *alibi_slopes, const void *sinks,
                           float *dsinks) override;
   void relu_forward(void *y, const void *x, int64_t n) override;

@@ -82,24 +82,27 @@ public:
   // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
   // alibi_slopes: H host floats (query head h adds m_h · (j − i) to its
   // scores), or null. sinks: H values of a param (head h's softmax has one
-  // more logit, weighing no value), or null.
-  virtual void attention_forward(void *y, const void *q, const void *k,
-                                 const void *v, int64_t B, int64_t H,
-                                 int64_t Hkv, int64_t S, int64_t D, float scale,
-                                 const KeyRange &range, float softcap,
-                                 const float *alibi_slopes,
+  // more logit, weighing no value), or null. lse: B·H·S floats, each query
+  // row's log-sum-exp (log Σ_j exp(score_ij), the sink's logit included),
+  // or null where no backward reads it.
+  virtual void attention_forward(void *y, float *lse, const void *q,
+                                 const void *k, const void *v, int64_t B,
+                                 int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                                 float scale, const KeyRange &range,
+                                 float softcap, const float *alibi_slopes,
                                  const void *sinks) = 0;
   // δ_r = dy_r · y_r for `rows` rows of D: the row term of the softmax's
   // backward, from the forward's output y; f32 whatever the storage.
   virtual void attention_delta(float *delta, const void *dy, const void *y,
                                int64_t rows, int64_t D) = 0;
-  // delta: attention_delta's, B·H·S floats. dsinks (H floats, or null)
-  // gets the sinks' gradient added.
+  // delta: attention_delta's, B·H·S floats; lse: the forward's for the
+  // same q, k, v. dsinks (H floats, or null) gets the sinks' gradient
+  // added.
   virtual void attention_backward(void *dq, void *dk, void *dv, const void *dy,
                                   const void *q, const void *k, const void *v,
-                                  const float *delta, int64_t B, int64_t H,
-                                  int64_t Hkv, int64_t S, int64_t D,
-                                  float scale, const KeyRange &range,
+                                  const float *delta, const float *lse,
+                                  int64_t B, int64_t H, int64_t Hkv, int64_t S,
+                                  int64_t D, float scale, const KeyRange &range,
                                   float softcap, const float *alibi_slopes,
                                   const void *sinks, float *dsinks) = 0;
   virtual void relu_forward(void *y, const void *x, int64_t n) = 0;

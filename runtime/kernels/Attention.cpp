@@ -1,8 +1,9 @@
 //===- Attention.cpp - causal attention with grouped KV heads -------------===//
 //
 // Flash-style on the CPU: the forward keeps one query row's running max, sum
-// and output (online softmax over key tiles), the backward recomputes each
-// row's probabilities. Neither stores an S x S matrix. ALiBi adds
+// and output (online softmax over key tiles) and may keep the row's
+// log-sum-exp, from which the backward recomputes each row's probabilities
+// in one pass. Neither stores an S x S matrix. ALiBi adds
 // m_h · (j − i) to each score: 0 on the diagonal, so the scores keep their
 // scale however long the sequence. A sliding window or chunks start each
 // row's keys at range.first_key(i), so a window's cost is O(S · window).
@@ -51,10 +52,11 @@ float score_of(const float *qi, const float *kj, int64_t D, float scale,
 
 } // namespace
 
-void attention_forward(float *y, const float *q, const float *k, const float *v,
-                       int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                       float scale, const KeyRange &range, float softcap,
-                       const float *alibi_slopes, const float *sinks) {
+void attention_forward(float *y, float *lse, const float *q, const float *k,
+                       const float *v, int64_t B, int64_t H, int64_t Hkv,
+                       int64_t S, int64_t D, float scale, const KeyRange &range,
+                       float softcap, const float *alibi_slopes,
+                       const float *sinks) {
   const int64_t group = H / Hkv;
 #pragma omp parallel
   {
@@ -96,6 +98,8 @@ void attention_forward(float *y, const float *q, const float *k, const float *v,
       float *yi = y + r * D;
       for (int64_t d = 0; d < D; ++d)
         yi[d] = out[d] / sum;
+      if (lse)
+        lse[r] = running_max + std::log(sum);
     }
   }
 }
@@ -109,9 +113,9 @@ void attention_delta(float *delta, const float *dy, const float *y,
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
-                        const float *delta, int64_t B, int64_t H, int64_t Hkv,
-                        int64_t S, int64_t D, float scale,
-                        const KeyRange &range, float softcap,
+                        const float *delta, const float *lse, int64_t B,
+                        int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                        float scale, const KeyRange &range, float softcap,
                         const float *alibi_slopes, const float *sinks,
                         float *dsinks) {
   if (!dq && !dk && !dv && !dsinks)
@@ -137,24 +141,14 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
           const float *qi = q + r * D, *dyi = dy + r * D;
           const float slope = alibi_slopes ? alibi_slopes[h] : 0.f;
           const int64_t first = range.first_key(i);
-          const float sink = sinks ? sinks[h] : -INFINITY;
-          float row_max = sink;
-          for (int64_t j = first; j <= i; ++j) {
-            prob[j] = score_of(qi, kh + j * D, D, scale, softcap, &dcap[j]) +
-                      slope * float(j - i);
-            row_max = std::max(row_max, prob[j]);
-          }
-          double sum = sinks ? std::exp(double(sink) - row_max) : 0.0;
-          for (int64_t j = first; j <= i; ++j) {
-            prob[j] = std::exp(prob[j] - row_max);
-            sum += prob[j];
-          }
-          const float inv_sum = float(1.0 / sum);
+          const float li = lse[r];   // the forward's log Σ exp(score)
           const float di = delta[r]; // Σ_j p_j (dy_i · v_j) = dy_i · y_i
           if (dsinks) // the sink's value is 0: its dp is 0, its ds −p · δ
-            dsink[b * H + h] -= std::exp(double(sink) - row_max) / sum * di;
+            dsink[b * H + h] -= std::exp(double(sinks[h]) - li) * di;
           for (int64_t j = first; j <= i; ++j) {
-            prob[j] *= inv_sum;
+            prob[j] =
+                std::exp(score_of(qi, kh + j * D, D, scale, softcap, &dcap[j]) +
+                         slope * float(j - i) - li);
             dprob[j] = dot(dyi, vh + j * D, D);
           }
           std::fill(dqi.begin(), dqi.end(), 0.f);

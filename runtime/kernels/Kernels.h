@@ -135,19 +135,22 @@ void moe_backward(float *dx, float *drouter_x, const MoeWeightGrads &g,
 // sinks (H values, or null): head h's softmax has one more logit, sinks[h],
 // that weighs no value (gpt-oss); attention_backward adds its gradient to
 // dsinks when that is not null.
-void attention_forward(float *y, const float *q, const float *k, const float *v,
-                       int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                       float scale, const KeyRange &range, float softcap,
-                       const float *alibi_slopes, const float *sinks);
+// lse (B·H·S, or null): each row's log-sum-exp, log Σ_j exp(score_ij) with
+// the sink's logit where there is one; attention_backward reads it back.
+void attention_forward(float *y, float *lse, const float *q, const float *k,
+                       const float *v, int64_t B, int64_t H, int64_t Hkv,
+                       int64_t S, int64_t D, float scale, const KeyRange &range,
+                       float softcap, const float *alibi_slopes,
+                       const float *sinks);
 // δ_r = dy_r · y_r for `rows` rows of D (y the forward's output): the row
 // term of the softmax's backward, which attention_backward reads.
 void attention_delta(float *delta, const float *dy, const float *y,
                      int64_t rows, int64_t D);
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
-                        const float *delta, int64_t B, int64_t H, int64_t Hkv,
-                        int64_t S, int64_t D, float scale,
-                        const KeyRange &range, float softcap,
+                        const float *delta, const float *lse, int64_t B,
+                        int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                        float scale, const KeyRange &range, float softcap,
                         const float *alibi_slopes, const float *sinks,
                         float *dsinks);
 

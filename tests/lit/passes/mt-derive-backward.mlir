@@ -3,8 +3,9 @@
 // A layer: rms_norm, linear and attention get their VJPs; q = k = v fans out
 // (dq + dk + dv summed with mt.add) and so does the residual input. The
 // attention's ALiBi slopes and window carry over to its gradient, which
-// reads δ of the recomputed output (the attention's own result) and the
-// gradient arriving at it.
+// reads δ of the recomputed output (the attention's own result), the
+// recompute's log-sum-exp (its second result, asked for in the backward
+// only) and the gradient arriving at it.
 // CHECK-LABEL: mt.template @layer.bwd kind "layer"
 // CHECK-SAME: (%[[X:.*]]: tensor<1x8x16xf32>, %[[DY:.*]]: tensor<1x8x16xf32>) params (%[[LN:.*]]: tensor<16xf32>, %[[WQ:.*]]: tensor<16x16xf32>)
 // CHECK-SAME: -> (tensor<1x8x16xf32>, tensor<16xf32>, tensor<16x16xf32>)
@@ -12,10 +13,11 @@
 // CHECK: %[[N:.*]] = mt.rms_norm %[[X]], %[[LN]]
 // CHECK: mt.linear %[[N]], %[[WQ]]
 // CHECK: %[[T:.*]] = mt.transpose
-// CHECK: %[[A:.*]] = mt.attention %[[T]], %[[T]], %[[T]]
+// CHECK: %[[A:.*]], %[[LSE:.*]] = mt.attention %[[T]], %[[T]], %[[T]]
+// CHECK-SAME: -> (tensor<1x2x8x8xf32>, tensor<1x2x8xf32>)
 // CHECK: %[[DA:.*]] = mt.transpose
 // CHECK: %[[DELTA:.*]] = mt.attention_delta %[[DA]], %[[A]] : (tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> tensor<1x2x8xf32>
-// CHECK: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = mt.attention_grad %[[DA]], %[[T]], %[[T]], %[[T]], %[[DELTA]]
+// CHECK: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = mt.attention_grad %[[DA]], %[[T]], %[[T]], %[[T]], %[[DELTA]], %[[LSE]]
 // CHECK-SAME: {alibi_slopes = array<f64: 5.000000e-01, 2.500000e-01>, scale = 3.500000e-01 : f64, window = 4 : i64}
 // CHECK: %[[S:.*]] = mt.add %[[DQ]], %[[DK]]
 // CHECK: mt.add %[[S]], %[[DV]]

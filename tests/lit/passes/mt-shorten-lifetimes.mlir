@@ -130,7 +130,7 @@ module {
 // that projection's weight gradient) by the inverse reshape and transpose,
 // just before attention_delta.
 // CHECK-LABEL: mt.template @layer.bwd kind "layer"
-// CHECK:       [[A:%[0-9]+]] = mt.attention
+// CHECK:       [[A:%[a-z0-9_]+]], [[L:%[a-z0-9_]+]] = mt.attention
 // CHECK-NEXT:  [[B:%[0-9]+]] = mt.transpose [[A]]
 // CHECK-NEXT:  [[C:%[0-9]+]] = mt.reshape [[B]]
 // CHECK-NOT:   [[A]]
@@ -139,7 +139,7 @@ module {
 // CHECK:       [[R:%[0-9]+]] = mt.reshape [[C]] : (tensor<2x8x16xf32>) -> tensor<2x8x2x8xf32>
 // CHECK-NEXT:  [[Y:%[0-9]+]] = mt.transpose [[R]] {perm = array<i64: 0, 2, 1, 3>}
 // CHECK-NEXT:  [[D:%[0-9]+]] = mt.attention_delta %{{[0-9]+}}, [[Y]]
-// CHECK-NEXT:  mt.attention_grad %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, [[D]]
+// CHECK-NEXT:  mt.attention_grad %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, [[D]], [[L]]
 module {
   mt.param @wte : tensor<32x16xf32>
   mt.param @ln : tensor<16xf32>

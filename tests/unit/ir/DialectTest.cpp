@@ -185,6 +185,25 @@ TEST_F(DialectTest, AttentionNeedsWholeKvGroups) {
             std::string::npos);
 }
 
+TEST_F(DialectTest, AttentionLogSumExpHasOneValuePerQueryRow) {
+  std::string args = "%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: "
+                     "tensor<1x2x4x8xf32>";
+  auto body = [](const std::string &lse) {
+    return "%y, %lse = mt.attention %q, %k, %v {scale = 0.5 : f64} : "
+           "(tensor<1x4x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) "
+           "-> (tensor<1x4x4x8xf32>, " +
+           lse + ")";
+  };
+  EXPECT_EQ(parseError(graphWith(args, body("tensor<1x4x4xf32>"),
+                                 "tensor<1x4x4x8xf32>")),
+            "");
+  // One per KV head's row is too few.
+  EXPECT_NE(parseError(graphWith(args, body("tensor<1x2x4xf32>"),
+                                 "tensor<1x4x4x8xf32>"))
+                .find("lse has shape [1,2,4], expected [1,4,4]"),
+            std::string::npos);
+}
+
 TEST_F(DialectTest, AttentionHasOneAlibiSlopePerQueryHead) {
   std::string args = "%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: "
                      "tensor<1x2x4x8xf32>";

@@ -446,30 +446,33 @@ TEST_P(AttentionTest, ForwardAndBackward) {
          dsinks = Tensor::f32(s.H, 69);
   void *sinks_dev = s.sinks ? sinks.dev() : nullptr;
   float *sinks_host = s.sinks ? sinks.host() : nullptr;
-  Tensor y = Tensor::output(nq);
-  k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), s.B, s.H, s.Hkv,
-                        s.S, s.D, scale, range, s.softcap, alibi, sinks_dev);
-  cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), s.B, s.H,
-                         s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
-                         sinks_host);
+  const int64_t rows = nq / s.D;
+  Tensor y = Tensor::output(nq), lse = Tensor::f32(rows, 59);
+  k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), s.B,
+                        s.H, s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
+                        sinks_dev);
+  cpu_.attention_forward(y.host(), lse.host(), q.host(), k.host(), v.host(),
+                         s.B, s.H, s.Hkv, s.S, s.D, scale, range, s.softcap,
+                         alibi, sinks_host);
   Tensor dy = Tensor::random(nq, 63);
   Tensor dq = Tensor::grad(nq, 64), dk = Tensor::grad(nk, 65),
          dv = Tensor::grad(nk, 66);
-  // Each side's δ and backward read its own forward's y, as in a step.
-  const int64_t rows = nq / s.D;
+  // Each side's δ and backward read its own forward's y and log-sum-exp,
+  // as in a step.
   Tensor delta = Tensor::f32(rows, 67);
   k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, s.D);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
   k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                         k.dev(), v.dev(), delta.dev_f32(), s.B, s.H, s.Hkv,
-                         s.S, s.D, scale, range, s.softcap, alibi, sinks_dev,
-                         s.sinks ? dsinks.dev_f32() : nullptr);
+                         k.dev(), v.dev(), delta.dev_f32(), lse.dev_f32(), s.B,
+                         s.H, s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
+                         sinks_dev, s.sinks ? dsinks.dev_f32() : nullptr);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
-                          k.host(), v.host(), delta.host(), s.B, s.H, s.Hkv,
-                          s.S, s.D, scale, range, s.softcap, alibi, sinks_host,
-                          s.sinks ? dsinks.host() : nullptr);
+                          k.host(), v.host(), delta.host(), lse.host(), s.B,
+                          s.H, s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
+                          sinks_host, s.sinks ? dsinks.host() : nullptr);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
+  EXPECT_TRUE(near(lse.fetch(), lse.h, kUlp, kAttention)) << "lse";
   EXPECT_TRUE(near(delta.fetch(), delta.h, kUlp, kAttention)) << "delta";
   EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kAttention)) << "dq";
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention)) << "dk";
@@ -559,7 +562,8 @@ class AttentionTilesTest
 /// The tensor-core kernels on every other choice of tiles that the tile
 /// benchmark weighs (AttentionTileVariants.h), against the CPU reference:
 /// whichever it finds faster must also be right. δ comes from the runtime's
-/// kernel; the backward adds into random gradients, as a step's does.
+/// kernel, the log-sum-exp from the choice's forward; the backward adds
+/// into random gradients, as a step's does.
 TEST_P(AttentionTilesTest, ForwardAndBackward) {
   const AttentionShape s = std::get<0>(GetParam());
   const mtrt::MT_KNS::AttentionTiles tiles =
@@ -592,16 +596,17 @@ TEST_P(AttentionTilesTest, ForwardAndBackward) {
   tiles.dq(call);
   tiles.dkdv(call);
   float *sinks_host = s.sinks ? sinks.host() : nullptr;
-  cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), s.B, s.H,
-                         s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
-                         sinks_host);
+  cpu_.attention_forward(y.host(), lse.host(), q.host(), k.host(), v.host(),
+                         s.B, s.H, s.Hkv, s.S, s.D, scale, range, s.softcap,
+                         alibi, sinks_host);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
-                          k.host(), v.host(), delta.host(), s.B, s.H, s.Hkv,
-                          s.S, s.D, scale, range, s.softcap, alibi, sinks_host,
-                          nullptr);
+                          k.host(), v.host(), delta.host(), lse.host(), s.B,
+                          s.H, s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
+                          sinks_host, nullptr);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
+  EXPECT_TRUE(near(lse.fetch(), lse.h, kUlp, kAttention)) << "lse";
   EXPECT_TRUE(near(dq.fetch(), dq.h, kUlp, kAttention)) << "dq";
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention)) << "dk";
   EXPECT_TRUE(near(dv.fetch(), dv.h, kUlp, kAttention)) << "dv";
@@ -716,19 +721,19 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
          dy = Tensor::random(B * H * S * D, 73);
   Tensor dk = Tensor::grad(B * Hkv * S * D, 74),
          y = Tensor::output(B * H * S * D);
-  Tensor delta = Tensor::f32(B * H * S, 75);
-  k_->attention_forward(y.dev(), q.dev(), k.dev(), v.dev(), B, H, Hkv, S, D,
-                        0.25f, {}, 0.f, nullptr, nullptr);
-  cpu_.attention_forward(y.host(), q.host(), k.host(), v.host(), B, H, Hkv, S,
-                         D, 0.25f, {}, 0.f, nullptr, nullptr);
+  Tensor delta = Tensor::f32(B * H * S, 75), lse = Tensor::f32(B * H * S, 76);
+  k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), B, H,
+                        Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr);
+  cpu_.attention_forward(y.host(), lse.host(), q.host(), k.host(), v.host(), B,
+                         H, Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr);
   k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), B * H * S, D);
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
-                         v.dev(), delta.dev_f32(), B, H, Hkv, S, D, 0.25f, {},
-                         0.f, nullptr, nullptr, nullptr);
+                         v.dev(), delta.dev_f32(), lse.dev_f32(), B, H, Hkv, S,
+                         D, 0.25f, {}, 0.f, nullptr, nullptr, nullptr);
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
-                          k.host(), v.host(), delta.host(), B, H, Hkv, S, D,
-                          0.25f, {}, 0.f, nullptr, nullptr, nullptr);
+                          k.host(), v.host(), delta.host(), lse.host(), B, H,
+                          Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr, nullptr);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
@@ -1433,9 +1438,12 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
          k = Tensor::random(B * Hkv * S * D, 141);
   Tensor v = Tensor::random(B * Hkv * S * D, 142),
          dy = Tensor::random(B * H * S * D, 143),
-         y = Tensor::random(B * H * S * D, 146);
+         y = Tensor::output(B * H * S * D);
   Tensor delta = Tensor::f32(B * H * S, 147),
-         sinks = Tensor::random(H, 148, -1.f, 2.f);
+         sinks = Tensor::random(H, 148, -1.f, 2.f),
+         lse = Tensor::f32(B * H * S, 146);
+  k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), B, H,
+                        Hkv, S, D, 0.2f, {}, 0.f, nullptr, sinks.dev());
   std::vector<int32_t> ids(N);
   for (int64_t n = 0; n < N; ++n)
     ids[n] = int32_t(n % 3);
@@ -1448,8 +1456,8 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
            dsinks = Tensor::f32(H, 149);
     k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                           k.dev(), v.dev(), delta.dev_f32(), B, H, Hkv, S, D,
-                           0.2f, {}, 0.f, nullptr, sinks.dev(),
+                           k.dev(), v.dev(), delta.dev_f32(), lse.dev_f32(), B,
+                           H, Hkv, S, D, 0.2f, {}, 0.f, nullptr, sinks.dev(),
                            dsinks.dev_f32());
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();

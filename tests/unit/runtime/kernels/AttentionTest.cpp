@@ -88,6 +88,29 @@ Doubles ref_forward(const std::vector<Doubles> &in, const Dims &d) {
   return y;
 }
 
+// Each row's log-sum-exp as the forward keeps it: log Σ_j exp(score_ij)
+// with ALiBi's m_h · (j − i) (BLOOM's m_h · j would add m_h · i: the
+// softmax cancels it, the log-sum-exp does not), the sink's logit included.
+Doubles ref_lse(const std::vector<Doubles> &in, const Dims &d) {
+  Doubles lse(d.B * d.H * d.S);
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < d.H; ++h)
+      for (int64_t i = 0; i < d.S; ++i) {
+        Doubles s;
+        for (int64_t j = first_key(d, i); j <= i; ++j)
+          s.push_back(capped(d, scaled_product(in, d, b, h, i, j)) +
+                      (d.slopes ? double(d.slopes[h]) * double(j - i) : 0.0));
+        if (d.sinks)
+          s.push_back(in[3][h]);
+        const double max = *std::max_element(s.begin(), s.end());
+        double sum = 0.0;
+        for (double x : s)
+          sum += std::exp(x - max);
+        lse[(b * d.H + h) * d.S + i] = max + std::log(sum);
+      }
+  return lse;
+}
+
 // {dq, dk, dv[, dsinks]}: dv_j += p_ij·dy_i; ds_ij = p_ij·(dy_i·v_j -
 // Σ_l p_il·dy_i·v_l) times the soft cap's slope; dq_i += scale·Σ_j
 // ds_ij·k_j; dk_j += scale·ds_ij·q_i; the sink, whose value is 0, gets
@@ -168,12 +191,14 @@ TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
 
 void check_kernels(const Dims &d, float range, double rtol) {
   const std::vector<Floats> in = inputs(d, range);
-  Floats y(in[0].size());
-  attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                    d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
-                    d.slopes, sinks_of(in));
+  Floats y(in[0].size()), lse(y.size() / d.D);
+  attention_forward(y.data(), lse.data(), in[0].data(), in[1].data(),
+                    in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
+                    keys_of(d), d.softcap, d.slopes, sinks_of(in));
   EXPECT_TRUE(close(y, ref_forward(widen(in), d), rtol))
       << "H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
+  EXPECT_TRUE(close(lse, ref_lse(widen(in), d), rtol))
+      << "lse, H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
 
   const Floats dy = random_floats(y.size(), 55);
   const std::vector<Doubles> want = ref_backward(widen(dy), widen(in), d);
@@ -186,9 +211,9 @@ void check_kernels(const Dims &d, float range, double rtol) {
   attention_delta(delta.data(), dy.data(), y.data(), int64_t(delta.size()),
                   d.D);
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
-                     in[1].data(), in[2].data(), delta.data(), d.B, d.H, d.Hkv,
-                     d.S, d.D, d.scale, keys_of(d), d.softcap, d.slopes,
-                     sinks_of(in), d.sinks ? dsinks.data() : nullptr);
+                     in[1].data(), in[2].data(), delta.data(), lse.data(), d.B,
+                     d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
+                     d.slopes, sinks_of(in), d.sinks ? dsinks.data() : nullptr);
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
   EXPECT_TRUE(close(added(dv, dv0), want[2], rtol)) << "dv, H=" << d.H;
@@ -308,17 +333,17 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   const Floats sinks = random_floats(d.H, 60);
   const std::vector<Floats> in = inputs(d);
   const Floats dy = random_floats(in[0].size(), 59);
-  Floats y(in[0].size()), delta(in[0].size() / d.D);
-  attention_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                    d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
-                    d.slopes, sinks.data());
+  Floats y(in[0].size()), delta(in[0].size() / d.D), lse(delta.size());
+  attention_forward(y.data(), lse.data(), in[0].data(), in[1].data(),
+                    in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
+                    keys_of(d), d.softcap, d.slopes, sinks.data());
   attention_delta(delta.data(), dy.data(), y.data(), int64_t(delta.size()),
                   d.D);
   const auto backward = [&](float *dq, float *dk, float *dv, float *ds) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
-                       in[2].data(), delta.data(), d.B, d.H, d.Hkv, d.S, d.D,
-                       d.scale, keys_of(d), d.softcap, d.slopes, sinks.data(),
-                       ds);
+                       in[2].data(), delta.data(), lse.data(), d.B, d.H, d.Hkv,
+                       d.S, d.D, d.scale, keys_of(d), d.softcap, d.slopes,
+                       sinks.data(), ds);
   };
   Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size()), ds(d.H);
   expect_accumulates({&dq, &dk, &dv, &ds}, [&] {
@@ -345,9 +370,9 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
 
   Floats y1(in[0].size()), y2(in[0].size());
   for (Floats *y : {&y1, &y2})
-    attention_forward(y->data(), in[0].data(), in[1].data(), in[2].data(), d.B,
-                      d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
-                      d.slopes, sinks.data());
+    attention_forward(y->data(), nullptr, in[0].data(), in[1].data(),
+                      in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
+                      keys_of(d), d.softcap, d.slopes, sinks.data());
   EXPECT_TRUE(bitwise_equal(y1, y2));
 }
 
