@@ -116,7 +116,7 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     auto q = cast<RankedTensorType>(a.getQ().getType());
     auto rows =
         RankedTensorType::get(q.getShape().drop_back(), q.getElementType());
-    Value lse = a.getLse();
+    Value y = a.getY(), lse = a.getLse();
     if (!lse) {
       // The forward keeps each row's log-sum-exp for attention_grad: a twin
       // with the second result takes a's place (a, now unread, goes with
@@ -126,11 +126,11 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
       SmallVector<Type> results{a.getY().getType(), rows};
       Operation *twin =
           create(loc, "mt.attention", a->getOperands(), results, a->getAttrs());
-      a.getY().replaceAllUsesWith(twin->getResult(0));
+      y = twin->getResult(0);
       lse = twin->getResult(1);
+      a.getY().replaceAllUsesWith(y);
     }
-    Operation *delta = create(loc, "mt.attention_delta",
-                              {dy, lse.getDefiningOp()->getResult(0)}, {rows});
+    Operation *delta = create(loc, "mt.attention_delta", {dy, y}, {rows});
     SmallVector<Value> operands{
         dy, a.getQ(), a.getK(), a.getV(), delta->getResult(0), lse};
     SmallVector<Value> primals{a.getQ(), a.getK(), a.getV()};
