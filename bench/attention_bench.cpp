@@ -148,14 +148,14 @@ int main(int argc, char **argv) {
       // The backward as a step runs it: δ, then the gradients.
       t.bwd_ms = time_ms(stream, n, [&] {
         k.attention_delta(delta, dy, y, nq / s.D, s.D);
-        k.attention_backward(dq, dk, dv, dy, q, kk, v, delta, lse, s.B, s.H,
+        k.attention_backward(dq, dk, dv, dy, q, kk, v, y, delta, lse, s.B, s.H,
                              s.Hkv, s.S, s.D, scale, range, 0.f, nullptr,
                              nullptr, nullptr);
       });
       // The dQ pass alone: no dK or dV asked for.
       t.dq_ms = time_ms(stream, n, [&] {
         k.attention_delta(delta, dy, y, nq / s.D, s.D);
-        k.attention_backward(dq, nullptr, nullptr, dy, q, kk, v, delta, lse,
+        k.attention_backward(dq, nullptr, nullptr, dy, q, kk, v, y, delta, lse,
                              s.B, s.H, s.Hkv, s.S, s.D, scale, range, 0.f,
                              nullptr, nullptr, nullptr);
       });

@@ -348,9 +348,9 @@ private:
         return failure();
       os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv << ", "
           << ref(g.getDy()) << ", " << ref(g.getQ()) << ", " << ref(g.getK())
-          << ", " << ref(g.getV()) << ", static_cast<const float *>("
-          << ref(g.getDelta()) << "), static_cast<const float *>("
-          << ref(g.getLse()) << "), "
+          << ", " << ref(g.getV()) << ", " << ref(g.getY())
+          << ", static_cast<const float *>(" << ref(g.getDelta())
+          << "), static_cast<const float *>(" << ref(g.getLse()) << "), "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
           << ", " << keyRange(g.getWindow(), g.getChunk()) << ", "
           << softcap(g.getSoftcapAttr()) << ", " << slopes << ", "

@@ -109,7 +109,8 @@ LogicalResult AttentionDeltaOp::verify() {
 }
 
 LogicalResult AttentionGradOp::verify() {
-  if (failed(sameType(*this, getDy(), getQ(), "dy")))
+  if (failed(sameType(*this, getDy(), getQ(), "dy")) ||
+      failed(sameType(*this, getY(), getQ(), "y")))
     return failure();
   if (getDelta().getType() != rowsOf(getQ()))
     return emitOpError("delta has type ")

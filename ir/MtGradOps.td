@@ -96,17 +96,19 @@ def Mt_AttentionDeltaOp : Mt_GradOp<"attention_delta"> {
 def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
   let summary = "dq, dk, dv (and dsinks) of mt.attention, recomputing the scores";
   let description = [{
-    `delta` is mt.attention_delta's δ of each query row, `lse` the
-    forward's log-sum-exp of each (mt.attention's second result): each
-    weight is exp(score − lse) again. With `sinks`, the fourth result is
-    their gradient.
+    `y` is the forward's output, `delta` mt.attention_delta's δ of each
+    query row (from `y`), `lse` the forward's log-sum-exp of each
+    (mt.attention's second result): each weight is exp(score − lse) again.
+    A backend reads δ or y, whichever its kernel takes (cuDNN's finds δ
+    from y itself). With `sinks`, the fourth result is their gradient.
 
     ```mlir
-    %dq, %dk, %dv = mt.attention_grad %dy, %q, %k, %v, %delta, %lse {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>)
+    %dq, %dk, %dv = mt.attention_grad %dy, %q, %k, %v, %y, %delta, %lse {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>)
     ```
   }];
   let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$q, Mt_GradTensor:$k,
-                       Mt_GradTensor:$v, Mt_GradTensor:$delta, Mt_GradTensor:$lse,
+                       Mt_GradTensor:$v, Mt_GradTensor:$y,
+                       Mt_GradTensor:$delta, Mt_GradTensor:$lse,
                        Optional<Mt_GradTensor>:$sinks, F64Attr:$scale,
                        OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
                        OptionalAttr<I64Attr>:$window,

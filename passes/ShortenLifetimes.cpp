@@ -53,12 +53,12 @@ bool recomputable(Operation &op) {
                       [](Value v) { return isa<BlockArgument>(v); });
 }
 
-// attention_delta reads the attention's output y, late (just before
-// attention_grad): y would be held across the layer's MLP. The end of y's
-// layout chain (the output projection's input) is held until that
-// projection's weight gradient, just before, so y is rebuilt from it there
-// by the inverse layout ops (one pass over B·S·hidden, bit-exact) when
-// that shrinks the scratch.
+// attention_delta and attention_grad read the attention's output y, late:
+// y would be held across the layer's MLP. The end of y's layout chain (the
+// output projection's input) is held until that projection's weight
+// gradient, just before, so y is rebuilt from it there by the inverse
+// layout ops (one pass over B·S·hidden, bit-exact) when that shrinks the
+// scratch.
 void rebuildAttentionOutput(TemplateOp t, AttentionDeltaOp d) {
   SmallVector<Operation *> chain;
   Value end = d.getY();
@@ -91,11 +91,18 @@ void rebuildAttentionOutput(TemplateOp t, AttentionDeltaOp d) {
     }
     y = rebuilt.back()->getResult(0);
   }
+  // The readers of y from d on: d and the attention_grad after it.
   Value held = d.getY();
-  d.getYMutable().assign(y);
+  SmallVector<OpOperand *> late;
+  for (OpOperand &use : held.getUses())
+    if (!use.getOwner()->isBeforeInBlock(d))
+      late.push_back(&use);
+  for (OpOperand *use : late)
+    use->set(y);
   if (planTemplate(t).workspaceElems < before)
     return;
-  d.getYMutable().assign(held);
+  for (OpOperand *use : late)
+    use->set(held);
   for (Operation *op : llvm::reverse(rebuilt))
     op->erase();
 }

@@ -132,7 +132,7 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
     }
     Operation *delta = create(loc, "mt.attention_delta", {dy, y}, {rows});
     SmallVector<Value> operands{
-        dy, a.getQ(), a.getK(), a.getV(), delta->getResult(0), lse};
+        dy, a.getQ(), a.getK(), a.getV(), y, delta->getResult(0), lse};
     SmallVector<Value> primals{a.getQ(), a.getK(), a.getV()};
     if (a.getSinks()) {
       operands.push_back(a.getSinks());

@@ -448,7 +448,8 @@ void CudaKernels::cudnn_attention_forward(void *, float *, const void *,
 }
 void CudaKernels::cudnn_attention_backward(void *, void *, void *, const void *,
                                            const void *, const void *,
-                                           const void *,
+                                           const void *, const void *,
+                                           const float *,
                                            const cuda::AttentionDims &, float) {
   fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
 }
@@ -471,10 +472,11 @@ void CudaKernels::cudnn_attention_forward(void *y, float *lse, const void *q,
 void CudaKernels::cudnn_attention_backward(void *dq, void *dk, void *dv,
                                            const void *dy, const void *q,
                                            const void *k, const void *v,
+                                           const void *y, const float *lse,
                                            const cuda::AttentionDims &d,
                                            float scale) {
   cuda::CudnnAttention &c = cudnn();
-  c.backward(dq, dk, dv, dy, q, k, v, d, scale,
+  c.backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale,
              scratch(c.backward_scratch_bytes(d)), stream_,
              [this](void *dst, const void *src, int64_t n) {
                // Flat: no scratch of its own (ours holds cuDNN's results).
@@ -534,10 +536,10 @@ void CudaKernels::attention_delta(float *delta, const void *dy, const void *y,
 
 void CudaKernels::attention_backward(
     void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
-    const void *v, const float *delta, const float *lse, int64_t Bn, int64_t H,
-    int64_t Hkv, int64_t S, int64_t D, float scale, const KeyRange &range,
-    float softcap, const float *alibi_slopes, const void *sinks,
-    float *dsinks) {
+    const void *v, const void *y, const float *delta, const float *lse,
+    int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
+    const KeyRange &range, float softcap, const float *alibi_slopes,
+    const void *sinks, float *dsinks) {
   if (Bn * H * S * D <= 0 || (!dq && !dk && !dv && !dsinks))
     return;
   check_shape("attention_backward", H, Hkv, D);
@@ -548,8 +550,8 @@ void CudaKernels::attention_backward(
   if (attention_ == AttentionKernels::Cudnn && dq && dk && dv && !dsinks &&
       cuda::CudnnAttention::takes(D, range.window, range.chunk, softcap,
                                   alibi_slopes != nullptr, sinks != nullptr))
-    return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, {Bn, H, Hkv, S, D},
-                                    scale);
+    return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse,
+                                    {Bn, H, Hkv, S, D}, scale);
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores) // cuDNN's family too
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),

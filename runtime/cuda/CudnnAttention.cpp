@@ -13,7 +13,7 @@
 //   P = E / Z            bf16, virtual
 //   Y = P·V              matmul              V (B,Hkv,S,D), Y (B,H,S,D)
 //
-// The backward, from Y and stats (the forward is run again for them):
+// The backward, from the forward's Y and stats (the caller's y and lse):
 //
 //   δ = Σ_d dY ∘ Y       (B,H,S,1) f32, bound to memory
 //   P = exp(mask(scale·Q·Kᵀ − stats))
@@ -560,19 +560,17 @@ int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 /// Where the backward's scratch puts each of its arrays.
 struct BackwardScratch {
-  int64_t y, stats, row_dot, dq_sum, dq, dk, dv, workspace, end;
-  BackwardScratch(const AttentionDims &d, int64_t fwd_ws, int64_t bwd_ws) {
+  int64_t row_dot, dq_sum, dq, dk, dv, workspace, end;
+  BackwardScratch(const AttentionDims &d, int64_t ws) {
     const int64_t rows = d.B * d.H * d.S, q = rows * d.D,
                   kv = d.B * d.Hkv * d.S * d.D;
-    y = 0;
-    stats = y + aligned(2 * q);
-    row_dot = stats + aligned(4 * rows);
+    row_dot = 0;
     dq_sum = row_dot + aligned(4 * rows);
     dq = dq_sum + aligned(4 * q);
     dk = dq + aligned(2 * q);
     dv = dk + aligned(2 * kv);
     workspace = dv + aligned(2 * kv);
-    end = workspace + std::max(fwd_ws, bwd_ws);
+    end = workspace + ws;
   }
 };
 
@@ -644,21 +642,17 @@ void CudnnAttention::forward(void *y, float *lse, const void *q, const void *k,
 }
 
 int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &d) {
-  return BackwardScratch(d, impl_->plan(false, d).workspace,
-                         impl_->plan(true, d).workspace)
-      .end;
+  return BackwardScratch(d, impl_->plan(true, d).workspace).end;
 }
 
 void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
                               const void *q, const void *k, const void *v,
+                              const void *y, const float *lse,
                               const AttentionDims &d, float scale,
                               void *scratch, void *stream, const AddInto &add) {
-  Plan &fwd = impl_->plan(false, d), &bwd = impl_->plan(true, d);
-  const BackwardScratch at(d, fwd.workspace, bwd.workspace);
+  Plan &bwd = impl_->plan(true, d);
+  const BackwardScratch at(d, bwd.workspace);
   char *base = static_cast<char *>(scratch);
-  void *y = base + at.y, *stats = base + at.stats, *ws = base + at.workspace;
-  // The forward again for its output and log-sum-exp.
-  impl_->forward(y, stats, ws, q, k, v, d, scale, stream);
   const int64_t q_elems = d.B * d.H * d.S * d.D,
                 kv_elems = d.B * d.Hkv * d.S * d.D;
   if (cudaMemsetAsync(base + at.dq_sum, 0, size_t(4 * q_elems),
@@ -670,9 +664,9 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
   void *pointers[] = {const_cast<void *>(q),
                       const_cast<void *>(k),
                       const_cast<void *>(v),
-                      y,
+                      const_cast<void *>(y),
                       const_cast<void *>(dy),
-                      stats,
+                      const_cast<float *>(lse),
                       base + at.dq,
                       base + at.dk,
                       base + at.dv,
@@ -681,7 +675,7 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
                       &lowest,
                       base + at.row_dot,
                       base + at.dq_sum};
-  bwd.run(impl_->handle, stream, 14, uids, pointers, ws,
+  bwd.run(impl_->handle, stream, 14, uids, pointers, base + at.workspace,
           "running the attention backward");
   // cuDNN writes the gradients; the interface adds them.
   add(dq, base + at.dq, q_elems);
@@ -725,6 +719,7 @@ int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &) {
 }
 void CudnnAttention::backward(void *, void *, void *, const void *,
                               const void *, const void *, const void *,
+                              const void *, const float *,
                               const AttentionDims &, float, void *, void *,
                               const AddInto &) {
   fail("cuda: ", kLeftOut);

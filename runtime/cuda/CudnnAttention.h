@@ -65,15 +65,17 @@ public:
   using AddInto = std::function<void(void *dst, const void *src, int64_t n)>;
 
   /// Device bytes backward() needs as scratch for this shape (building the
-  /// forward's and the backward's plans the first time).
+  /// backward's plan the first time).
   int64_t backward_scratch_bytes(const AttentionDims &d);
 
   /// Adds the gradients of the forward above for dy into dq, dk and dv, on
-  /// `stream`: the forward again (its output and log-sum-exp into scratch),
-  /// cuDNN's fused backward into scratch, then `add` into each gradient.
+  /// `stream`, from that forward's y and lse (B·H·S floats, each row's
+  /// log-sum-exp in natural log): cuDNN's fused backward into scratch,
+  /// then `add` into each gradient.
   void backward(void *dq, void *dk, void *dv, const void *dy, const void *q,
-                const void *k, const void *v, const AttentionDims &d,
-                float scale, void *scratch, void *stream, const AddInto &add);
+                const void *k, const void *v, const void *y, const float *lse,
+                const AttentionDims &d, float scale, void *scratch,
+                void *stream, const AddInto &add);
 
   /// Builds every tensor and operation descriptor of the forward's and the
   /// backward's graphs for `d`, all that needs no device; throws Error

@@ -126,10 +126,10 @@ void CpuKernels::attention_delta(float *delta, const void *dy, const void *y,
 }
 void CpuKernels::attention_backward(
     void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
-    const void *v, const float *delta, const float *lse, int64_t B, int64_t H,
-    int64_t Hkv, int64_t S, int64_t D, float scale, const KeyRange &range,
-    float softcap, const float *alibi_slopes, const void *sinks,
-    float *dsinks) {
+    const void *v, const void * /*y: δ carries it*/, const float *delta,
+    const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+    float scale, const KeyRange &range, float softcap,
+    const float *alibi_slopes, const void *sinks, float *dsinks) {
   cpu::attention_backward(F(dq), F(dk), F(dv), F(dy), F(q), F(k), F(v), delta,
                           lse, B, H, Hkv, S, D, scale, range, softcap,
                           alibi_slopes, F(sinks), dsinks);

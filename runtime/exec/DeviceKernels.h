@@ -95,14 +95,15 @@ public:
   // backward, from the forward's output y; f32 whatever the storage.
   virtual void attention_delta(float *delta, const void *dy, const void *y,
                                int64_t rows, int64_t D) = 0;
-  // delta: attention_delta's, B·H·S floats; lse: the forward's for the
-  // same q, k, v. dsinks (H floats, or null) gets the sinks' gradient
-  // added.
+  // y, lse: the forward's for the same q, k, v; delta: attention_delta's
+  // from y, B·H·S floats. A backend reads δ or y, whichever its kernel
+  // takes. dsinks (H floats, or null) gets the sinks' gradient added.
   virtual void attention_backward(void *dq, void *dk, void *dv, const void *dy,
                                   const void *q, const void *k, const void *v,
-                                  const float *delta, const float *lse,
-                                  int64_t B, int64_t H, int64_t Hkv, int64_t S,
-                                  int64_t D, float scale, const KeyRange &range,
+                                  const void *y, const float *delta,
+                                  const float *lse, int64_t B, int64_t H,
+                                  int64_t Hkv, int64_t S, int64_t D,
+                                  float scale, const KeyRange &range,
                                   float softcap, const float *alibi_slopes,
                                   const void *sinks, float *dsinks) = 0;
   virtual void relu_forward(void *y, const void *x, int64_t n) = 0;

@@ -3,7 +3,7 @@
 // A layer: rms_norm, linear and attention get their VJPs; q = k = v fans out
 // (dq + dk + dv summed with mt.add) and so does the residual input. The
 // attention's ALiBi slopes and window carry over to its gradient, which
-// reads δ of the recomputed output (the attention's own result), the
+// reads the recomputed output (the attention's own result) and its δ, the
 // recompute's log-sum-exp (its second result, asked for in the backward
 // only) and the gradient arriving at it.
 // CHECK-LABEL: mt.template @layer.bwd kind "layer"
@@ -17,7 +17,7 @@
 // CHECK-SAME: -> (tensor<1x2x8x8xf32>, tensor<1x2x8xf32>)
 // CHECK: %[[DA:.*]] = mt.transpose
 // CHECK: %[[DELTA:.*]] = mt.attention_delta %[[DA]], %[[A]] : (tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> tensor<1x2x8xf32>
-// CHECK: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = mt.attention_grad %[[DA]], %[[T]], %[[T]], %[[T]], %[[DELTA]], %[[LSE]]
+// CHECK: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = mt.attention_grad %[[DA]], %[[T]], %[[T]], %[[T]], %[[A]], %[[DELTA]], %[[LSE]]
 // CHECK-SAME: {alibi_slopes = array<f64: 5.000000e-01, 2.500000e-01>, scale = 3.500000e-01 : f64, window = 4 : i64}
 // CHECK: %[[S:.*]] = mt.add %[[DQ]], %[[DK]]
 // CHECK: mt.add %[[S]], %[[DV]]

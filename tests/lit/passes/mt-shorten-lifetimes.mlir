@@ -124,11 +124,11 @@ module {
 
 // -----
 
-// A Llama layer: attention_delta reads the attention's output y for δ.
-// Held from the recompute, y would be live across the MLP's backward;
-// instead it is rebuilt from the output projection's input (held until
-// that projection's weight gradient) by the inverse reshape and transpose,
-// just before attention_delta.
+// A Llama layer: attention_delta and attention_grad read the attention's
+// output y. Held from the recompute, y would be live across the MLP's
+// backward; instead it is rebuilt from the output projection's input (held
+// until that projection's weight gradient) by the inverse reshape and
+// transpose, just before attention_delta, and both read the rebuilt y.
 // CHECK-LABEL: mt.template @layer.bwd kind "layer"
 // CHECK:       [[A:%[a-z0-9_]+]], [[L:%[a-z0-9_]+]] = mt.attention
 // CHECK-NEXT:  [[B:%[0-9]+]] = mt.transpose [[A]]
@@ -139,7 +139,7 @@ module {
 // CHECK:       [[R:%[0-9]+]] = mt.reshape [[C]] : (tensor<2x8x16xf32>) -> tensor<2x8x2x8xf32>
 // CHECK-NEXT:  [[Y:%[0-9]+]] = mt.transpose [[R]] {perm = array<i64: 0, 2, 1, 3>}
 // CHECK-NEXT:  [[D:%[0-9]+]] = mt.attention_delta %{{[0-9]+}}, [[Y]]
-// CHECK-NEXT:  mt.attention_grad %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, [[D]], [[L]]
+// CHECK-NEXT:  mt.attention_grad %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, [[Y]], [[D]], [[L]]
 module {
   mt.param @wte : tensor<32x16xf32>
   mt.param @ln : tensor<16xf32>

@@ -462,14 +462,14 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   Tensor delta = Tensor::f32(rows, 67);
   k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, s.D);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
-  k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                         k.dev(), v.dev(), delta.dev_f32(), lse.dev_f32(), s.B,
-                         s.H, s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
-                         sinks_dev, s.sinks ? dsinks.dev_f32() : nullptr);
-  cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
-                          k.host(), v.host(), delta.host(), lse.host(), s.B,
-                          s.H, s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
-                          sinks_host, s.sinks ? dsinks.host() : nullptr);
+  k_->attention_backward(
+      dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(), k.dev(), v.dev(),
+      y.dev(), delta.dev_f32(), lse.dev_f32(), s.B, s.H, s.Hkv, s.S, s.D, scale,
+      range, s.softcap, alibi, sinks_dev, s.sinks ? dsinks.dev_f32() : nullptr);
+  cpu_.attention_backward(
+      dq.host(), dk.host(), dv.host(), dy.host(), q.host(), k.host(), v.host(),
+      y.host(), delta.host(), lse.host(), s.B, s.H, s.Hkv, s.S, s.D, scale,
+      range, s.softcap, alibi, sinks_host, s.sinks ? dsinks.host() : nullptr);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(lse.fetch(), lse.h, kUlp, kAttention)) << "lse";
@@ -601,9 +601,9 @@ TEST_P(AttentionTilesTest, ForwardAndBackward) {
                          alibi, sinks_host);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
-                          k.host(), v.host(), delta.host(), lse.host(), s.B,
-                          s.H, s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
-                          sinks_host, nullptr);
+                          k.host(), v.host(), y.host(), delta.host(),
+                          lse.host(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
+                          s.softcap, alibi, sinks_host, nullptr);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(lse.fetch(), lse.h, kUlp, kAttention)) << "lse";
@@ -729,11 +729,12 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
   k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), B * H * S, D);
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
-                         v.dev(), delta.dev_f32(), lse.dev_f32(), B, H, Hkv, S,
-                         D, 0.25f, {}, 0.f, nullptr, nullptr, nullptr);
+                         v.dev(), y.dev(), delta.dev_f32(), lse.dev_f32(), B, H,
+                         Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr, nullptr);
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
-                          k.host(), v.host(), delta.host(), lse.host(), B, H,
-                          Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr, nullptr);
+                          k.host(), v.host(), y.host(), delta.host(),
+                          lse.host(), B, H, Hkv, S, D, 0.25f, {}, 0.f, nullptr,
+                          nullptr, nullptr);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
@@ -1456,9 +1457,9 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
            dsinks = Tensor::f32(H, 149);
     k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
-                           k.dev(), v.dev(), delta.dev_f32(), lse.dev_f32(), B,
-                           H, Hkv, S, D, 0.2f, {}, 0.f, nullptr, sinks.dev(),
-                           dsinks.dev_f32());
+                           k.dev(), v.dev(), y.dev(), delta.dev_f32(),
+                           lse.dev_f32(), B, H, Hkv, S, D, 0.2f, {}, 0.f,
+                           nullptr, sinks.dev(), dsinks.dev_f32());
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();
     std::vector<float> all = dq.fetch();
