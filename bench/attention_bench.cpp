@@ -18,9 +18,10 @@
 // run to profile (bench/device_check.sh's profile stage runs it under ncu).
 //
 // Where cuDNN loads and takes the shape's form (CudnnAttention.h), its
-// fused kernels are timed too (its backward runs its forward again first),
-// and its forward's output compared with the tensor cores': the largest
-// difference, relative to the largest output.
+// fused kernels are timed too, both backwards (the deterministic one only
+// where its dS fits its bound; the tensor cores' runs otherwise), and its
+// forward's output compared with the tensor cores': the largest difference,
+// relative to the largest output.
 //
 // bench/attention_torch.py times PyTorch's scaled_dot_product_attention on
 // the shapes this writes to FILE.
@@ -105,7 +106,7 @@ int main(int argc, char **argv) {
 
   std::printf("| shape | B H Hkv S D W C | fwd ms | fwd TFLOPS | bwd ms "
               "(dQ pass) | bwd TFLOPS | CUDA cores: fwd / bwd TFLOPS | "
-              "cuDNN fwd / bwd TFLOPS (fwd diff) |\n"
+              "cuDNN fwd / bwd / bwd nondeterministic TFLOPS (fwd diff) |\n"
               "|---|---|---|---|---|---|---|---|\n");
   std::string rows;
   bool ok = true;
@@ -135,7 +136,9 @@ int main(int argc, char **argv) {
       double fwd_ms = 0, bwd_ms = 0, dq_ms = 0, fwd_tflops = 0, bwd_tflops = 0;
       bool finite = true;
     };
-    auto measure = [&](mtrt::cuda::AttentionKernels family, int n) {
+    const mtrt::cuda::AttentionDims dims{s.B, s.H, s.Hkv, s.S, s.D};
+    auto measure = [&](mtrt::cuda::AttentionKernels family, int n,
+                       bool dq_pass = true) {
       k.set_attention_kernels(family);
       Timing t;
       // The forward as the backward's recompute runs it, keeping each
@@ -152,13 +155,15 @@ int main(int argc, char **argv) {
                              s.Hkv, s.S, s.D, scale, range, 0.f, nullptr,
                              nullptr, nullptr);
       });
-      // The dQ pass alone: no dK or dV asked for.
-      t.dq_ms = time_ms(stream, n, [&] {
-        k.attention_delta(delta, dy, y, nq / s.D, s.D);
-        k.attention_backward(dq, nullptr, nullptr, dy, q, kk, v, y, delta, lse,
-                             s.B, s.H, s.Hkv, s.S, s.D, scale, range, 0.f,
-                             nullptr, nullptr, nullptr);
-      });
+      // The dQ pass alone: no dK or dV asked for (cuDNN takes only whole
+      // backwards).
+      if (dq_pass)
+        t.dq_ms = time_ms(stream, n, [&] {
+          k.attention_delta(delta, dy, y, nq / s.D, s.D);
+          k.attention_backward(dq, nullptr, nullptr, dy, q, kk, v, y, delta,
+                               lse, s.B, s.H, s.Hkv, s.S, s.D, scale, range,
+                               0.f, nullptr, nullptr, nullptr);
+        });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;
       return t;
@@ -170,18 +175,27 @@ int main(int argc, char **argv) {
                                     std::max(1, iters / 2))
                           : Timing{};
     // cuDNN's beside the tensor cores' (y holds their forward's now).
-    char cudnn_cell[96] = "–", cudnn_fwd[32] = "null", cudnn_bwd[32] = "null",
-         cudnn_diff[32] = "null";
+    char cudnn_cell[128] = "–", cudnn_fwd[32] = "null", cudnn_bwd[32] = "null",
+         cudnn_any_bwd[32] = "null", cudnn_diff[32] = "null";
     if (cudnn && mtrt::cuda::CudnnAttention::takes(s.D, s.window, s.chunk, 0.f,
                                                    false, false)) {
       const std::vector<float> ref = download(y, nq);
       try {
-        const Timing cd = measure(mtrt::cuda::AttentionKernels::Cudnn, iters);
+        const Timing cd =
+            measure(mtrt::cuda::AttentionKernels::Cudnn, iters, false);
         const double diff = relative_difference(download(y, nq), ref);
-        std::snprintf(cudnn_cell, sizeof cudnn_cell, "%.1f / %.1f (%.1e)",
-                      cd.fwd_tflops, cd.bwd_tflops, diff);
+        const Timing any = measure(
+            mtrt::cuda::AttentionKernels::CudnnNondeterministic, iters, false);
+        char det[32] = "–";
+        if (mtrt::cuda::CudnnAttention::deterministic_backward_fits(dims)) {
+          std::snprintf(det, sizeof det, "%.1f", cd.bwd_tflops);
+          std::snprintf(cudnn_bwd, sizeof cudnn_bwd, "%.2f", cd.bwd_tflops);
+        }
+        std::snprintf(cudnn_cell, sizeof cudnn_cell, "%.1f / %s / %.1f (%.1e)",
+                      cd.fwd_tflops, det, any.bwd_tflops, diff);
         std::snprintf(cudnn_fwd, sizeof cudnn_fwd, "%.2f", cd.fwd_tflops);
-        std::snprintf(cudnn_bwd, sizeof cudnn_bwd, "%.2f", cd.bwd_tflops);
+        std::snprintf(cudnn_any_bwd, sizeof cudnn_any_bwd, "%.2f",
+                      any.bwd_tflops);
         std::snprintf(cudnn_diff, sizeof cudnn_diff, "%.3e", diff);
       } catch (const std::exception &e) {
         std::fprintf(stderr, "%s: %s\n", s.name, e.what());
@@ -205,7 +219,7 @@ int main(int argc, char **argv) {
         tc.fwd_ms, tc.fwd_tflops, tc.bwd_ms, tc.dq_ms, tc.bwd_tflops, cc_cell,
         cudnn_cell, tc.finite && cc.finite ? "" : " NON-FINITE OUTPUT");
     ok &= tc.finite && cc.finite;
-    char row[768];
+    char row[1024];
     std::snprintf(row, sizeof row,
                   "%s{\"name\": \"%s\", \"B\": %lld, \"H\": %lld, \"Hkv\": "
                   "%lld, \"S\": %lld, \"D\": %lld, \"window\": %lld, "
@@ -214,14 +228,16 @@ int main(int argc, char **argv) {
                   "\"fwd_tflops\": %.2f, "
                   "\"bwd_tflops\": %.2f, \"cuda_cores_fwd_tflops\": %s, "
                   "\"cuda_cores_bwd_tflops\": %s, \"cudnn_fwd_tflops\": %s, "
-                  "\"cudnn_bwd_tflops\": %s, \"cudnn_fwd_difference\": %s, "
+                  "\"cudnn_bwd_tflops\": %s, "
+                  "\"cudnn_nondeterministic_bwd_tflops\": %s, "
+                  "\"cudnn_fwd_difference\": %s, "
                   "\"finite\": %s}",
                   rows.empty() ? "" : ",\n ", s.name, (long long)s.B,
                   (long long)s.H, (long long)s.Hkv, (long long)s.S,
                   (long long)s.D, (long long)s.window, (long long)s.chunk,
                   tc.fwd_ms, tc.bwd_ms, tc.dq_ms, tc.fwd_tflops, tc.bwd_tflops,
-                  cc_fwd, cc_bwd, cudnn_fwd, cudnn_bwd, cudnn_diff,
-                  tc.finite && cc.finite ? "true" : "false");
+                  cc_fwd, cc_bwd, cudnn_fwd, cudnn_bwd, cudnn_any_bwd,
+                  cudnn_diff, tc.finite && cc.finite ? "true" : "false");
     rows += row;
     for (void *p : {q, kk, v, dy, y, dq, dk, dv, stats[0], stats[1]})
       cudaFree(p);

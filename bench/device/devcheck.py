@@ -413,12 +413,14 @@ def cmd_report(work, out):
                  f"{below} | {p.get('stress_same_losses', '–')} | {verdict} |")
     L += ["", "## Attention kernels (causal; TFLOPS count 4·B·H·pairs·D forward, 2.5x that backward)",
           "", "| shape | B H Hkv S D window chunk | ours fwd / bwd TFLOPS | ours bwd ms: dQ pass + dK/dV pass "
-          "| ours on CUDA cores | cuDNN fwd / bwd TFLOPS (fwd: max diff vs ours) | torch SDPA fwd / bwd TFLOPS |",
+          "| ours on CUDA cores | cuDNN fwd / bwd / bwd nondeterministic TFLOPS (fwd: max diff vs ours) "
+          "| torch SDPA fwd / bwd TFLOPS |",
           "|---|---|---|---|---|---|---|"]
     def cudnn_cell(r):
         if r.get("cudnn_fwd_tflops") is None:
             return "–"
         return (f"{fmt(r['cudnn_fwd_tflops'])} / {fmt(r.get('cudnn_bwd_tflops'))} "
+                f"/ {fmt(r.get('cudnn_nondeterministic_bwd_tflops'))} "
                 f"({fmt(r.get('cudnn_fwd_difference'), '.1e')})")
     for r in attention:
         dims = " ".join(str(r.get(k, "?")) for k in ("B", "H", "Hkv", "S", "D", "window", "chunk"))

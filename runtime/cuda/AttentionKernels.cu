@@ -435,8 +435,11 @@ AttentionKernels attention_kernels_from_env() {
     return AttentionKernels::CudaCores;
   if (std::strcmp(s, "cudnn") == 0)
     return AttentionKernels::Cudnn;
+  if (std::strcmp(s, "cudnn-nondeterministic") == 0)
+    return AttentionKernels::CudnnNondeterministic;
   fail("MEGATRAIN_CUDA_ATTENTION=", s,
-       ": expected tensor-cores (the default), cuda-cores or cudnn");
+       ": expected tensor-cores (the default), cuda-cores, cudnn or "
+       "cudnn-nondeterministic");
 }
 
 #ifdef MEGATRAIN_CUDA_EMULATION
@@ -450,7 +453,8 @@ void CudaKernels::cudnn_attention_backward(void *, void *, void *, const void *,
                                            const void *, const void *,
                                            const void *, const void *,
                                            const float *,
-                                           const cuda::AttentionDims &, float) {
+                                           const cuda::AttentionDims &, float,
+                                           cuda::CudnnBackward) {
   fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
 }
 #else
@@ -469,15 +473,13 @@ void CudaKernels::cudnn_attention_forward(void *y, float *lse, const void *q,
             stream_);
 }
 
-void CudaKernels::cudnn_attention_backward(void *dq, void *dk, void *dv,
-                                           const void *dy, const void *q,
-                                           const void *k, const void *v,
-                                           const void *y, const float *lse,
-                                           const cuda::AttentionDims &d,
-                                           float scale) {
+void CudaKernels::cudnn_attention_backward(
+    void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
+    const void *v, const void *y, const float *lse,
+    const cuda::AttentionDims &d, float scale, cuda::CudnnBackward how) {
   cuda::CudnnAttention &c = cudnn();
-  c.backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale,
-             scratch(c.backward_scratch_bytes(d)), stream_,
+  c.backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale, how,
+             scratch(c.backward_scratch_bytes(d, how)), stream_,
              [this](void *dst, const void *src, int64_t n) {
                // Flat: no scratch of its own (ours holds cuDNN's results).
                Broadcast flat{};
@@ -501,7 +503,7 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
   check_shape("attention_forward", H, Hkv, D);
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
-  if (attention_ == AttentionKernels::Cudnn &&
+  if (on_cudnn(attention_) &&
       cuda::CudnnAttention::takes(D, range.window, range.chunk, softcap,
                                   alibi_slopes != nullptr, sinks != nullptr))
     return cudnn_attention_forward(y, lse, q, k, v, {Bn, H, Hkv, S, D}, scale);
@@ -547,11 +549,19 @@ void CudaKernels::attention_backward(
   a.sinks = B(sinks);
   if (dsinks && !sinks)
     fail("cuda attention_backward: dsinks without sinks");
-  if (attention_ == AttentionKernels::Cudnn && dq && dk && dv && !dsinks &&
+  const cuda::AttentionDims d{Bn, H, Hkv, S, D};
+  if (on_cudnn(attention_) && dq && dk && dv && !dsinks &&
       cuda::CudnnAttention::takes(D, range.window, range.chunk, softcap,
-                                  alibi_slopes != nullptr, sinks != nullptr))
-    return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse,
-                                    {Bn, H, Hkv, S, D}, scale);
+                                  alibi_slopes != nullptr, sinks != nullptr)) {
+    // Past its bound on dS the deterministic choice is the tensor-core
+    // backward below, which reads cuDNN's y and lse alike.
+    if (attention_ == AttentionKernels::CudnnNondeterministic)
+      return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale,
+                                      cuda::CudnnBackward::Nondeterministic);
+    if (cuda::CudnnAttention::deterministic_backward_fits(d))
+      return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale,
+                                      cuda::CudnnBackward::Deterministic);
+  }
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores) // cuDNN's family too
     attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),

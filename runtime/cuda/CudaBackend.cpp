@@ -235,13 +235,14 @@ CudaBackend::CudaBackend(const BackendOptions &opts) : opts_(opts) {
 
   kernels_ = std::make_unique<CudaKernels>();
   const AttentionKernels attention = attention_kernels_from_env();
-  if (attention == AttentionKernels::Cudnn) { // refused now, not mid-step
+  if (on_cudnn(attention)) { // refused now, not mid-step
+    const char *named = std::getenv("MEGATRAIN_CUDA_ATTENTION");
 #ifdef MEGATRAIN_CUDA_EMULATION
-    fail("MEGATRAIN_CUDA_ATTENTION=cudnn: cuDNN runs on a GPU only, not on "
-         "the emulator");
+    fail("MEGATRAIN_CUDA_ATTENTION=", named,
+         ": cuDNN runs on a GPU only, not on the emulator");
 #else
     if (!cuda::cudnn_loadable(&why))
-      fail("MEGATRAIN_CUDA_ATTENTION=cudnn: ", why);
+      fail("MEGATRAIN_CUDA_ATTENTION=", named, ": ", why);
 #endif
   }
   kernels_->set_attention_kernels(attention);

@@ -63,12 +63,24 @@ GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
 /// Which kernels run attention (AttentionCommon.cuh): tensor cores, CUDA
 /// cores with all math in f32 (slower; a reference for the tensor-core
 /// kernels), or cuDNN's fused kernels where they take the form and the
-/// tensor-core kernels elsewhere (CudnnAttention.h).
-enum class AttentionKernels { TensorCores, CudaCores, Cudnn };
+/// tensor-core kernels elsewhere (CudnnAttention.h), with cuDNN's
+/// deterministic backward (Cudnn) or its other (CudnnNondeterministic).
+enum class AttentionKernels {
+  TensorCores,
+  CudaCores,
+  Cudnn,
+  CudnnNondeterministic
+};
+
+/// Whether the family runs cuDNN's kernels where they take the form.
+inline bool on_cudnn(AttentionKernels a) {
+  return a == AttentionKernels::Cudnn ||
+         a == AttentionKernels::CudnnNondeterministic;
+}
 
 /// The family MEGATRAIN_CUDA_ATTENTION names ("tensor-cores", the default,
-/// "cuda-cores" or "cudnn"); throws Error naming the variable for anything
-/// else.
+/// "cuda-cores", "cudnn" or "cudnn-nondeterministic"); throws Error naming
+/// the variable for anything else.
 AttentionKernels attention_kernels_from_env();
 
 /// Which kernels run a mixture of experts (MoeCommon.cuh): grouped GEMMs on
@@ -263,7 +275,8 @@ private:
   void cudnn_attention_backward(void *dq, void *dk, void *dv, const void *dy,
                                 const void *q, const void *k, const void *v,
                                 const void *y, const float *lse,
-                                const cuda::AttentionDims &d, float scale);
+                                const cuda::AttentionDims &d, float scale,
+                                cuda::CudnnBackward how);
 
   void *stream_ = nullptr;
   void *scratch_ = nullptr;

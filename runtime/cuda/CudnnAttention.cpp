@@ -20,8 +20,10 @@
 //   dV = Pᵀ·dY           Pᵀ a reshape of P; summed over a KV head's group
 //   dS = scale · P ∘ (dY·Vᵀ − δ)
 //   dK = dSᵀ·Q           summed over the group, as dV
-//   dQ = dS·K            into an f32 sum bound to memory (zeroed first),
-//                        then rounded into dQ
+//   dQ = dS·K            written as it is (the deterministic backward:
+//                        cuDNN holds dS in its workspace for it), or into
+//                        an f32 sum bound to memory (zeroed first), then
+//                        rounded into dQ (the other)
 //
 // Every other intermediate is virtual: cuDNN keeps it on chip. Kᵀ and Vᵀ
 // are K and V read with their last two strides swapped; key/value heads
@@ -390,10 +392,10 @@ Graph forward_graph(const AttentionDims &d) {
 }
 
 /// The backward (the file comment): dQ, dK and dV (written, not added) of
-/// the forward's output Y and log-sum-exp `stats`. cuDNN's kernel adds dQ up
-/// in f32 (kDqSum, zeroed before each call) and takes each row's dY·Y
-/// (kRowDot) from memory.
-Graph backward_graph(const AttentionDims &d) {
+/// the forward's output Y and log-sum-exp `stats`, dQ as `how` says (the
+/// nondeterministic kernel adds it up in f32: kDqSum, zeroed before each
+/// call). cuDNN takes each row's dY·Y (kRowDot) from memory.
+Graph backward_graph(const AttentionDims &d, CudnnBackward how) {
   check_dims(d);
   const int64_t B = d.B, H = d.H, G = d.Hkv, S = d.S, D = d.D;
   Graph g;
@@ -411,8 +413,6 @@ Graph backward_graph(const AttentionDims &d) {
       g.tensor(kStats, rows, contiguous(rows), CUDNN_DATA_FLOAT, false);
   const Desc &rowDot =
       g.tensor(kRowDot, rows, contiguous(rows), CUDNN_DATA_FLOAT, false);
-  const Desc &dqSum =
-      g.tensor(kDqSum, qDims, contiguous(qDims), CUDNN_DATA_FLOAT, false);
   const Desc &scale = g.scalar(kScale), &lowest = g.scalar(kLowest),
              &one = g.scalar(kOne);
 
@@ -456,8 +456,14 @@ Graph backward_graph(const AttentionDims &d) {
   per_kv_head(dst, q, dk);
   const Desc &k = g.virtual_like(kvDims); // Kᵀ read back as K
   g.reshape(kt, k);
-  g.matmul(ds, k, dqSum);
-  g.pointwise(CUDNN_POINTWISE_IDENTITY, dqSum, nullptr, nullptr, dq);
+  if (how == CudnnBackward::Deterministic) {
+    g.matmul(ds, k, dq);
+  } else {
+    const Desc &dqSum =
+        g.tensor(kDqSum, qDims, contiguous(qDims), CUDNN_DATA_FLOAT, false);
+    g.matmul(ds, k, dqSum);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, dqSum, nullptr, nullptr, dq);
+  }
   return g;
 }
 
@@ -553,7 +559,15 @@ struct Plan {
   }
 };
 
-using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t>;
+/// Which graph a plan is of.
+enum class Pass { Forward, DeterministicBackward, NondeterministicBackward };
+
+Pass backward_pass(CudnnBackward how) {
+  return how == CudnnBackward::Deterministic ? Pass::DeterministicBackward
+                                             : Pass::NondeterministicBackward;
+}
+
+using Key = std::tuple<Pass, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 /// Bytes rounded up to 256, so that what follows them stays aligned.
 int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -561,12 +575,12 @@ int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 /// Where the backward's scratch puts each of its arrays.
 struct BackwardScratch {
   int64_t row_dot, dq_sum, dq, dk, dv, workspace, end;
-  BackwardScratch(const AttentionDims &d, int64_t ws) {
+  BackwardScratch(const AttentionDims &d, CudnnBackward how, int64_t ws) {
     const int64_t rows = d.B * d.H * d.S, q = rows * d.D,
                   kv = d.B * d.Hkv * d.S * d.D;
     row_dot = 0;
-    dq_sum = row_dot + aligned(4 * rows);
-    dq = dq_sum + aligned(4 * q);
+    dq_sum = row_dot + aligned(4 * rows); // the nondeterministic's only
+    dq = dq_sum + (how == CudnnBackward::Deterministic ? 0 : aligned(4 * q));
     dk = dq + aligned(2 * q);
     dv = dk + aligned(2 * kv);
     workspace = dv + aligned(2 * kv);
@@ -584,16 +598,21 @@ struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans;
 
-  Plan &plan(bool backward, const AttentionDims &d) {
-    auto [it, fresh] =
-        plans.try_emplace(Key{backward, d.B, d.H, d.Hkv, d.S, d.D});
+  Plan &plan(Pass pass, const AttentionDims &d) {
+    auto [it, fresh] = plans.try_emplace(Key{pass, d.B, d.H, d.Hkv, d.S, d.D});
     if (fresh) {
       try {
-        it->second = backward
-                         ? std::make_unique<Plan>(backward_graph(d), handle,
-                                                  "the attention backward", d)
-                         : std::make_unique<Plan>(forward_graph(d), handle,
-                                                  "the attention forward", d);
+        if (pass == Pass::Forward)
+          it->second = std::make_unique<Plan>(forward_graph(d), handle,
+                                              "the attention forward", d);
+        else if (pass == Pass::DeterministicBackward)
+          it->second = std::make_unique<Plan>(
+              backward_graph(d, CudnnBackward::Deterministic), handle,
+              "the deterministic attention backward", d);
+        else
+          it->second = std::make_unique<Plan>(
+              backward_graph(d, CudnnBackward::Nondeterministic), handle,
+              "the nondeterministic attention backward", d);
       } catch (...) {
         plans.erase(it);
         throw;
@@ -614,8 +633,9 @@ struct CudnnAttention::Impl {
                         stats,
                         &scale,
                         &lowest};
-    plan(false, d).run(handle, stream, 7, uids, pointers, ws,
-                       "running the attention forward");
+    plan(Pass::Forward, d)
+        .run(handle, stream, 7, uids, pointers, ws,
+             "running the attention forward");
   }
 };
 
@@ -630,7 +650,7 @@ CudnnAttention::~CudnnAttention() {
 }
 
 int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &d) {
-  return aligned(4 * d.B * d.H * d.S) + impl_->plan(false, d).workspace;
+  return aligned(4 * d.B * d.H * d.S) + impl_->plan(Pass::Forward, d).workspace;
 }
 
 void CudnnAttention::forward(void *y, float *lse, const void *q, const void *k,
@@ -641,22 +661,26 @@ void CudnnAttention::forward(void *y, float *lse, const void *q, const void *k,
                  own + aligned(4 * d.B * d.H * d.S), q, k, v, d, scale, stream);
 }
 
-int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &d) {
-  return BackwardScratch(d, impl_->plan(true, d).workspace).end;
+int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &d,
+                                               CudnnBackward how) {
+  return BackwardScratch(d, how, impl_->plan(backward_pass(how), d).workspace)
+      .end;
 }
 
 void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
                               const void *q, const void *k, const void *v,
                               const void *y, const float *lse,
                               const AttentionDims &d, float scale,
-                              void *scratch, void *stream, const AddInto &add) {
-  Plan &bwd = impl_->plan(true, d);
-  const BackwardScratch at(d, bwd.workspace);
+                              CudnnBackward how, void *scratch, void *stream,
+                              const AddInto &add) {
+  Plan &bwd = impl_->plan(backward_pass(how), d);
+  const BackwardScratch at(d, how, bwd.workspace);
   char *base = static_cast<char *>(scratch);
   const int64_t q_elems = d.B * d.H * d.S * d.D,
                 kv_elems = d.B * d.Hkv * d.S * d.D;
-  if (cudaMemsetAsync(base + at.dq_sum, 0, size_t(4 * q_elems),
-                      static_cast<cudaStream_t>(stream)) != cudaSuccess)
+  const bool sums = how == CudnnBackward::Nondeterministic;
+  if (sums && cudaMemsetAsync(base + at.dq_sum, 0, size_t(4 * q_elems),
+                              static_cast<cudaStream_t>(stream)) != cudaSuccess)
     fail("cuda: clearing cuDNN's dQ sum failed");
   float lowest = kLowestScore, one = 1.f;
   const int64_t uids[] = {kQ,  kK,  kV,     kY,   kDy,     kStats,  kDq,
@@ -675,8 +699,9 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
                       &lowest,
                       base + at.row_dot,
                       base + at.dq_sum};
-  bwd.run(impl_->handle, stream, 14, uids, pointers, base + at.workspace,
-          "running the attention backward");
+  // kDqSum last: the deterministic graph has no such tensor.
+  bwd.run(impl_->handle, stream, sums ? 14 : 13, uids, pointers,
+          base + at.workspace, "running the attention backward");
   // cuDNN writes the gradients; the interface adds them.
   add(dq, base + at.dq, q_elems);
   add(dk, base + at.dk, kv_elems);
@@ -685,7 +710,8 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
 
 void CudnnAttention::check_descriptors(const AttentionDims &d) {
   forward_graph(d);
-  backward_graph(d);
+  backward_graph(d, CudnnBackward::Deterministic);
+  backward_graph(d, CudnnBackward::Nondeterministic);
 }
 
 #else // built without cuDNN's headers
@@ -714,14 +740,15 @@ void CudnnAttention::forward(void *, float *, const void *, const void *,
                              void *) {
   fail("cuda: ", kLeftOut);
 }
-int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &) {
+int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &,
+                                               CudnnBackward) {
   fail("cuda: ", kLeftOut);
 }
 void CudnnAttention::backward(void *, void *, void *, const void *,
                               const void *, const void *, const void *,
                               const void *, const float *,
-                              const AttentionDims &, float, void *, void *,
-                              const AddInto &) {
+                              const AttentionDims &, float, CudnnBackward,
+                              void *, void *, const AddInto &) {
   fail("cuda: ", kLeftOut);
 }
 void CudnnAttention::check_descriptors(const AttentionDims &) {

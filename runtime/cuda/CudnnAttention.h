@@ -4,10 +4,12 @@
 // Q·Kᵀ, the scale, the causal mask, a softmax that also yields each row's
 // log-sum-exp, and P·V, and the backward as the graph of its gradients,
 // each of which cuDNN runs as a fused flash-attention kernel of its own.
-// MEGATRAIN_CUDA_ATTENTION=cudnn asks for them (CudaKernels). The forms
+// MEGATRAIN_CUDA_ATTENTION=cudnn asks for them with the deterministic
+// backward, =cudnn-nondeterministic with the other (CudaKernels). The forms
 // they are not given (sliding windows, chunks, soft caps, ALiBi, sinks,
 // head dims past 128 or not a multiple of 8, a backward that leaves a
-// gradient out) stay on the tensor-core kernels.
+// gradient out, and a deterministic backward whose dS would pass its bound)
+// stay on the tensor-core kernels.
 //
 // cuDNN is loaded with dlopen at first use ($MEGATRAIN_CUDNN, then
 // libcudnn.so.9 on the loader's path), so that the runtime builds and runs
@@ -32,6 +34,14 @@ namespace mtrt::cuda {
 struct AttentionDims {
   int64_t B = 0, H = 0, Hkv = 0, S = 0, D = 0;
 };
+
+/// Which of cuDNN's attention backwards runs. The deterministic one (the
+/// graph cuDNN's frontend builds for a deterministic backward on Hopper:
+/// dQ written by its product, not added up) holds dS whole in cuDNN's
+/// workspace, B·H·S²·2 bytes with S rounded up to 64, and finds dQ from it by
+/// one product; the other adds dQ up into an f32 sum in no fixed order, in O(S)
+/// memory.
+enum class CudnnBackward { Deterministic, Nondeterministic };
 
 class CudnnAttention {
 public:
@@ -64,21 +74,33 @@ public:
   /// Adds n bf16 values at src into dst, on the stream.
   using AddInto = std::function<void(void *dst, const void *src, int64_t n)>;
 
+  /// The bytes of dS the deterministic backward holds for this shape, and
+  /// whether they are within the bound this runtime gives them (2 GiB: a
+  /// step of 4 × 2048 tokens with 32 heads takes 1 GiB); past it the
+  /// deterministic choice is the tensor-core kernels' backward.
+  static int64_t deterministic_workspace_bytes(const AttentionDims &d) {
+    const int64_t s = (d.S + 63) / 64 * 64;
+    return d.B * d.H * s * s * 2;
+  }
+  static bool deterministic_backward_fits(const AttentionDims &d) {
+    return deterministic_workspace_bytes(d) <= (int64_t(2) << 30);
+  }
+
   /// Device bytes backward() needs as scratch for this shape (building the
   /// backward's plan the first time).
-  int64_t backward_scratch_bytes(const AttentionDims &d);
+  int64_t backward_scratch_bytes(const AttentionDims &d, CudnnBackward how);
 
   /// Adds the gradients of the forward above for dy into dq, dk and dv, on
   /// `stream`, from that forward's y and lse (B·H·S floats, each row's
-  /// log-sum-exp in natural log): cuDNN's fused backward into scratch,
-  /// then `add` into each gradient.
+  /// log-sum-exp in natural log): cuDNN's fused backward `how` into
+  /// scratch, then `add` into each gradient.
   void backward(void *dq, void *dk, void *dv, const void *dy, const void *q,
                 const void *k, const void *v, const void *y, const float *lse,
-                const AttentionDims &d, float scale, void *scratch,
-                void *stream, const AddInto &add);
+                const AttentionDims &d, float scale, CudnnBackward how,
+                void *scratch, void *stream, const AddInto &add);
 
-  /// Builds every tensor and operation descriptor of the forward's and the
-  /// backward's graphs for `d`, all that needs no device; throws Error
+  /// Builds every tensor and operation descriptor of the forward's and both
+  /// backwards' graphs for `d`, all that needs no device; throws Error
   /// naming the first that cuDNN refuses, or saying why cuDNN cannot be
   /// loaded.
   static void check_descriptors(const AttentionDims &d);

@@ -111,9 +111,16 @@ class Report(unittest.TestCase):
 
     def test_attention_rows_show_cudnn_beside_ours(self):
         summary = summary_of_attention([attention_row(
-            "y", cudnn_fwd_tflops=400.0, cudnn_bwd_tflops=300.0, cudnn_fwd_difference=0.0031)])
-        self.assertIn("| y | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 1.250 + 1.750 | – / – | 400.0 / 300.0 (3.1e-03) |",
-                      summary)
+            "y", cudnn_fwd_tflops=400.0, cudnn_bwd_tflops=300.0,
+            cudnn_nondeterministic_bwd_tflops=350.0, cudnn_fwd_difference=0.0031)])
+        self.assertIn("| y | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 1.250 + 1.750 | – / – "
+                      "| 400.0 / 300.0 / 350.0 (3.1e-03) |", summary)
+
+    def test_a_deterministic_backward_past_its_bound_is_left_blank(self):
+        summary = summary_of_attention([attention_row(
+            "z", cudnn_fwd_tflops=400.0, cudnn_bwd_tflops=None,
+            cudnn_nondeterministic_bwd_tflops=350.0, cudnn_fwd_difference=0.0031)])
+        self.assertIn("| 400.0 / – / 350.0 (3.1e-03) |", summary)
 
 
 def tile_row(shape, tiles, runtime=False, **extra):

@@ -69,19 +69,21 @@ TEST(CudaBackendEmu, RefusesFp32) {
 TEST(CudaBackendEmu, RefusesCudnnAttentionOffTheGpu) {
   BackendOptions bo;
   bo.bf16 = true;
-  ::setenv("MEGATRAIN_CUDA_ATTENTION", "cudnn", 1);
-  std::string what;
-  try {
-    cuda_emulated_backend_entry().create(bo);
-  } catch (const std::exception &e) {
-    what = e.what();
+  for (std::string family : {"cudnn", "cudnn-nondeterministic"}) {
+    ::setenv("MEGATRAIN_CUDA_ATTENTION", family.c_str(), 1);
+    std::string what;
+    try {
+      cuda_emulated_backend_entry().create(bo);
+    } catch (const std::exception &e) {
+      what = e.what();
+    }
+    ::unsetenv("MEGATRAIN_CUDA_ATTENTION");
+    EXPECT_EQ(what.rfind("error: MEGATRAIN_CUDA_ATTENTION=" + family +
+                             ": cuDNN runs on a GPU only",
+                         0),
+              0u)
+        << what;
   }
-  ::unsetenv("MEGATRAIN_CUDA_ATTENTION");
-  EXPECT_EQ(what.rfind("error: MEGATRAIN_CUDA_ATTENTION=cudnn: cuDNN runs on "
-                       "a GPU only",
-                       0),
-            0u)
-      << what;
 }
 
 // A plan whose attention the kernels cannot run is refused by name before

@@ -402,7 +402,8 @@ namespace mtrt::MT_KNS {
 void PrintTo(AttentionKernels k, std::ostream *os) {
   *os << (k == AttentionKernels::TensorCores ? "tensor cores"
           : k == AttentionKernels::CudaCores ? "CUDA cores"
-                                             : "cuDNN");
+          : k == AttentionKernels::Cudnn     ? "cuDNN"
+                                             : "cuDNN nondeterministic");
 }
 void PrintTo(MoeKernels k, std::ostream *os) {
   *os << (k == MoeKernels::TensorCores ? "tensor cores" : "CUDA cores");
@@ -422,11 +423,11 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   const AttentionShape s = std::get<0>(GetParam());
   const AttentionKernels family = std::get<1>(GetParam());
 #ifdef MEGATRAIN_CUDA_EMULATION
-  if (family == AttentionKernels::Cudnn)
+  if (mtrt::MT_KNS::on_cudnn(family))
     GTEST_SKIP() << "cuDNN runs on a GPU only";
 #else
   if (std::string why;
-      family == AttentionKernels::Cudnn && !mtrt::cuda::cudnn_loadable(&why))
+      mtrt::MT_KNS::on_cudnn(family) && !mtrt::cuda::cudnn_loadable(&why))
     GTEST_SKIP() << why;
 #endif
   k_->set_attention_kernels(family);
@@ -552,8 +553,10 @@ std::vector<AttentionShape> cudnn_shapes() {
 }
 INSTANTIATE_TEST_SUITE_P(
     Cudnn, AttentionTest,
-    ::testing::Combine(::testing::ValuesIn(cudnn_shapes()),
-                       ::testing::Values(AttentionKernels::Cudnn)));
+    ::testing::Combine(
+        ::testing::ValuesIn(cudnn_shapes()),
+        ::testing::Values(AttentionKernels::Cudnn,
+                          AttentionKernels::CudnnNondeterministic)));
 
 class AttentionTilesTest
     : public CudaKernelsTest,
@@ -634,6 +637,25 @@ std::vector<std::tuple<AttentionShape, int>> tile_cases() {
 INSTANTIATE_TEST_SUITE_P(TensorCores, AttentionTilesTest,
                          ::testing::ValuesIn(tile_cases()));
 
+// The deterministic backward holds dS whole (S padded to 64, 2 bytes a
+// score) and takes shapes up to 2 GiB of it; past that the tensor cores do.
+TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScores) {
+  using mtrt::cuda::AttentionDims;
+  using mtrt::cuda::CudnnAttention;
+  EXPECT_EQ(CudnnAttention::deterministic_workspace_bytes({1, 1, 1, 65, 64}),
+            128 * 128 * 2);
+  EXPECT_EQ(CudnnAttention::deterministic_workspace_bytes({4, 32, 8, 2048, 64}),
+            int64_t(1) << 30);
+  EXPECT_TRUE(
+      CudnnAttention::deterministic_backward_fits({4, 32, 8, 2048, 64}));
+  EXPECT_TRUE(
+      CudnnAttention::deterministic_backward_fits({8, 32, 8, 2048, 128}));
+  EXPECT_FALSE(
+      CudnnAttention::deterministic_backward_fits({8, 32, 8, 2049, 128}));
+  EXPECT_FALSE(
+      CudnnAttention::deterministic_backward_fits({1, 32, 8, 32768, 128}));
+}
+
 TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim128) {
   using mtrt::cuda::CudnnAttention;
   EXPECT_TRUE(CudnnAttention::takes(128, 0, 0, 0.f, false, false));
@@ -701,6 +723,9 @@ TEST(AttentionKernelsFromEnv, NamesTheFamilyOrRefuses) {
   setenv("MEGATRAIN_CUDA_ATTENTION", "cudnn", 1);
   EXPECT_EQ(mtrt::MT_KNS::attention_kernels_from_env(),
             AttentionKernels::Cudnn);
+  setenv("MEGATRAIN_CUDA_ATTENTION", "cudnn-nondeterministic", 1);
+  EXPECT_EQ(mtrt::MT_KNS::attention_kernels_from_env(),
+            AttentionKernels::CudnnNondeterministic);
   setenv("MEGATRAIN_CUDA_ATTENTION", "wmma", 1);
   try {
     mtrt::MT_KNS::attention_kernels_from_env();
@@ -1430,6 +1455,47 @@ TEST_F(CudaKernelsTest, TransposeAndSlice) {
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, 0, 0));
   EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise));
+}
+
+// cuDNN's deterministic backward gives the same bits twice; its other need
+// not (no test asks it to).
+TEST_F(CudaKernelsTest, CudnnBackwardIsDeterministic) {
+#ifdef MEGATRAIN_CUDA_EMULATION
+  GTEST_SKIP() << "cuDNN runs on a GPU only";
+#else
+  if (std::string why; !mtrt::cuda::cudnn_loadable(&why))
+    GTEST_SKIP() << why;
+  k_->set_attention_kernels(AttentionKernels::Cudnn);
+  const int64_t B = 2, H = 4, Hkv = 2, S = 130, D = 64;
+  Tensor q = Tensor::random(B * H * S * D, 150),
+         k = Tensor::random(B * Hkv * S * D, 151);
+  Tensor v = Tensor::random(B * Hkv * S * D, 152),
+         dy = Tensor::random(B * H * S * D, 153),
+         y = Tensor::output(B * H * S * D);
+  Tensor delta = Tensor::f32(B * H * S, 154), lse = Tensor::f32(B * H * S, 155);
+  k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), B, H,
+                        Hkv, S, D, 0.125f, {}, 0.f, nullptr, nullptr);
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Tensor dq = Tensor::zeros(B * H * S * D),
+           dk = Tensor::zeros(B * Hkv * S * D),
+           dv = Tensor::zeros(B * Hkv * S * D);
+    k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
+                           k.dev(), v.dev(), y.dev(), delta.dev_f32(),
+                           lse.dev_f32(), B, H, Hkv, S, D, 0.125f, {}, 0.f,
+                           nullptr, nullptr, nullptr);
+    sync();
+    std::vector<float> all = dq.fetch();
+    for (const Tensor *x : {&dk, &dv}) {
+      std::vector<float> f = x->fetch();
+      all.insert(all.end(), f.begin(), f.end());
+    }
+    runs.push_back(all);
+  }
+  EXPECT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(),
+                           runs[0].size() * sizeof(float)));
+#endif
 }
 
 // Two runs of the reductions give the same bits (no atomics anywhere).
