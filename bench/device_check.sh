@@ -25,10 +25,10 @@
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
 #      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
 #      llama-1b, FSDP2 llama-1b, llama-1b+cudnn (attention on cuDNN's
-#      fused kernels, its deterministic backward),
-#      llama-1b+cudnn-nondeterministic (its other backward), the 7B-class
-#      llama-7b-24g (planned with --gpu-mem-limit 24GiB), llama-3b, FSDP2
-#      llama-3b; last of all,
+#      fused kernels, its deterministic backward), the 7B-class
+#      llama-7b-24g (planned with --gpu-mem-limit 24GiB) with cuDNN's
+#      attention and with ours, llama-3b, FSDP2 llama-3b, llama-3b+cudnn,
+#      llama-1b+cudnn-nondeterministic (cuDNN's other backward); last of all,
 #      after moe, llama-1b-32k (one 32K-token sequence: the MLP and the
 #      loss in chunks of tokens) and llama-9b-bf16 (the largest the host
 #      holds: bf16 master weights)
@@ -371,11 +371,13 @@ if [ -d "$WORK/plans" ]; then
   stage "bench llama-1b" 45 150 "bench llama-1b"
   stage "fsdp2 llama-1b" 70 150 "fsdp llama-1b"
   stage "bench llama-1b+cudnn" 45 150 "bench llama-1b+cudnn"
-  stage "bench llama-1b+cudnn-nondeterministic" 45 150 \
-    "bench llama-1b+cudnn-nondeterministic"
+  stage "bench llama-7b-24g+cudnn" 150 330 "bench llama-7b-24g+cudnn"
   stage "bench llama-7b-24g" 150 330 "bench llama-7b-24g"
   stage "bench llama-3b" 80 200 "bench llama-3b"
   stage "fsdp2 llama-3b" 120 220 "fsdp llama-3b"
+  stage "bench llama-3b+cudnn" 80 200 "bench llama-3b+cudnn"
+  stage "bench llama-1b+cudnn-nondeterministic" 45 150 \
+    "bench llama-1b+cudnn-nondeterministic"
 fi
 
 # ---- where the attention kernels' time goes: Nsight Compute, one shape ----------
