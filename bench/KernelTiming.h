@@ -2,9 +2,9 @@
 //-*-===//
 //
 // What the kernel benchmarks (attention_bench, attention_tiles_bench,
-// moe_bench) share: CUDA errors as a clean exit, a stream on the device, the
-// median time of repeated calls on it, a finiteness check of a bf16 result
-// and the JSON file of their rows.
+// moe_bench) share: their command line, CUDA errors as a clean exit, a
+// stream on the device, the median time of repeated calls on it, a
+// finiteness check of a bf16 result and the JSON file of their rows.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MEGATRAIN_BENCH_KERNELTIMING_H
@@ -16,10 +16,52 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace bench {
+
+/// A kernel benchmark's command line: --json FILE and --iters N for every
+/// one; --shape TEXT and --tensor-cores-only where its usage names them.
+struct Options {
+  std::string json, shape;
+  int iters = 5;
+  bool tensor_cores_only = false;
+};
+
+/// Reads argv into `o` by `usage` (the benchmark's usage line, which says
+/// what it takes); false, after the usage line and the reason on stderr,
+/// for anything else or an --iters below 1.
+inline bool parse_options(int argc, char **argv, const char *usage,
+                          Options &o) {
+  auto named = [&](const char *flag) {
+    return std::strstr(usage, flag) != nullptr;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool value = i + 1 < argc;
+    if (a == "--json" && value) {
+      o.json = argv[++i];
+    } else if (a == "--iters" && value) {
+      o.iters = std::atoi(argv[++i]);
+    } else if (a == "--shape" && value && named("--shape")) {
+      o.shape = argv[++i];
+    } else if (a == "--tensor-cores-only" && named("--tensor-cores-only")) {
+      o.tensor_cores_only = true;
+    } else {
+      std::fprintf(stderr, "usage: %s\nerror: unknown argument '%s'\n", usage,
+                   argv[i]);
+      return false;
+    }
+  }
+  if (o.iters < 1) {
+    std::fprintf(stderr, "usage: %s\nerror: --iters must be at least 1\n",
+                 usage);
+    return false;
+  }
+  return true;
+}
 
 inline void check(cudaError_t e, const char *what) {
   if (e != cudaSuccess) {

@@ -62,37 +62,20 @@ int main(int argc, char **argv) {
   // Rows as they are measured, also into a pipe: a run stopped by a
   // timeout keeps the shapes it finished.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::string json, only;
-  int iters = 5;
-  bool cuda_cores = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) {
-      json = argv[++i];
-    } else if (a == "--iters" && i + 1 < argc) {
-      iters = std::atoi(argv[++i]);
-    } else if (a == "--shape" && i + 1 < argc) {
-      only = argv[++i];
-    } else if (a == "--tensor-cores-only") {
-      cuda_cores = false;
-    } else {
-      std::fprintf(stderr,
-                   "usage: attention_bench [--json FILE] [--iters N] "
-                   "[--shape TEXT] [--tensor-cores-only]\n"
-                   "error: unknown argument '%s'\n",
-                   argv[i]);
-      return 2;
-    }
-  }
+  bench::Options o;
+  if (!bench::parse_options(argc, argv,
+                            "attention_bench [--json FILE] [--iters N] "
+                            "[--shape TEXT] [--tensor-cores-only]",
+                            o))
+    return 2;
+  const std::string &json = o.json, &only = o.shape;
+  const int iters = o.iters;
+  const bool cuda_cores = !o.tensor_cores_only;
   auto selected = [&](const Shape &s) {
     return only.empty() || std::strstr(s.name, only.c_str()) != nullptr;
   };
   if (std::none_of(std::begin(kShapes), std::end(kShapes), selected)) {
     std::fprintf(stderr, "error: no shape's name holds '%s'\n", only.c_str());
-    return 2;
-  }
-  if (iters < 1) {
-    std::fprintf(stderr, "error: --iters must be at least 1\n");
     return 2;
   }
   const cudaStream_t stream = bench::device_stream();

@@ -65,25 +65,13 @@ std::vector<std::vector<float>> outputs(const AttentionTiles &t,
 
 int main(int argc, char **argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::string json, only;
-  int iters = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) {
-      json = argv[++i];
-    } else if (a == "--iters" && i + 1 < argc) {
-      iters = std::atoi(argv[++i]);
-    } else if (a == "--shape" && i + 1 < argc) {
-      only = argv[++i];
-    } else {
-      std::fprintf(stderr,
-                   "usage: attention_tiles_bench [--json FILE] [--iters N] "
-                   "[--shape TEXT]\n"
-                   "error: unknown argument '%s'\n",
-                   argv[i]);
-      return 2;
-    }
-  }
+  bench::Options o;
+  if (!bench::parse_options(
+          argc, argv,
+          "attention_tiles_bench [--json FILE] [--iters N] [--shape TEXT]", o))
+    return 2;
+  const std::string &json = o.json, &only = o.shape;
+  const int iters = o.iters;
   auto selected = [&](const Shape &s) {
     return s.D <= 128 &&
            (only.empty() || std::strstr(s.name, only.c_str()) != nullptr);
@@ -93,10 +81,6 @@ int main(int argc, char **argv) {
                  "error: no shape up to head dim 128 whose name holds "
                  "'%s'\n",
                  only.c_str());
-    return 2;
-  }
-  if (iters < 1) {
-    std::fprintf(stderr, "error: --iters must be at least 1\n");
     return 2;
   }
   const cudaStream_t stream = bench::device_stream();

@@ -88,26 +88,12 @@ int main(int argc, char **argv) {
   // Rows as they are measured, also into a pipe: a run stopped by a
   // timeout keeps the shapes it finished.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::string json;
-  int iters = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) {
-      json = argv[++i];
-    } else if (a == "--iters" && i + 1 < argc) {
-      iters = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr,
-                   "usage: moe_bench [--json FILE] [--iters N]\n"
-                   "error: unknown argument '%s'\n",
-                   argv[i]);
-      return 2;
-    }
-  }
-  if (iters < 1) {
-    std::fprintf(stderr, "error: --iters must be at least 1\n");
+  bench::Options o;
+  if (!bench::parse_options(argc, argv, "moe_bench [--json FILE] [--iters N]",
+                            o))
     return 2;
-  }
+  const std::string &json = o.json;
+  const int iters = o.iters;
   const cudaStream_t stream = bench::device_stream();
   mtrt::cuda::CudaKernels k;
   k.set_stream(stream);
