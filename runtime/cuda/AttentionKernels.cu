@@ -442,6 +442,22 @@ AttentionKernels attention_kernels_from_env() {
        "cudnn-nondeterministic");
 }
 
+const char *describe(AttentionKernels k) {
+  switch (k) {
+  case AttentionKernels::TensorCores:
+    return "tensor cores";
+  case AttentionKernels::CudaCores:
+    return "CUDA cores";
+  case AttentionKernels::Cudnn:
+    return "cuDNN where it takes the form (deterministic backward), else "
+           "tensor cores";
+  case AttentionKernels::CudnnNondeterministic:
+    return "cuDNN where it takes the form (nondeterministic backward), else "
+           "tensor cores";
+  }
+  return "?";
+}
+
 #ifdef MEGATRAIN_CUDA_EMULATION
 // The emulator has no cuDNN: the backend refuses the family before a step.
 void CudaKernels::cudnn_attention_forward(void *, float *, const void *,

@@ -135,6 +135,9 @@ public:
   ~CudaBackend() override;
 
   const char *name() const override { return "cuda"; }
+  std::string details() const override {
+    return device_name_ + "; attention on " + describe(attention_);
+  }
   StorageFormat storage_format() const override { return StorageFormat::Bf16; }
 
   void check_supported(const Program &p) const override {
@@ -199,6 +202,7 @@ private:
 
   BackendOptions opts_;
   std::string device_name_;
+  AttentionKernels attention_ = AttentionKernels::TensorCores;
   int64_t device_total_ = 0;
   std::unique_ptr<CudaKernels> kernels_;
   std::shared_ptr<EventPool> pool_;
@@ -246,6 +250,7 @@ CudaBackend::CudaBackend(const BackendOptions &opts) : opts_(opts) {
 #endif
   }
   kernels_->set_attention_kernels(attention);
+  attention_ = attention;
   kernels_->set_moe_kernels(moe_kernels_from_env());
   pool_ = std::make_shared<EventPool>();
   for (int s = 0; s < kDeviceStreams; ++s) {

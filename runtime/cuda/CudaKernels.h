@@ -83,6 +83,9 @@ inline bool on_cudnn(AttentionKernels a) {
 /// the variable for anything else.
 AttentionKernels attention_kernels_from_env();
 
+/// The family in words, for the trainer's first line.
+const char *describe(AttentionKernels k);
+
 /// Which kernels run a mixture of experts (MoeCommon.cuh): grouped GEMMs on
 /// tensor cores, or reference kernels on CUDA cores in f32 (slower; the
 /// tensor-core path's oracle).

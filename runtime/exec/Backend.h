@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace mtrt {
 
@@ -53,6 +54,9 @@ public:
   virtual ~Backend() = default;
 
   virtual const char *name() const = 0;
+  /// What the trainer's first line adds after the name: the device and the
+  /// kernels chosen for it, if the backend has any to say.
+  virtual std::string details() const { return {}; }
   virtual StorageFormat storage_format() const = 0;
   int64_t storage_size() const {
     return storage_format() == StorageFormat::Bf16 ? 2 : 4;

@@ -216,12 +216,14 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
       store.trainable_params() > 0
           ? double(host_bytes) / double(store.trainable_params())
           : 0.0;
+  const std::string details = backend->details();
   std::fprintf(
       out,
-      "megatrain: %s (plan %s), backend %s %s, %lld trainable "
+      "megatrain: %s (plan %s), backend %s %s%s, %lld trainable "
       "params (%s master weights), host %.1f MiB (%.2f B/param), "
       "device %.1f MiB, %lld tokens/step\n",
       p_.model_name, p_.plan_hash, backend->name(), bf16 ? "bf16" : "fp32",
+      details.empty() ? "" : (" (" + details + ")").c_str(),
       static_cast<long long>(store.trainable_params()),
       store.bf16_master() ? "bf16" : "fp32", double(host_bytes) / 1048576.0,
       host_bytes_per_param_, double(exec.device_bytes()) / 1048576.0,
