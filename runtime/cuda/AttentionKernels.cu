@@ -520,8 +520,8 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
   if (on_cudnn(attention_) &&
-      cuda::CudnnAttention::takes(D, range.window, range.chunk, softcap,
-                                  alibi_slopes != nullptr, sinks != nullptr))
+      cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
+                                  sinks != nullptr))
     return cudnn_attention_forward(y, lse, q, k, v, {Bn, H, Hkv, S, D}, scale);
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores)
@@ -567,8 +567,8 @@ void CudaKernels::attention_backward(
     fail("cuda attention_backward: dsinks without sinks");
   const cuda::AttentionDims d{Bn, H, Hkv, S, D};
   if (on_cudnn(attention_) && dq && dk && dv && !dsinks &&
-      cuda::CudnnAttention::takes(D, range.window, range.chunk, softcap,
-                                  alibi_slopes != nullptr, sinks != nullptr)) {
+      cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
+                                  sinks != nullptr)) {
     // Past its bound on dS the deterministic choice is the tensor-core
     // backward below, which reads cuDNN's y and lse alike.
     if (attention_ == AttentionKernels::CudnnNondeterministic)

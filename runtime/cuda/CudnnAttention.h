@@ -6,7 +6,8 @@
 // each of which cuDNN runs as a fused flash-attention kernel of its own.
 // MEGATRAIN_CUDA_ATTENTION=cudnn asks for them with the deterministic
 // backward, =cudnn-nondeterministic with the other (CudaKernels). The forms
-// they are not given (sliding windows, chunks, soft caps, ALiBi, sinks,
+// they are not given (sliding windows and chunks shorter than the
+// sequence, soft caps, ALiBi, sinks,
 // head dims past 128 or not a multiple of 8, a backward that leaves a
 // gradient out, and a deterministic backward whose dS would pass its bound)
 // stay on the tensor-core kernels.
@@ -20,6 +21,8 @@
 
 #ifndef MEGATRAIN_RUNTIME_CUDA_CUDNNATTENTION_H
 #define MEGATRAIN_RUNTIME_CUDA_CUDNNATTENTION_H
+
+#include "runtime/kernels/KeyRange.h"
 
 #include <cstdint>
 #include <functional>
@@ -52,10 +55,11 @@ public:
   CudnnAttention(const CudnnAttention &) = delete;
   CudnnAttention &operator=(const CudnnAttention &) = delete;
 
-  /// Whether cuDNN is given the attention of this form (the file comment).
-  static bool takes(int64_t D, int64_t window, int64_t chunk, float softcap,
+  /// Whether cuDNN is given the attention of this form over S positions
+  /// (the file comment): a window or chunk as long as the sequence is none.
+  static bool takes(int64_t D, const KeyRange &range, int64_t S, float softcap,
                     bool alibi, bool sinks) {
-    return D > 0 && D <= 128 && D % 8 == 0 && window == 0 && chunk == 0 &&
+    return D > 0 && D <= 128 && D % 8 == 0 && range.plain_causal(S) &&
            softcap == 0.f && !alibi && !sinks;
   }
 

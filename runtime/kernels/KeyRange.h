@@ -46,6 +46,11 @@ struct KeyRange {
   MT_KEY_RANGE_FN bool visible(int64_t i, int64_t j) const {
     return j <= i && j >= first_key(i);
   }
+  /// Whether each of S queries sees every key up to itself: no window or
+  /// chunk narrower than the sequence (Mistral's 4096 at 2048 tokens).
+  MT_KEY_RANGE_FN bool plain_causal(int64_t S) const {
+    return (window <= 0 || window >= S) && (chunk <= 0 || chunk >= S);
+  }
 };
 
 } // namespace mtrt

@@ -539,16 +539,19 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(AttentionKernels::CudaCores)));
 
 /// The shapes whose attention cuDNN is given (GQA, MQA, D < 128, D = 128,
-/// one token), and two it is not (a window, D = 256), which stay on the
-/// tensor cores. The backward adds into random gradients, as a step's does.
+/// one token, a window as long as the sequence), and two it is not (a
+/// shorter window, D = 256), which stay on the tensor cores. The backward adds
+/// into random gradients, as a step's does.
 std::vector<AttentionShape> cudnn_shapes() {
   std::vector<AttentionShape> out;
   for (const AttentionShape &s : kAttentionShapes)
-    if (mtrt::cuda::CudnnAttention::takes(s.D, s.window, s.chunk, s.softcap,
-                                          s.alibi, s.sinks))
+    if (mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S,
+                                          s.softcap, s.alibi, s.sinks))
       out.push_back(s);
   out.push_back(AttentionShape{1, 2, 1, 150, 64, false, 40});
   out.push_back(AttentionShape{1, 4, 2, 100, 256});
+  // Taken: a window as long as the sequence.
+  out.push_back(AttentionShape{1, 4, 2, 100, 64, false, 100});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(
@@ -658,15 +661,21 @@ TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScores) {
 
 TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim128) {
   using mtrt::cuda::CudnnAttention;
-  EXPECT_TRUE(CudnnAttention::takes(128, 0, 0, 0.f, false, false));
-  EXPECT_TRUE(CudnnAttention::takes(16, 0, 0, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(256, 0, 0, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(20, 0, 0, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, 40, 0, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, 0, 8, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, 0, 0, 2.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, 0, 0, 0.f, true, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, 0, 0, 0.f, false, true));
+  const mtrt::KeyRange causal;
+  EXPECT_TRUE(CudnnAttention::takes(128, causal, 64, 0.f, false, false));
+  EXPECT_TRUE(CudnnAttention::takes(16, causal, 64, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(256, causal, 64, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(20, causal, 64, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, {40, 0}, 64, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, {0, 8}, 64, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 2.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 0.f, true, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 0.f, false, true));
+  // A window or chunk as long as the sequence leaves it causal.
+  EXPECT_TRUE(CudnnAttention::takes(64, {64, 0}, 64, 0.f, false, false));
+  EXPECT_TRUE(CudnnAttention::takes(64, {4096, 8192}, 2048, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, {63, 0}, 64, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, {0, 63}, 64, 0.f, false, false));
 }
 
 #ifndef MEGATRAIN_CUDA_EMULATION

@@ -172,6 +172,22 @@ const float kSlopes[] = {0.25f, 0.0625f, 0.015625f, 0.9f};
 
 // Causal, with ALiBi, with a window of 2 keys, soft-capped, and together;
 // with sinks (windowed, soft-capped), without ALiBi; in chunks of 3 keys.
+// plain_causal(S) says that visible() hides no earlier key from any of S
+// queries: checked against visible() itself over small ranges.
+TEST(KeyRange, PlainCausalIsEveryEarlierKeyVisible) {
+  for (int64_t S = 1; S <= 12; ++S)
+    for (int64_t w = 0; w <= 14; ++w)
+      for (int64_t c = 0; c <= 14; ++c) {
+        const KeyRange r{w, c};
+        bool all = true;
+        for (int64_t i = 0; i < S; ++i)
+          for (int64_t j = 0; j <= i; ++j)
+            all = all && r.visible(i, j);
+        EXPECT_EQ(r.plain_causal(S), all)
+            << "S " << S << " window " << w << " chunk " << c;
+      }
+}
+
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
   for (int form = 0; form < 14; ++form)
     for (Dims d : kHeads) {
