@@ -136,7 +136,8 @@ public:
 
   const char *name() const override { return "cuda"; }
   std::string details() const override {
-    return device_name_ + "; attention on " + describe(attention_);
+    return device_name_ + "; attention on " +
+           describe(kernels_->attention_kernels());
   }
   StorageFormat storage_format() const override { return StorageFormat::Bf16; }
 
@@ -202,7 +203,6 @@ private:
 
   BackendOptions opts_;
   std::string device_name_;
-  AttentionKernels attention_ = AttentionKernels::TensorCores;
   int64_t device_total_ = 0;
   std::unique_ptr<CudaKernels> kernels_;
   std::shared_ptr<EventPool> pool_;
@@ -250,7 +250,6 @@ CudaBackend::CudaBackend(const BackendOptions &opts) : opts_(opts) {
 #endif
   }
   kernels_->set_attention_kernels(attention);
-  attention_ = attention;
   kernels_->set_moe_kernels(moe_kernels_from_env());
   pool_ = std::make_shared<EventPool>();
   for (int s = 0; s < kDeviceStreams; ++s) {

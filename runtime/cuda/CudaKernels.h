@@ -113,6 +113,7 @@ public:
   /// The most scratch any call has needed so far, bytes.
   int64_t scratch_peak() const { return scratch_bytes_; }
   void set_attention_kernels(AttentionKernels k) { attention_ = k; }
+  AttentionKernels attention_kernels() const { return attention_; }
   void set_moe_kernels(MoeKernels k) { moe_ = k; }
 
   int64_t storage_size() const override { return 2; }

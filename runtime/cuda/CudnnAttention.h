@@ -6,11 +6,10 @@
 // each of which cuDNN runs as a fused flash-attention kernel of its own.
 // MEGATRAIN_CUDA_ATTENTION=cudnn asks for them with the deterministic
 // backward, =cudnn-nondeterministic with the other (CudaKernels). The forms
-// they are not given (sliding windows and chunks shorter than the
-// sequence, soft caps, ALiBi, sinks,
-// head dims past 128 or not a multiple of 8, a backward that leaves a
-// gradient out, and a deterministic backward whose dS would pass its bound)
-// stay on the tensor-core kernels.
+// they are not given (sliding windows and chunks shorter than the sequence,
+// soft caps, ALiBi, sinks, head dims past 128 or not a multiple of 8, a
+// backward that leaves a gradient out, and a deterministic backward whose dS
+// would pass its bound) stay on the tensor-core kernels.
 //
 // cuDNN is loaded with dlopen at first use ($MEGATRAIN_CUDNN, then
 // libcudnn.so.9 on the loader's path), so that the runtime builds and runs
@@ -39,11 +38,10 @@ struct AttentionDims {
 };
 
 /// Which of cuDNN's attention backwards runs. The deterministic one (the
-/// graph cuDNN's frontend builds for a deterministic backward on Hopper:
-/// dQ written by its product, not added up) holds dS whole in cuDNN's
-/// workspace, B·H·S²·2 bytes with S rounded up to 64, and finds dQ from it by
-/// one product; the other adds dQ up into an f32 sum in no fixed order, in O(S)
-/// memory.
+/// graph cuDNN's frontend builds for a deterministic backward on Hopper)
+/// holds dS whole in cuDNN's workspace, B·H·S²·2 bytes with S rounded up to
+/// 64, and writes dQ by one product over it; the other adds dQ up into an
+/// f32 sum in no fixed order, in O(S) memory.
 enum class CudnnBackward { Deterministic, Nondeterministic };
 
 class CudnnAttention {
