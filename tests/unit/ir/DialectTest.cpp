@@ -204,6 +204,32 @@ TEST_F(DialectTest, AttentionLogSumExpHasOneValuePerQueryRow) {
             std::string::npos);
 }
 
+// attention_grad reads the forward's output y (as cuDNN's backward does),
+// which has q's shape.
+TEST_F(DialectTest, AttentionGradReadsAnOutputOfQueriesShape) {
+  std::string args =
+      "%dy: tensor<1x4x4x8xf32>, %q: tensor<1x4x4x8xf32>, %k: "
+      "tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>, %o: tensor<1x4x4x8xf32>, "
+      "%o2: tensor<1x2x4x8xf32>, %delta: tensor<1x4x4xf32>, %lse: "
+      "tensor<1x4x4xf32>";
+  auto body = [](const std::string &out, const std::string &type) {
+    return "%y, %dk, %dv = mt.attention_grad %dy, %q, %k, %v, " + out +
+           ", %delta, %lse {scale = 0.5 : f64} : (tensor<1x4x4x8xf32>, "
+           "tensor<1x4x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, " +
+           type +
+           ", tensor<1x4x4xf32>, tensor<1x4x4xf32>) -> (tensor<1x4x4x8xf32>, "
+           "tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>)";
+  };
+  EXPECT_EQ(parseError(graphWith(args, body("%o", "tensor<1x4x4x8xf32>"),
+                                 "tensor<1x4x4x8xf32>")),
+            "");
+  // One row per KV head's query is not the output.
+  EXPECT_NE(parseError(graphWith(args, body("%o2", "tensor<1x2x4x8xf32>"),
+                                 "tensor<1x4x4x8xf32>"))
+                .find("y has type"),
+            std::string::npos);
+}
+
 TEST_F(DialectTest, AttentionHasOneAlibiSlopePerQueryHead) {
   std::string args = "%q: tensor<1x4x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: "
                      "tensor<1x2x4x8xf32>";
