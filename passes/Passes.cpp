@@ -42,6 +42,7 @@ void buildTrainingPipeline(mlir::OpPassManager &pm,
   // The predicted step time and link-bound fraction that inspect reports.
   SimulateOptions simulate;
   simulate.preset = options.preset;
+  simulate.attentionEff = options.attentionEfficiency;
   simulate.tracePath = options.tracePath;
   pm.addPass(createSimulate(simulate));
 }

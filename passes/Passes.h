@@ -29,6 +29,7 @@ struct PipelineOptions {
   int64_t mlpChunkTokens = 0;   // token rows per chunk of a layer's MLP; 0: by size
   int64_t vocabPieces = 0;      // LM head/embedding pieces; 0: by budget
   std::string preset = "h200-pcie5";
+  double attentionEfficiency = 0; // fused attention's share of peak; 0: ours
   std::string tracePath;    // predicted timeline, Chrome trace JSON
 };
 

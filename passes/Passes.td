@@ -243,7 +243,7 @@ def Simulate : Pass<"mt-simulate", "mlir::ModuleOp"> {
     The replay runs four consecutive steps (each stream in order, a wait
     released by the latest record of its event issued before it, across
     steps) and reports the last step, the steady state, as
-    `prediction = {preset, step_s, tokens_per_s, active_params,
+    `prediction = {preset, attention_efficiency, step_s, tokens_per_s, active_params,
     model_tflops, compute_busy_fraction, h2d_busy_fraction,
     d2h_busy_fraction, host_busy_fraction, link_bound_fraction,
     suggested_micro_batches}` on mt.schedule. Model TFLOPS are 6 · active
@@ -266,6 +266,9 @@ def Simulate : Pass<"mt-simulate", "mlir::ModuleOp"> {
            "kernel launch overhead in microseconds (-1: preset)">,
     Option<"copyLatencyUs", "copy-latency-us", "double", "-1",
            "fixed latency of each h2d/d2h copy in microseconds (-1: preset)">,
+    Option<"attentionEff", "attention-efficiency", "double", "0",
+           "fraction of the dense peak fused attention reaches on long "
+           "sequences (0: our tensor-core kernels' measured 0.06)">,
     Option<"tracePath", "trace", "std::string", "\"\"",
            "write the predicted timeline as Chrome trace JSON here">,
   ];

@@ -52,11 +52,22 @@ using namespace mt;
 
 namespace {
 
+// Fused attention: ours (mma.sync tiles) measured on an H200 by the device
+// check (docs/benchmarks.md, 2026-12-04) at 42-57 TFLOPS forward and 37-50
+// backward on Llama-shaped heads of 4K-16K tokens, 5-7% of the dense peak
+// (torch's SDPA reached 490-650 forward there). The model takes ours as it
+// is, with the GEMMs' knee over the sequence (a flash kernel tiles over it,
+// not over the head dim); the attention-efficiency option stands in for
+// another kernel (cuDNN's) or a faster one of ours.
+constexpr double kAttentionEffMax = 0.06;
+
 /// What the cost model knows about a machine. Bandwidths in bytes/s,
-/// compute in FLOP/s, times in seconds.
+/// compute in FLOP/s, times in seconds; `attention` is the fraction of the
+/// dense peak fused attention reaches on long sequences.
 struct Machine {
   const char *name;
   double h2d, d2h, flops, hbm, host, launch, copyLatency;
+  double attention = kAttentionEffMax;
 };
 
 constexpr double G = 1e9, T = 1e12, us = 1e-6;
@@ -83,16 +94,8 @@ double gemmEfficiency(double m, double n, double k) {
   return kGemmEffMax * (1 - std::exp(-std::min({m, n, k}) / kGemmKnee));
 }
 
-// Fused attention: ours (mma.sync tiles) measured on an H200 by the device
-// check (docs/benchmarks.md, 2026-12-04) at 42-57 TFLOPS forward and 37-50
-// backward on Llama-shaped heads of 4K-16K tokens, 5-7% of the dense peak
-// (torch's SDPA reached 490-650 forward there). The model takes ours as it
-// is, with the GEMMs' knee over the sequence (a flash kernel tiles over it,
-// not over the head dim); raise it with the kernel.
-constexpr double kAttentionEffMax = 0.06;
-
-double attentionEfficiency(double s) {
-  return kAttentionEffMax * (1 - std::exp(-s / kGemmKnee));
+double attentionEfficiency(const Machine &m, double s) {
+  return m.attention * (1 - std::exp(-s / kGemmKnee));
 }
 
 // The mixture of experts' products run as grouped GEMMs of our own on
@@ -150,7 +153,7 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     // QKᵀ, dY·Vᵀ and dS·K, dK/dV with those two again, Pᵀ·dY and dSᵀ·Q:
     // 7 products to the forward's 2.
     flops = 4 * bh * pairs * d * (isa<AttentionGradOp>(op) ? 3.5 : 1.0);
-    eff = attentionEfficiency(double(s));
+    eff = attentionEfficiency(m, double(s));
   } else if (isa<MoeOp, MoeGradOp>(op)) {
     // Per token: the router (E·H) and k experts' 3·I·H multiply-adds; the
     // backward recomputes the forward and then does twice its work.
@@ -313,6 +316,14 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
       m.launch = launchUs * us;
     if (copyLatencyUs >= 0)
       m.copyLatency = copyLatencyUs * us;
+    if (attentionEff != 0) {
+      if (!(attentionEff > 0 && attentionEff <= 1)) {
+        module.emitError("mt-simulate: attention-efficiency ")
+            << attentionEff << " is not a fraction of the peak in (0, 1]";
+        return signalPassFailure();
+      }
+      m.attention = attentionEff;
+    }
 
     auto schedules = llvm::to_vector(module.getOps<ScheduleOp>());
     if (schedules.size() != 1) {
@@ -329,7 +340,7 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
         costCommands(step, symbols, m, *host);
     if (failed(commands))
       return signalPassFailure();
-    replay(module, step, *commands, symbols);
+    replay(module, step, *commands, symbols, m);
   }
 
   // Each command of the body with its duration (waits and records: 0).
@@ -471,7 +482,8 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
   }
 
   void replay(ModuleOp module, ScheduleOp step,
-              const std::vector<Command> &commands, SymbolTable &symbols) {
+              const std::vector<Command> &commands, SymbolTable &symbols,
+              const Machine &m) {
     std::array<double, kNumStreams> ready{}, busy{};
     llvm::StringMap<double> recorded; // event -> time of its latest record
     std::array<double, kSteps> stepEnd{};
@@ -548,6 +560,7 @@ struct SimulatePass : public mt::impl::SimulateBase<SimulatePass> {
     auto f = [&](double x) { return b.getF64FloatAttr(x); };
     SmallVector<NamedAttribute> pred = {
         b.getNamedAttr("preset", b.getStringAttr(preset)),
+        b.getNamedAttr("attention_efficiency", f(m.attention)),
         b.getNamedAttr("step_s", f(stepS)),
         b.getNamedAttr("tokens_per_s", f(stepS > 0 ? tokens / stepS : 0)),
         b.getNamedAttr("active_params", f(active)),

@@ -196,8 +196,14 @@ def median(xs):
 
 
 def bench_row(work, name):
-    # NAME+VARIANT: the plan NAME run another way (device_check.sh's bench).
-    plan = load_json(os.path.join(work, "plans", name.split("+")[0], "plan.json"), {})
+    # NAME+VARIANT: the plan NAME run another way (device_check.sh's bench);
+    # a cuDNN variant is set beside the plan's prediction with attention at
+    # cuDNN's assumed rate where make_plans.sh wrote one.
+    plan_dir = os.path.join(work, "plans", name.split("+")[0])
+    plan = load_json(os.path.join(plan_dir, "plan.json"), {})
+    prediction = plan.get("prediction", {})
+    if name.partition("+")[2].startswith("cudnn"):
+        prediction = load_json(os.path.join(plan_dir, "prediction-cudnn.json"), prediction)
     run = load_json(os.path.join(work, name + ".run.json"), {})
     stats = load_json(os.path.join(work, name + ".stats.json"), {})
     steps = load_jsonl(os.path.join(work, name + ".jsonl"))
@@ -209,7 +215,7 @@ def bench_row(work, name):
            "arena_bytes": stats.get("arena_bytes"),
            "pinned_host_bytes": stats.get("pinned_host_bytes"),
            "micro_batches": plan.get("micro_batches"),
-           "prediction": plan.get("prediction", {})}
+           "prediction": prediction}
     warm = steps[1:] if len(steps) > 1 else steps  # step 0 warms up
     tps = median([s.get("tokens_per_s") for s in warm])
     tokens = steps[0].get("tokens") if steps else None
@@ -220,7 +226,7 @@ def bench_row(work, name):
     row["tokens_per_s"] = tps
     # Model FLOPs count the params a token uses (a mixture's experts k of E), as the
     # simulator's prediction does.
-    active = plan.get("prediction", {}).get("active_params") or params
+    active = prediction.get("active_params") or params
     if tps and tokens and active:
         step_s = tokens / tps
         row["step_s"] = step_s

@@ -46,7 +46,10 @@
 #
 # Batch 4 x 2048 tokens per micro-batch; micro-batches per fetch as the
 # simulator suggests for the h200-pcie5 preset (at least 1), so that the
-# weights' transfers hide behind compute.
+# weights' transfers and the host's work hide behind compute: for the plans
+# the device check also runs on cuDNN (1B, 3B, 7B-class), at cuDNN's
+# attention rate, where a layer's compute is shortest. Each of these plans
+# also holds prediction-cudnn.json, its prediction with cuDNN's attention.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
@@ -98,18 +101,29 @@ suggested() { # the simulator's micro-batches for a compiled plan
   python3 -c "import json,sys; p=json.load(open(sys.argv[1]));
 print(max(1, int(p['prediction'].get('suggested_micro_batches') or 1)))" "$1/plan.json"
 }
-compile_structure() { # name, least micro-batches, compile flags
-  local name=$1 least=$2 dir=$OUT/$1; shift 2
-  "$MT" compile "$TMP/$name.onnx" --batch 4 --seq-len 2048 "$@" -o "$dir" --no-build > /dev/null
+# cuDNN's fused attention taken at torch SDPA's measured rate, about half
+# the dense peak (docs/schedule.md); ours is the simulator's default.
+CUDNN_EFFICIENCY=0.5
+compile_structure() { # name, attention efficiency to choose micro-batches at
+                      # (0: ours), compile flags
+  local name=$1 eff=$2 dir=$OUT/$1; shift 2
+  local at=(); [ "$eff" != 0 ] && at=(--attention-efficiency "$eff")
+  local shape=(--batch 4 --seq-len 2048)
+  "$MT" compile "$TMP/$name.onnx" "${shape[@]}" "$@" "${at[@]}" -o "$dir" --no-build > /dev/null
   local m; m=$(suggested "$dir")
-  (( m < least )) && m=$least
-  "$MT" compile "$TMP/$name.onnx" --batch 4 --seq-len 2048 --micro-batches "$m" "$@" -o "$dir" --no-build
+  # The same plan predicted with cuDNN's attention, for the +cudnn rows.
+  "$MT" compile "$TMP/$name.onnx" "${shape[@]}" --micro-batches "$m" "$@" \
+    --attention-efficiency "$CUDNN_EFFICIENCY" -o "$TMP/cudnn-plan" --no-build > /dev/null
+  "$MT" compile "$TMP/$name.onnx" "${shape[@]}" --micro-batches "$m" "$@" -o "$dir" --no-build
+  python3 -c "import json,sys; json.dump(json.load(open(sys.argv[1]))['prediction'],
+open(sys.argv[2], 'w'), indent=1)" "$TMP/cudnn-plan/plan.json" "$dir/prediction-cudnn.json"
+  rm -rf "$TMP/cudnn-plan"
 }
 
 echo "== structure models"
 # ~1.1B (TinyLlama's shape): hidden 2048, 22 layers, 32/4 heads of 64.
 structure llama-1b --preset llama-7b --layers 22 --hidden 2048 --ffn 5632 --heads 32 --kv-heads 4 --vocab 32000
-compile_structure llama-1b 1
+compile_structure llama-1b "$CUDNN_EFFICIENCY"
 # The same layer, micro-batches and tokens, 2 layers: a step short enough to
 # time each of its kernels under Nsight Compute.
 structure llama-1b-2l --preset llama-7b --layers 2 --hidden 2048 --ffn 5632 --heads 32 --kv-heads 4 --vocab 32000
@@ -118,19 +132,17 @@ structure llama-1b-2l --preset llama-7b --layers 2 --hidden 2048 --ffn 5632 --he
     "$OUT/llama-1b/plan.json")" -o "$OUT/llama-1b-2l" --no-build
 # ~3B (Llama 3.2 3B's shape, vocab 32000): hidden 3072, 28 layers, 24/8 heads of 128.
 structure llama-3b --preset llama-7b --layers 28 --hidden 3072 --ffn 8192 --heads 24 --kv-heads 8 --vocab 32000
-compile_structure llama-3b 1
-# 6.7B (Llama 2 7B), planned for a 24 GiB card. The simulator suggests its
-# micro-batches for our attention kernels' measured rate (6 of them); at
-# cuDNN's (the device check runs it too) a layer's compute shrinks and the
-# host's AdamW and packs would show between layers below 8 (mt-simulate
-# with attention at 50% of the peak: GPU busy 0.90 at 6).
+compile_structure llama-3b "$CUDNN_EFFICIENCY"
+# 6.7B (Llama 2 7B), planned for a 24 GiB card (the 6 micro-batches that
+# suffice for our attention would leave the host's AdamW and packs showing
+# between layers at cuDNN's rate; it suggests 8).
 structure llama-7b --preset llama-7b
-compile_structure llama-7b 8 --gpu-mem-limit 24GiB
+compile_structure llama-7b "$CUDNN_EFFICIENCY" --gpu-mem-limit 24GiB
 mv "$OUT/llama-7b" "$OUT/llama-7b-24g"
 # 9.2B (Llama 2 7B's layer, 44 of them) with bf16 master weights: 12 B/param
 # of host state, where fp32 masters (16 B/param) stop near 7.5B on 128 GiB.
 structure llama-9b --preset llama-7b --layers 44
-compile_structure llama-9b 1 --master-weights bf16
+compile_structure llama-9b 0 --master-weights bf16
 mv "$OUT/llama-9b" "$OUT/llama-9b-bf16"
 # Long context on the ~1.1B shape: one 32K-token sequence per micro-batch.
 "$MT" compile "$TMP/llama-1b.onnx" --batch 1 --seq-len 32768 -o "$OUT/llama-1b-32k" --no-build

@@ -162,6 +162,20 @@ class Benchmarks(unittest.TestCase):
         self.assertEqual(row["micro_batches"], 2)
         self.assertEqual(row["first_loss"], 10.5)
         self.assertAlmostEqual(row["step_s"], 2.0)
+        self.assertEqual(row["prediction"], {})
+
+    def test_a_cudnn_variant_takes_the_prediction_at_cudnns_rate(self):
+        with tempfile.TemporaryDirectory() as work:
+            plan_dir = os.path.join(work, "plans", "m")
+            os.makedirs(plan_dir)
+            with open(os.path.join(plan_dir, "plan.json"), "w") as f:
+                json.dump({"trained_params": 2e9, "prediction": {"step_s": 3.0}}, f)
+            with open(os.path.join(plan_dir, "prediction-cudnn.json"), "w") as f:
+                json.dump({"step_s": 1.5, "attention_efficiency": 0.5}, f)
+            self.assertEqual(devcheck.bench_row(work, "m")["prediction"]["step_s"], 3.0)
+            self.assertEqual(devcheck.bench_row(work, "m+cudnn")["prediction"]["step_s"], 1.5)
+            self.assertEqual(
+                devcheck.bench_row(work, "m+cudnn-nondeterministic")["prediction"]["step_s"], 1.5)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,8 @@ class TrainerContract(unittest.TestCase):
         pred = plan["prediction"]
         self.assertIn(f"kernels per step: GEMMs {pred['gemm_s']:.3f} s", shown)
         self.assertIn(f"attention {pred['attention_s']:.3f} s", shown)
+        self.assertEqual(pred["attention_efficiency"], 0.06)
+        self.assertIn("attention taken at 6% of the dense peak", shown)
         self.assertEqual(json.loads(run([MEGATRAIN, "inspect", self.plan, "--json"]).stdout),
                          plan)
         missing = run([MEGATRAIN, "inspect", self.w("no-such-plan")], check=False)

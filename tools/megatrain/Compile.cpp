@@ -74,6 +74,11 @@ plan:
 prediction (mt-simulate; see docs/schedule.md):
   --preset NAME          machine to predict the step on: h200-pcie5 (default),
                          gh200, a100-pcie4 or rtx3090-pcie4
+  --attention-efficiency F
+                         fraction of the dense peak fused attention runs at
+                         (default 0.06: our tensor-core kernels as measured
+                         on an H200; cuDNN's, MEGATRAIN_CUDA_ATTENTION=cudnn,
+                         about 0.5 if it runs at torch SDPA's rate)
   --sim-trace FILE       write the predicted per-stream timeline as Chrome
                          trace JSON (opens in Perfetto)
 output:
@@ -136,11 +141,25 @@ void writeInitialWeights(mlir::ModuleOp module,
 
 int runCompile(const std::vector<std::string> &args) {
   Flags flags(args,
-              {"--batch", "--seq-len", "--bind", "--buffers", "--emit",
-               "--micro-batches", "--slots", "--gpu-mem-limit",
-               "--min-unit-bytes", "--staging-elems", "--host-checkpoints",
-               "--loss-chunk-tokens", "--mlp-chunk-tokens", "--vocab-pieces",
-               "--master-weights", "--dump-ir-after", "--preset", "--sim-trace",
+              {"--batch",
+               "--seq-len",
+               "--bind",
+               "--buffers",
+               "--emit",
+               "--micro-batches",
+               "--slots",
+               "--gpu-mem-limit",
+               "--min-unit-bytes",
+               "--staging-elems",
+               "--host-checkpoints",
+               "--loss-chunk-tokens",
+               "--mlp-chunk-tokens",
+               "--vocab-pieces",
+               "--master-weights",
+               "--dump-ir-after",
+               "--preset",
+               "--attention-efficiency",
+               "--sim-trace",
                "-o"},
               {"--no-tie-detect", "--no-build", "--help"});
   if (flags.has("--help")) {
@@ -205,6 +224,8 @@ int runCompile(const std::vector<std::string> &args) {
       flags.positiveInt("--mlp-chunk-tokens").value_or(0);
   pipeline.vocabPieces = flags.positiveInt("--vocab-pieces").value_or(0);
   pipeline.preset = flags.get("--preset").value_or(pipeline.preset);
+  pipeline.attentionEfficiency =
+      flags.fraction("--attention-efficiency").value_or(0);
   const std::string master = flags.get("--master-weights").value_or("fp32");
   if (master != "fp32" && master != "bf16")
     throw UsageError("--master-weights: '" + master +

@@ -74,6 +74,22 @@ std::optional<int64_t> Flags::positiveInt(const std::string &name) const {
   return n;
 }
 
+std::optional<double> Flags::fraction(const std::string &name) const {
+  auto v = get(name);
+  if (!v)
+    return std::nullopt;
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(*v, &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  if (used == 0 || used != v->size() || !(x > 0 && x <= 1))
+    throw UsageError(name + ": '" + *v + "' is not a fraction in (0, 1]");
+  return x;
+}
+
 std::optional<int64_t> Flags::bytes(const std::string &name) const {
   auto v = get(name);
   if (!v)

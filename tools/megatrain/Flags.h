@@ -34,6 +34,8 @@ public:
   /// Every value of a repeatable flag, in order.
   std::vector<std::string> all(const std::string &name) const;
   std::optional<int64_t> positiveInt(const std::string &name) const;
+  /// A number in (0, 1].
+  std::optional<double> fraction(const std::string &name) const;
   /// A byte size: a plain number, or with B, KiB, MiB, GiB, TiB, KB, MB, GB.
   std::optional<int64_t> bytes(const std::string &name) const;
   const std::vector<std::string> &positional() const { return positional_; }

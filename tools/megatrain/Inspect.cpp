@@ -173,6 +173,11 @@ int runInspect(const std::vector<std::string> &args) {
                         gemm, 100 * gemm / kernels, attention,
                         100 * attention / kernels, other,
                         100 * other / kernels);
+  if (double eff = number(*pred, "attention_efficiency");
+      attention > 0 && eff > 0)
+    os << llvm::formatv("attention taken at {0:F0}% of the dense peak "
+                        "(compile --attention-efficiency)\n",
+                        100 * eff);
   double link = number(*pred, "link_bound_fraction");
   if (link > 0.05) {
     // Weights arrive late because the link is slow, or because the host

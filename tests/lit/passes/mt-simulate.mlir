@@ -2,14 +2,17 @@
 // RUN: megatrain-opt %s -split-input-file --mt-derive-backward --mt-partition --mt-pack-weights --mt-schedule="micro-batches=2" --mt-insert-transfers --mt-insert-events --mt-plan-memory --mt-verify-schedule --mt-simulate="h2d-gbps=1.024 host-gbps=3.072 copy-latency-us=0 trace=%t.json" | FileCheck %s --check-prefix=CLOSED
 // RUN: FileCheck %s --check-prefix=TRACE < %t.json
 // RUN: not megatrain-opt %s -split-input-file --mt-simulate="preset=tpu-v9" 2>&1 | FileCheck %s --check-prefix=PRESET
+// RUN: not megatrain-opt %s -split-input-file --mt-simulate="attention-efficiency=1.5" 2>&1 | FileCheck %s --check-prefix=ATTENTION
 // RUN: sed 's/master_weights = "bf16"/master_weights = "fp8"/' %s | not megatrain-opt -split-input-file --mt-simulate 2>&1 | FileCheck %s --check-prefix=MASTER
 
 // The whole pipeline, then the default machine (h200-pcie5): the prediction
 // sits on mt.schedule with every key inspect and plan.json read.
 // CHECK-LABEL: mt.schedule @step
-// CHECK-SAME: prediction = {{[{]}}active_params = {{.*}} : f64, attention_s = {{.*}} : f64, compute_busy_fraction = {{.*}} : f64, d2h_busy_fraction = {{.*}} : f64, gemm_s = {{.*}} : f64, h2d_busy_fraction = {{.*}} : f64, host_busy_fraction = {{.*}} : f64, link_bound_fraction = {{.*}} : f64, model_tflops = {{.*}} : f64, other_kernels_s = {{.*}} : f64, preset = "h200-pcie5", step_s = {{.*}} : f64, suggested_micro_batches = {{[0-9]+}} : i64, tokens_per_s = {{[0-9.e+-]+}} : f64}
+// CHECK-SAME: prediction = {{[{]}}active_params = {{.*}} : f64, attention_efficiency = 6.000000e-02 : f64, attention_s = {{.*}} : f64, compute_busy_fraction = {{.*}} : f64, d2h_busy_fraction = {{.*}} : f64, gemm_s = {{.*}} : f64, h2d_busy_fraction = {{.*}} : f64, host_busy_fraction = {{.*}} : f64, link_bound_fraction = {{.*}} : f64, model_tflops = {{.*}} : f64, other_kernels_s = {{.*}} : f64, preset = "h200-pcie5", step_s = {{.*}} : f64, suggested_micro_batches = {{[0-9]+}} : i64, tokens_per_s = {{[0-9.e+-]+}} : f64}
 // Unknown presets are named, with the list of known ones.
 // PRESET: error: mt-simulate: unknown preset 'tpu-v9' (presets: h200-pcie5, gh200, a100-pcie4, rtx3090-pcie4)
+// An attention efficiency is a fraction of the peak.
+// ATTENTION: error: mt-simulate: attention-efficiency 1.500000e+00 is not a fraction of the peak in (0, 1]
 module {
   mt.param @wte : tensor<32x16xf32>
   mt.param @l0.ln : tensor<16xf32>
@@ -80,7 +83,7 @@ module attributes {mt.master_weights = "bf16"} {
 // 1024 tokens / 2 ms = 1.572864 model TFLOPS. (The passes before
 // mt-simulate leave this already scheduled module as it is.)
 // CLOSED-LABEL: mt.unit @u0 kind "layer" applies [0] params [@w]
-// CLOSED: prediction = {active_params = 5.120000e+05 : f64, attention_s = 0.000000e+00 : f64, compute_busy_fraction = 0.000000e+00 : f64, d2h_busy_fraction = 0.000000e+00 : f64, gemm_s = 0.000000e+00 : f64, h2d_busy_fraction = 5.000000e-01 : f64, host_busy_fraction = 5.000000e-01 : f64, link_bound_fraction = 0.000000e+00 : f64, model_tflops = 1.572864 : f64, other_kernels_s = 0.000000e+00 : f64, preset = "h200-pcie5", step_s = 2.000000e-03 : f64, suggested_micro_batches = 0 : i64, tokens_per_s = 5.120000e+05 : f64}
+// CLOSED: prediction = {active_params = 5.120000e+05 : f64, attention_efficiency = 6.000000e-02 : f64, attention_s = 0.000000e+00 : f64, compute_busy_fraction = 0.000000e+00 : f64, d2h_busy_fraction = 0.000000e+00 : f64, gemm_s = 0.000000e+00 : f64, h2d_busy_fraction = 5.000000e-01 : f64, host_busy_fraction = 5.000000e-01 : f64, link_bound_fraction = 0.000000e+00 : f64, model_tflops = 1.572864 : f64, other_kernels_s = 0.000000e+00 : f64, preset = "h200-pcie5", step_s = 2.000000e-03 : f64, suggested_micro_batches = 0 : i64, tokens_per_s = 5.120000e+05 : f64}
 // The trace: a thread per stream, then the commands as complete events in
 // microseconds (this module is the last one simulated, so its trace stays).
 // TRACE: {"args":{"name":"h2d"},"name":"thread_name","ph":"M","pid":0,"tid":0}

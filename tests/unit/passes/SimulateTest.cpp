@@ -273,6 +273,43 @@ TEST_F(SimulateTest, SlidingWindowCountsVisiblePairs) {
   EXPECT_EQ(full.otherS, windowed.otherS);
 }
 
+// Only FLOPs cost anything: attention-efficiency replaces the attention's
+// 0.06 of peak, so its time scales by 0.06 / F and nothing else moves; the
+// prediction names the efficiency it took. A value outside (0, 1] is an
+// error.
+TEST_F(SimulateTest, AttentionEfficiencyScalesAttentionTimeAlone) {
+  compileText(attentionModel(0), 2);
+  auto predict = [&](double efficiency) {
+    SimulateOptions o = freeMachine();
+    o.deviceTflops = 1;
+    o.attentionEff = efficiency;
+    EXPECT_EQ(simulate(o), "");
+    auto dict =
+        test::scheduleOf(*module)->getAttrOfType<DictionaryAttr>("prediction");
+    auto taken = dict ? dict.getAs<FloatAttr>("attention_efficiency") : nullptr;
+    EXPECT_TRUE(taken);
+    EXPECT_EQ(taken ? taken.getValueAsDouble() : 0,
+              efficiency == 0 ? 0.06 : efficiency);
+    return predictionOf(*module);
+  };
+  Prediction ours = predict(0), cudnn = predict(0.5);
+  ASSERT_GT(ours.attentionS, 0);
+  EXPECT_NEAR(cudnn.attentionS, ours.attentionS * 0.06 / 0.5,
+              1e-9 * ours.attentionS);
+  EXPECT_EQ(cudnn.gemmS, ours.gemmS);
+  EXPECT_EQ(cudnn.otherS, ours.otherS);
+  EXPECT_NEAR(ours.stepS - cudnn.stepS, ours.attentionS - cudnn.attentionS,
+              1e-6 * ours.stepS);
+  for (double bad : {-0.1, 1.5}) {
+    SimulateOptions o;
+    o.attentionEff = bad;
+    std::string diag = simulate(o);
+    EXPECT_NE(diag.find("is not a fraction of the peak in (0, 1]"),
+              std::string::npos)
+        << diag;
+  }
+}
+
 // Only host memory bandwidth costs anything: the host stream's bytes are
 // pack 6 B per packed element (twice per unit but the head's once),
 // accumulate 12 B per element per backward visit, AdamW 28 B and the norm
