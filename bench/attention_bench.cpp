@@ -170,7 +170,8 @@ int main(int argc, char **argv) {
         const Timing any = measure(
             mtrt::cuda::AttentionKernels::CudnnNondeterministic, iters, false);
         char det[32] = "–";
-        if (mtrt::cuda::CudnnAttention::deterministic_backward_fits(dims)) {
+        if (mtrt::cuda::CudnnAttention::deterministic_backward_fits(
+                dims, mtrt::cuda::CudnnAttention::kDeterministicBound)) {
           std::snprintf(det, sizeof det, "%.1f", cd.bwd_tflops);
           std::snprintf(cudnn_bwd, sizeof cudnn_bwd, "%.2f", cd.bwd_tflops);
         }

@@ -88,6 +88,8 @@ json::Object planJson(ModuleOp module, StringRef modelName,
     json::Object device;
     if (auto bytes = step->getAttrOfType<IntegerAttr>("device_bytes"))
       device["bytes"] = bytes.getInt();
+    if (auto budget = step->getAttrOfType<IntegerAttr>("device_budget"))
+      device["budget"] = budget.getInt();
     if (auto breakdown = step->getAttrOfType<DictionaryAttr>("device_breakdown")) {
       json::Object parts;
       for (NamedAttribute part : breakdown)

@@ -5,6 +5,7 @@
 #include "ir/MtOps.h"
 #include "passes/ModelInfo.h"
 
+#include "mlir/IR/OwningOpRef.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -351,8 +352,15 @@ private:
         << llvm::formatv("    {0}, kEvents,\n", eventIndex_.size())
         << llvm::formatv("    {0}, kCommands,\n", numCommands_)
         << "    mtrt::MasterFormat::" << (bf16Master_ ? "Bf16" : "F32") << ",\n"
-        << llvm::formatv("    {0}, {1}};\n\n", maxHeadDim(), maxAlibiHeads())
+        << llvm::formatv("    {0}, {1}, {2}};\n\n", maxHeadDim(),
+                         maxAlibiHeads(), deviceBudget())
         << "} // namespace\n\n";
+  }
+
+  // The device memory the plan was made for (--gpu-mem-limit), 0 if none.
+  int64_t deviceBudget() {
+    auto budget = step_->getAttrOfType<IntegerAttr>("device_budget");
+    return budget ? budget.getInt() : 0;
   }
 
   // The largest head dim and ALiBi head count of any attention in the
@@ -389,9 +397,14 @@ private:
 } // namespace
 
 std::string planHash(ModuleOp module) {
+  // What the simulator predicted is no part of the plan: a plan compiled
+  // for another machine preset or attention rate trains the same.
+  OwningOpRef<ModuleOp> plan = module.clone();
+  for (ScheduleOp step : plan->getOps<ScheduleOp>())
+    step->removeAttr("prediction");
   std::string text;
   llvm::raw_string_ostream os(text);
-  module->print(os);
+  plan->print(os);
   uint64_t h = 1469598103934665603ull; // FNV-1a
   for (unsigned char c : text)
     h = (h ^ c) * 1099511628211ull;

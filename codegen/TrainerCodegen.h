@@ -14,7 +14,8 @@ namespace mt {
 mlir::FailureOr<std::string> emitTrainerSource(mlir::ModuleOp module,
                                                llvm::StringRef modelName);
 
-/// A stable fingerprint of the plan; checkpoints carry it.
+/// A stable fingerprint of the plan (the simulator's prediction aside);
+/// checkpoints carry it.
 std::string planHash(mlir::ModuleOp module);
 
 } // namespace mt

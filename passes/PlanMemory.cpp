@@ -88,6 +88,9 @@ struct PlanMemoryPass : public mt::impl::PlanMemoryBase<PlanMemoryPass> {
       breakdown.push_back(b.getNamedAttr(kind, b.getI64IntegerAttr(bytes)));
     step->setAttr("device_bytes", b.getI64IntegerAttr(total));
     step->setAttr("device_breakdown", b.getDictionaryAttr(breakdown));
+    // The runtime keeps its optional scratch (cuDNN's) within the budget.
+    if (gpuMemLimit > 0)
+      step->setAttr("device_budget", b.getI64IntegerAttr(gpuMemLimit));
 
     if (gpuMemLimit <= 0 || total <= gpuMemLimit)
       return;

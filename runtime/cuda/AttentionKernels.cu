@@ -569,12 +569,13 @@ void CudaKernels::attention_backward(
   if (on_cudnn(attention_) && dq && dk && dv && !dsinks &&
       cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
                                   sinks != nullptr)) {
-    // Past its bound on dS the deterministic choice is the tensor-core
-    // backward below, which reads cuDNN's y and lse alike.
+    // Past its bound on dS (or the room the plan's budget leaves) the
+    // deterministic choice is the tensor-core backward below, which reads
+    // cuDNN's y and lse alike.
     if (attention_ == AttentionKernels::CudnnNondeterministic)
       return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale,
                                       cuda::CudnnBackward::Nondeterministic);
-    if (cuda::CudnnAttention::deterministic_backward_fits(d))
+    if (cuda::CudnnAttention::deterministic_backward_fits(d, scratch_room_))
       return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale,
                                       cuda::CudnnBackward::Deterministic);
   }

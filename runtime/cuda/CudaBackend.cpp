@@ -562,6 +562,9 @@ void CudaBackend::allocate_arenas(const int64_t elems[kNumDTypes]) {
   }
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); // setup only
   arena_bytes_ = need;
+  if (opts_.device_budget > 0)
+    kernels_->set_scratch_room(
+        std::max<int64_t>(0, opts_.device_budget - need - kReserveBytes));
 }
 
 HostMemory CudaBackend::allocate_host(int64_t bytes) {

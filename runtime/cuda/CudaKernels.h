@@ -29,6 +29,7 @@
 #include "runtime/exec/DeviceKernels.h"
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -112,6 +113,11 @@ public:
   void *stream() const { return stream_; }
   /// The most scratch any call has needed so far, bytes.
   int64_t scratch_peak() const { return scratch_bytes_; }
+  /// Device bytes the plan's budget leaves beyond the arenas and the
+  /// reserve for kernel scratch: scratch a kernel may do without (cuDNN's
+  /// deterministic dS) stays within it. Unbounded without a budget.
+  void set_scratch_room(int64_t bytes) { scratch_room_ = bytes; }
+  int64_t scratch_room() const { return scratch_room_; }
   void set_attention_kernels(AttentionKernels k) { attention_ = k; }
   AttentionKernels attention_kernels() const { return attention_; }
   void set_moe_kernels(MoeKernels k) { moe_ = k; }
@@ -285,6 +291,7 @@ private:
   void *stream_ = nullptr;
   void *scratch_ = nullptr;
   int64_t scratch_bytes_ = 0;
+  int64_t scratch_room_ = std::numeric_limits<int64_t>::max();
   int sm_count_ = 108;
   AttentionKernels attention_ = AttentionKernels::TensorCores;
   MoeKernels moe_ = MoeKernels::TensorCores;

@@ -77,15 +77,19 @@ public:
   using AddInto = std::function<void(void *dst, const void *src, int64_t n)>;
 
   /// The bytes of dS the deterministic backward holds for this shape, and
-  /// whether they are within the bound this runtime gives them (2 GiB: a
-  /// step of 4 × 2048 tokens with 32 heads takes 1 GiB); past it the
-  /// deterministic choice is the tensor-core kernels' backward.
+  /// whether they are within the bound this runtime gives them: 2 GiB (a
+  /// step of 4 × 2048 tokens with 32 heads takes 1 GiB), and no more than
+  /// `room`, what the plan's device budget leaves (CudaKernels). Past it
+  /// the deterministic choice is the tensor-core kernels' backward.
   static int64_t deterministic_workspace_bytes(const AttentionDims &d) {
     const int64_t s = (d.S + 63) / 64 * 64;
     return d.B * d.H * s * s * 2;
   }
-  static bool deterministic_backward_fits(const AttentionDims &d) {
-    return deterministic_workspace_bytes(d) <= (int64_t(2) << 30);
+  static constexpr int64_t kDeterministicBound = int64_t(2) << 30;
+  static bool deterministic_backward_fits(const AttentionDims &d,
+                                          int64_t room) {
+    return deterministic_workspace_bytes(d) <=
+           (room < kDeterministicBound ? room : kDeterministicBound);
   }
 
   /// Device bytes backward() needs as scratch for this shape (building the

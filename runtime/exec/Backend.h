@@ -44,6 +44,7 @@ struct BackendOptions {
   uint64_t stress_seed = 0;  // makes the delays reproducible per stream
   int queue_depth = 1024;    // commands a stream may hold before issue blocks
   Trace *trace = nullptr;    // when set, each command's start and end
+  int64_t device_budget = 0; // the plan's device bytes budget (0: none)
 };
 
 /// Host memory the device copies from or into (pinned on CUDA).

@@ -211,6 +211,8 @@ struct Program {
   /// before anything is loaded.
   int64_t max_head_dim = 0;
   int64_t max_alibi_heads = 0;
+  /// The device bytes the plan was made for (--gpu-mem-limit; 0: none).
+  int64_t device_budget = 0;
 };
 
 inline int64_t part_elems(const Program &p, const UnitDesc &u, int i) {

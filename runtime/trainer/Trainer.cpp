@@ -151,6 +151,7 @@ void Trainer::run(std::FILE *out, std::FILE *err) {
   bopts.stress = opts_.stress;
   bopts.stress_seed = opts_.seed;
   bopts.trace = trace.get();
+  bopts.device_budget = p_.device_budget;
   std::unique_ptr<Backend> backend = entry.create(bopts);
   backend->check_supported(p_);
 

@@ -109,8 +109,12 @@ int runInspect(const std::vector<std::string> &args) {
   }
 
   if (const json::Object *dev = plan->getObject("device_memory")) {
-    os << llvm::formatv("\ndevice memory (bf16 storage): {0}\n",
+    os << llvm::formatv("\ndevice memory (bf16 storage): {0}",
                         size(number(*dev, "bytes")));
+    if (double budget = number(*dev, "budget"); budget > 0)
+      os << llvm::formatv(" of a budget of {0} (--gpu-mem-limit)",
+                          size(budget));
+    os << "\n";
     if (const json::Object *parts = dev->getObject("breakdown"))
       for (const auto &kv : *parts)
         os << llvm::formatv("  {0,-16} {1}\n", kv.first.str(),

@@ -1,4 +1,5 @@
 // RUN: megatrain-opt %s -split-input-file --mt-derive-backward --mt-partition --mt-pack-weights --mt-schedule="micro-batches=2" --mt-insert-transfers --mt-insert-events --mt-plan-memory | FileCheck %s
+// RUN: megatrain-opt %s -split-input-file --mt-derive-backward --mt-partition --mt-pack-weights --mt-schedule="micro-batches=2" --mt-insert-transfers --mt-insert-events --mt-plan-memory="gpu-mem-limit=1073741824" | FileCheck %s --check-prefix=BUDGET
 // RUN: not megatrain-opt %s -split-input-file --mt-derive-backward --mt-partition --mt-pack-weights --mt-schedule="micro-batches=8" --mt-insert-transfers --mt-insert-events --mt-plan-memory="gpu-mem-limit=104857600" 2>&1 | FileCheck %s --check-prefix=OVER
 // RUN: not megatrain-opt %s -split-input-file --mt-derive-backward --mt-partition --mt-pack-weights --mt-schedule="micro-batches=1" --mt-insert-transfers --mt-insert-events --mt-plan-memory="gpu-mem-limit=25165824" 2>&1 | FileCheck %s --check-prefix=SEQ
 
@@ -18,6 +19,8 @@
 // CHECK: mt.buffer @gslot.1 "device" "grads" {dtype = "f32", elems = 2048 : i64, offset = 2304 : i64}
 // CHECK: mt.buffer @workspace "device" "workspace" {dtype = "storage", elems = 640 : i64, offset = 6656 : i64}
 // CHECK: mt.schedule @step attributes {device_breakdown = {activation_grad = 2048 : i64, checkpoint = 3072 : i64, grads = 16384 : i64, loss = 1024 : i64, tokens = 1024 : i64, weights = 8192 : i64, workspace = 1536 : i64}, device_bytes = 33280 : i64, micro_batches = 2 : i64}
+// Under a budget the plan keeps it, for the runtime's optional scratch.
+// BUDGET: mt.schedule @step attributes {device_breakdown = {{[{][^}]*[}]}}, device_budget = 1073741824 : i64, device_bytes = 33280 : i64, micro_batches = 2 : i64}
 module {
   mt.param @wte : tensor<32x16xf32>
   mt.param @l0.ln : tensor<16xf32>

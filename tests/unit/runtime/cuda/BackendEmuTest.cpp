@@ -13,6 +13,7 @@
 #include "ToyRun.h"
 
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/CudaKernels.h"
 #include "runtime/exec/BackendRegistry.h"
 #include "runtime/exec/Trace.h"
 
@@ -115,6 +116,26 @@ TEST(CudaBackendEmu, RefusesAttentionPastTheKernelsLimits) {
   alibi.max_alibi_heads = 1000;
   EXPECT_NE(refusal(alibi).find("ALiBi over at most"), std::string::npos)
       << refusal(alibi);
+}
+
+// The plan's device budget (--gpu-mem-limit) less the arenas and the
+// reserve for kernel scratch is the room the kernels' optional scratch
+// (cuDNN's deterministic dS) keeps within; without a budget, no bound.
+TEST(CudaBackendEmu, KernelScratchRoomIsWhatTheBudgetLeaves) {
+  auto room = [](int64_t budget) {
+    BackendOptions bo;
+    bo.bf16 = true;
+    bo.device_budget = budget;
+    std::unique_ptr<Backend> b = cuda_emulated_backend_entry().create(bo);
+    const int64_t elems[kNumDTypes] = {1 << 20, 1 << 18, 1 << 10};
+    b->allocate_arenas(elems);
+    return dynamic_cast<MT_KNS::CudaKernels &>(b->kernels()).scratch_room();
+  };
+  const int64_t arenas = (2 << 20) + (4 << 18) + (4 << 10),
+                reserve = int64_t(256) << 20;
+  EXPECT_EQ(room(0), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(room(arenas + reserve + 12345), 12345);
+  EXPECT_EQ(room(arenas), 0);
 }
 
 TEST(CudaBackendEmu, TracesDeviceStreamsAndWritesStats) {

@@ -641,22 +641,30 @@ INSTANTIATE_TEST_SUITE_P(TensorCores, AttentionTilesTest,
                          ::testing::ValuesIn(tile_cases()));
 
 // The deterministic backward holds dS whole (S padded to 64, 2 bytes a
-// score) and takes shapes up to 2 GiB of it; past that the tensor cores do.
-TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScores) {
+// score) and takes shapes up to 2 GiB of it, and up to the room the plan's
+// budget leaves; past that the tensor cores do.
+TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScoresAndTheRoomLeft) {
   using mtrt::cuda::AttentionDims;
   using mtrt::cuda::CudnnAttention;
+  const int64_t any = std::numeric_limits<int64_t>::max(), gib = 1 << 30;
   EXPECT_EQ(CudnnAttention::deterministic_workspace_bytes({1, 1, 1, 65, 64}),
             128 * 128 * 2);
   EXPECT_EQ(CudnnAttention::deterministic_workspace_bytes({4, 32, 8, 2048, 64}),
-            int64_t(1) << 30);
+            gib);
   EXPECT_TRUE(
-      CudnnAttention::deterministic_backward_fits({4, 32, 8, 2048, 64}));
+      CudnnAttention::deterministic_backward_fits({4, 32, 8, 2048, 64}, any));
   EXPECT_TRUE(
-      CudnnAttention::deterministic_backward_fits({8, 32, 8, 2048, 128}));
+      CudnnAttention::deterministic_backward_fits({8, 32, 8, 2048, 128}, any));
   EXPECT_FALSE(
-      CudnnAttention::deterministic_backward_fits({8, 32, 8, 2049, 128}));
+      CudnnAttention::deterministic_backward_fits({8, 32, 8, 2049, 128}, any));
   EXPECT_FALSE(
-      CudnnAttention::deterministic_backward_fits({1, 32, 8, 32768, 128}));
+      CudnnAttention::deterministic_backward_fits({1, 32, 8, 32768, 128}, any));
+  EXPECT_TRUE(
+      CudnnAttention::deterministic_backward_fits({4, 32, 8, 2048, 64}, gib));
+  EXPECT_FALSE(CudnnAttention::deterministic_backward_fits({4, 32, 8, 2048, 64},
+                                                           gib - 1));
+  EXPECT_FALSE(
+      CudnnAttention::deterministic_backward_fits({1, 1, 1, 64, 64}, 0));
 }
 
 TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim128) {
