@@ -135,17 +135,45 @@ __device__ __forceinline__ bf16 at(const bf16 *m, int64_t row, int64_t col,
   return row < S && col < D ? m[row * D + col] : f2bf(0.f);
 }
 
+/// The turn of a loop's staged tiles: arrive() at the top of each
+/// iteration makes the tile in use visible to the block. With one buffer it
+/// stages that tile now (`stage_now`); with two it flips buffers, starts the
+/// next tile's copies into the other one (`stage_next(into)`, if there is a
+/// next) and waits for this tile's, which the previous turn (or the loop's
+/// start) set flying. Every thread calls arrive (barriers).
+template <int Buffers> struct TileTurn {
+  static_assert(Buffers == 1 || Buffers == 2);
+  int buf = 1; // the buffer of the tile in use
+
+  template <class StageNow, class StageNext>
+  __device__ __forceinline__ void arrive(const StageNow &stage_now,
+                                         bool has_next,
+                                         const StageNext &stage_next) {
+    __syncthreads(); // every warp is done with the buffer staged next
+    if constexpr (Buffers == 1) {
+      buf = 0;
+      stage_now();
+    } else {
+      buf ^= 1;
+      if (has_next)
+        stage_next(buf ^ 1);
+      async::commit();
+      async::wait<1>(); // this tile's copies have landed
+    }
+    __syncthreads();
+  }
+};
+
 /// The K and V tiles of a loop over key tiles [j0, j0 + BC), j0 from `first`
 /// up to `end`: arrive(j0) at the top of each iteration stages tile j0 and
 /// shows it to the block (k() and v()). With two buffers (ks and vs then
 /// hold 2·BC rows each) the next tile's copies are in flight while the
 /// block computes on the current one. Every thread calls arrive (barriers).
 template <int BC, int DM, int Buffers, int Threads> struct KeyTiles {
-  static_assert(Buffers == 1 || Buffers == 2);
   bf16 (*ks)[DM + 8], (*vs)[DM + 8];
   const bf16 *kh, *vh;
   int64_t end, S, D;
-  int buf = 1; // the buffer of the tile in use
+  TileTurn<Buffers> turn;
 
   __device__ __forceinline__ KeyTiles(bf16 (*ks_)[DM + 8], bf16 (*vs_)[DM + 8],
                                       const bf16 *kh_, const bf16 *vh_,
@@ -153,35 +181,27 @@ template <int BC, int DM, int Buffers, int Threads> struct KeyTiles {
                                       int64_t D_)
       : ks(ks_), vs(vs_), kh(kh_), vh(vh_), end(end_), S(S_), D(D_) {
     if constexpr (Buffers == 2) {
-      if (first < end) {
-        stage_async<BC, DM, Threads>(ks, kh, first, S, D);
-        stage_async<BC, DM, Threads>(vs, vh, first, S, D);
-      }
+      if (first < end)
+        fill(0, first);
       async::commit();
     }
   }
 
   __device__ __forceinline__ void arrive(int64_t j0) {
-    __syncthreads(); // every warp is done with the buffer staged next
-    if constexpr (Buffers == 1) {
-      buf = 0;
-      stage_pair<BC, DM, Threads>(ks, kh, vs, vh, j0, S, D);
-    } else {
-      buf ^= 1;
-      if (j0 + BC < end) {
-        stage_async<BC, DM, Threads>(ks + (buf ^ 1) * BC, kh, j0 + BC, S, D);
-        stage_async<BC, DM, Threads>(vs + (buf ^ 1) * BC, vh, j0 + BC, S, D);
-      }
-      async::commit();
-      async::wait<1>(); // tile j0's copies have landed
-    }
-    __syncthreads();
+    turn.arrive([&] { stage_pair<BC, DM, Threads>(ks, kh, vs, vh, j0, S, D); },
+                j0 + BC < end, [&](int into) { fill(into, j0 + BC); });
   }
   __device__ __forceinline__ const bf16 (*k() const)[DM + 8] {
-    return ks + buf * BC;
+    return ks + turn.buf * BC;
   }
   __device__ __forceinline__ const bf16 (*v() const)[DM + 8] {
-    return vs + buf * BC;
+    return vs + turn.buf * BC;
+  }
+
+private:
+  __device__ __forceinline__ void fill(int into, int64_t j0) {
+    stage_async<BC, DM, Threads>(ks + into * BC, kh, j0, S, D);
+    stage_async<BC, DM, Threads>(vs + into * BC, vh, j0, S, D);
   }
 };
 
@@ -192,13 +212,12 @@ template <int BC, int DM, int Buffers, int Threads> struct KeyTiles {
 /// next tile's copies are in flight while the block computes on this one.
 /// Every thread calls arrive (barriers).
 template <int BQ, int DM, int Buffers, int Threads> struct QueryTiles {
-  static_assert(Buffers == 1 || Buffers == 2);
   bf16 (*qs)[DM + 8], (*dys)[DM + 8];
   float *ls, *dls;
   const bf16 *q, *dy;
   const float *lse, *delta;
   int64_t S, D;
-  int buf = 1; // the buffer of the tile in use
+  TileTurn<Buffers> turn;
 
   /// Starts the first tile's copies (base, i0) when there are two buffers.
   __device__ __forceinline__ void start(int64_t base, int64_t i0) {
@@ -210,31 +229,24 @@ template <int BQ, int DM, int Buffers, int Threads> struct QueryTiles {
   __device__ __forceinline__ void arrive(int64_t base, int64_t i0,
                                          bool has_next, int64_t next_base,
                                          int64_t next_i0) {
-    __syncthreads(); // every warp is done with the buffer staged next
-    if constexpr (Buffers == 1) {
-      buf = 0;
-      fill(0, base, i0);
-      stage_wait();
-    } else {
-      buf ^= 1;
-      if (has_next)
-        fill(buf ^ 1, next_base, next_i0);
-      async::commit();
-      async::wait<1>(); // this tile's copies have landed
-    }
-    __syncthreads();
+    turn.arrive(
+        [&] {
+          fill(0, base, i0);
+          stage_wait();
+        },
+        has_next, [&](int into) { fill(into, next_base, next_i0); });
   }
   __device__ __forceinline__ const bf16 (*q_tile() const)[DM + 8] {
-    return qs + buf * BQ;
+    return qs + turn.buf * BQ;
   }
   __device__ __forceinline__ const bf16 (*dy_tile() const)[DM + 8] {
-    return dys + buf * BQ;
+    return dys + turn.buf * BQ;
   }
   __device__ __forceinline__ const float *lse_tile() const {
-    return ls + buf * BQ;
+    return ls + turn.buf * BQ;
   }
   __device__ __forceinline__ const float *delta_tile() const {
-    return dls + buf * BQ;
+    return dls + turn.buf * BQ;
   }
 
 private:
