@@ -243,10 +243,10 @@ def Simulate : Pass<"mt-simulate", "mlir::ModuleOp"> {
     The replay runs four consecutive steps (each stream in order, a wait
     released by the latest record of its event issued before it, across
     steps) and reports the last step, the steady state, as
-    `prediction = {preset, attention_efficiency, step_s, tokens_per_s, active_params,
-    model_tflops, compute_busy_fraction, h2d_busy_fraction,
-    d2h_busy_fraction, host_busy_fraction, link_bound_fraction,
-    suggested_micro_batches}` on mt.schedule. Model TFLOPS are 6 · active
+    `prediction = {preset, attention_efficiency, step_s, tokens_per_s,
+    active_params, model_tflops, compute_busy_fraction, h2d_busy_fraction,
+    d2h_busy_fraction, host_busy_fraction, link_bound_fraction, gemm_s,
+    attention_s, other_kernels_s, suggested_micro_batches}` on mt.schedule. Model TFLOPS are 6 · active
     params · tokens per second: the trained params, with a mixture's expert
     weights counted k of E. Every preset number can be overridden; docs/schedule.md
     gives the model and the presets' sources.
