@@ -41,7 +41,8 @@
 #      packs applying the update (bench/host_step_bench.cpp)
 #   moe. the mixture-of-experts kernels' TFLOPS (bench/moe_bench.cpp): the
 #      grouped tensor-core GEMMs, the reference kernels, a dense GEMM
-# Results: $OUT/summary.md (the tables), $OUT/results.json, the logs and
+# Results: $OUT/summary.md (the tables, and each benchmark run against the
+# targets: 2x FSDP2, GPU busy 0.90, 250 TFLOPS at 7B), $OUT/results.json, the logs and
 # Chrome traces in $OUT/logs.tar.gz and $OUT/traces.tar.gz, and the dumped
 # gradients of the models short of parity's fp32 criterion in
 # $OUT/grads.tar.gz.

@@ -372,6 +372,45 @@ def tile_lines(rows):
     return L
 
 
+# The issue's targets: at least 2x FSDP2's tokens/s at equal batch, the
+# compute stream busy at least 90% of the step, and at least 250 model
+# TFLOPS on the 7B-class plan.
+TARGET_VS_FSDP2, TARGET_BUSY, TARGET_7B_TFLOPS = 2.0, 0.90, 250.0
+
+
+def target_lines(benches, fsdp):
+    """Each benchmark run against the three targets: a cell says the figure
+    and whether it meets its target; FSDP2's ratio only beside an FSDP2 run
+    of the same plan (its name), noting a batch that differs."""
+    peers = {r.get("name"): r for r in fsdp if r.get("tokens_per_s")}
+    rows = []
+    for b in benches:
+        if not b.get("tokens_per_s"):
+            continue
+        plan = b["name"].split("+")[0]
+
+        def verdict(x, least):
+            return "met" if x >= least else "not met"
+        peer = peers.get(plan)
+        ratio = "–"
+        if peer:
+            r = b["tokens_per_s"] / peer["tokens_per_s"]
+            same = (peer.get("batch") or 0) * (peer.get("seq") or 0) == b.get("tokens_per_step")
+            ratio = f"{r:.2f}x, {verdict(r, TARGET_VS_FSDP2)}" + ("" if same else " (other batch)")
+        busy = b.get("gpu_busy_fraction")
+        busy_cell = "–" if busy is None else f"{busy:.2f}, {verdict(busy, TARGET_BUSY)}"
+        tflops = b.get("model_tflops")
+        tflops_cell = fmt(tflops)
+        if tflops is not None and plan.startswith("llama-7b"):
+            tflops_cell += ", " + verdict(tflops, TARGET_7B_TFLOPS)
+        rows.append(f"| {b['name']} | {ratio} | {busy_cell} | {tflops_cell} |")
+    if not rows:
+        return []
+    return ["", f"## Against the targets (≥ {TARGET_VS_FSDP2:g}x FSDP2 at equal batch, "
+            f"GPU busy ≥ {TARGET_BUSY:.2f}, ≥ {TARGET_7B_TFLOPS:g} model TFLOPS on the 7B class)", "",
+            "| run | tokens/s vs FSDP2 | GPU busy | model TFLOPS |", "|---|---|---|---|"] + rows
+
+
 def cmd_report(work, out):
     stages = load_jsonl(os.path.join(work, "stages.jsonl"))
     env = load_json(os.path.join(work, "env.json"), {})
@@ -476,6 +515,7 @@ def cmd_report(work, out):
                  f"{fmt(r.get('tokens_per_s'), '.0f')} | {fmt(r.get('model_tflops'))} | "
                  f"{fmt(r.get('step_s_median'), '.2f')} | {fmt(r.get('peak_device_bytes'), '.1f', 2**30)} | "
                  f"{fmt(r.get('host_rss_bytes'), '.1f', 2**30)} | {r.get('error', '')} |")
+    L += target_lines(benches, fsdp)
     for k in sorted(glob.glob(os.path.join(work, "kernels-*.json"))):
         kt = load_json(k, {})
         L += ["", f"## GPU time by kernel: {kt.get('name')}, one step under Nsight Compute "

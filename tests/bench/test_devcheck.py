@@ -1,8 +1,8 @@
 """bench/device/devcheck.py: Nsight Compute's kernel durations, the
 attention table's dQ / dK-dV split and cuDNN's column, the tile table's
-fastest choices, and a benchmark run
-of a plan another way, on CSV and JSON written by hand in the layouts those
-tools write."""
+fastest choices, a benchmark run of a plan another way (and its prediction
+at cuDNN's rate), and the runs against the targets, on CSV and JSON written
+by hand in the layouts those tools write."""
 import contextlib
 import io
 import json
@@ -176,6 +176,39 @@ class Benchmarks(unittest.TestCase):
             self.assertEqual(devcheck.bench_row(work, "m+cudnn")["prediction"]["step_s"], 1.5)
             self.assertEqual(
                 devcheck.bench_row(work, "m+cudnn-nondeterministic")["prediction"]["step_s"], 1.5)
+
+
+class Targets(unittest.TestCase):
+    def test_each_run_against_the_three_targets(self):
+        benches = [
+            {"name": "llama-1b", "tokens_per_s": 20000.0, "tokens_per_step": 49152,
+             "gpu_busy_fraction": 0.95, "model_tflops": 130.0},
+            {"name": "llama-1b+cudnn", "tokens_per_s": 40000.0, "tokens_per_step": 49152,
+             "gpu_busy_fraction": 0.85, "model_tflops": 260.0},
+            {"name": "llama-7b-24g+cudnn", "tokens_per_s": 6500.0, "tokens_per_step": 65536,
+             "gpu_busy_fraction": None, "model_tflops": 262.5},
+            {"name": "llama-7b-24g", "tokens_per_s": 5000.0, "tokens_per_step": 65536,
+             "gpu_busy_fraction": 0.8, "model_tflops": 200.0},
+            {"name": "llama-3b", "tokens_per_s": None},  # a run that failed
+        ]
+        fsdp = [{"name": "llama-1b", "tokens_per_s": 16000.0, "batch": 24, "seq": 2048},
+                {"name": "llama-3b", "tokens_per_s": 5000.0, "batch": 28, "seq": 2048}]
+        lines = devcheck.target_lines(benches, fsdp)
+        self.assertIn("| llama-1b | 1.25x, not met | 0.95, met | 130.0 |", lines)
+        self.assertIn("| llama-1b+cudnn | 2.50x, met | 0.85, not met | 260.0 |", lines)
+        self.assertIn("| llama-7b-24g+cudnn | – | – | 262.5, met |", lines)
+        self.assertIn("| llama-7b-24g | – | 0.80, not met | 200.0, not met |", lines)
+        self.assertFalse(any(line.startswith("| llama-3b") for line in lines))
+
+    def test_a_peer_at_another_batch_is_said_so(self):
+        lines = devcheck.target_lines(
+            [{"name": "m", "tokens_per_s": 300.0, "tokens_per_step": 1000,
+              "gpu_busy_fraction": 0.9, "model_tflops": 1.0}],
+            [{"name": "m", "tokens_per_s": 100.0, "batch": 1, "seq": 500}])
+        self.assertIn("| m | 3.00x, met (other batch) | 0.90, met | 1.0 |", lines)
+
+    def test_no_runs_no_section(self):
+        self.assertEqual(devcheck.target_lines([], []), [])
 
 
 if __name__ == "__main__":
