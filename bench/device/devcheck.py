@@ -378,6 +378,10 @@ def tile_lines(rows):
 TARGET_VS_FSDP2, TARGET_BUSY, TARGET_7B_TFLOPS = 2.0, 0.90, 250.0
 
 
+def verdict(x, least):
+    return "met" if x >= least else "not met"
+
+
 def target_lines(benches, fsdp):
     """Each benchmark run against the three targets: a cell says the figure
     and whether it meets its target; FSDP2's ratio only beside an FSDP2 run
@@ -388,9 +392,6 @@ def target_lines(benches, fsdp):
         if not b.get("tokens_per_s"):
             continue
         plan = b["name"].split("+")[0]
-
-        def verdict(x, least):
-            return "met" if x >= least else "not met"
         peer = peers.get(plan)
         ratio = "–"
         if peer:
