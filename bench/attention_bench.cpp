@@ -19,9 +19,10 @@
 //
 // Where cuDNN loads and takes the shape's form (CudnnAttention.h), its
 // fused kernels are timed too, both backwards (the deterministic one only
-// where its dS fits its bound; the tensor cores' runs otherwise), and its
-// forward's output compared with the tensor cores': the largest difference,
-// relative to the largest output.
+// where its dS fits its bound; the tensor cores' runs otherwise; a part
+// cuDNN has no engine for is left blank), and its forward's output
+// compared with the tensor cores': the largest difference, relative to the
+// largest output.
 //
 // bench/attention_torch.py times PyTorch's scaled_dot_product_attention on
 // the shapes this writes to FILE.
@@ -164,23 +165,38 @@ int main(int argc, char **argv) {
         mtrt::cuda::CudnnAttention::takes(s.D, range, s.S, 0.f, false, false)) {
       const std::vector<float> ref = download(y, nq);
       try {
+        // A part cuDNN has no engine for runs on the tensor cores (said on
+        // stderr): its cells stay empty rather than time ours as cuDNN's.
+        const bool fwd = k.cudnn_has_forward(dims);
+        const bool det =
+            mtrt::cuda::CudnnAttention::deterministic_backward_fits(
+                dims, mtrt::cuda::CudnnAttention::kDeterministicBound) &&
+            k.cudnn_has_backward(dims,
+                                 mtrt::cuda::CudnnBackward::Deterministic);
+        const bool any = k.cudnn_has_backward(
+            dims, mtrt::cuda::CudnnBackward::Nondeterministic);
         const Timing cd =
             measure(mtrt::cuda::AttentionKernels::Cudnn, iters, false);
         const double diff = relative_difference(download(y, nq), ref);
-        const Timing any = measure(
+        const Timing nd = measure(
             mtrt::cuda::AttentionKernels::CudnnNondeterministic, iters, false);
-        char det[32] = "–";
-        if (mtrt::cuda::CudnnAttention::deterministic_backward_fits(
-                dims, mtrt::cuda::CudnnAttention::kDeterministicBound)) {
-          std::snprintf(det, sizeof det, "%.1f", cd.bwd_tflops);
+        char cells[3][32] = {"–", "–", "–"};
+        if (fwd) {
+          std::snprintf(cells[0], sizeof cells[0], "%.1f", cd.fwd_tflops);
+          std::snprintf(cudnn_fwd, sizeof cudnn_fwd, "%.2f", cd.fwd_tflops);
+          std::snprintf(cudnn_diff, sizeof cudnn_diff, "%.3e", diff);
+        }
+        if (det) {
+          std::snprintf(cells[1], sizeof cells[1], "%.1f", cd.bwd_tflops);
           std::snprintf(cudnn_bwd, sizeof cudnn_bwd, "%.2f", cd.bwd_tflops);
         }
-        std::snprintf(cudnn_cell, sizeof cudnn_cell, "%.1f / %s / %.1f (%.1e)",
-                      cd.fwd_tflops, det, any.bwd_tflops, diff);
-        std::snprintf(cudnn_fwd, sizeof cudnn_fwd, "%.2f", cd.fwd_tflops);
-        std::snprintf(cudnn_any_bwd, sizeof cudnn_any_bwd, "%.2f",
-                      any.bwd_tflops);
-        std::snprintf(cudnn_diff, sizeof cudnn_diff, "%.3e", diff);
+        if (any) {
+          std::snprintf(cells[2], sizeof cells[2], "%.1f", nd.bwd_tflops);
+          std::snprintf(cudnn_any_bwd, sizeof cudnn_any_bwd, "%.2f",
+                        nd.bwd_tflops);
+        }
+        std::snprintf(cudnn_cell, sizeof cudnn_cell, "%s / %s / %s (%s)",
+                      cells[0], cells[1], cells[2], fwd ? cudnn_diff : "–");
       } catch (const std::exception &e) {
         std::fprintf(stderr, "%s: %s\n", s.name, e.what());
         std::snprintf(cudnn_cell, sizeof cudnn_cell, "failed");

@@ -129,6 +129,15 @@ def cmd_run(name, trainer, work, timeout, args):
 
 # ---- parity ------------------------------------------------------------------
 
+def log_warnings(path):
+    """A run's warnings, once each: a shape cuDNN had no engine for ran on
+    the tensor cores, so a "+cudnn" run is partly ours."""
+    if not os.path.exists(path):
+        return []
+    with open(path, errors="replace") as f:
+        return sorted({line.strip() for line in f if line.startswith("warning:")})
+
+
 def cmd_parity(name, work):
     """CUDA bf16 against CPU fp32 after one step: loss within 1e-2 relative,
     every gradient's cosine similarity at least 0.999. A tensor under 0.999
@@ -142,6 +151,7 @@ def cmd_parity(name, work):
             rc = load_json(os.path.join(work, f"{name}.{run}.run.json"), {}).get("rc")
             if rc != 0:
                 raise RuntimeError(f"the {run} run failed (rc {rc}; see {name}.{run}.log)")
+        res["warnings"] = log_warnings(os.path.join(work, name + ".cuda.log"))
         cpu_log = load_jsonl(os.path.join(work, name + ".cpu.jsonl"))
         cuda_log = load_jsonl(os.path.join(work, name + ".cuda.jsonl"))
         lc, lg = cpu_log[0]["loss"], cuda_log[0]["loss"]
@@ -216,6 +226,7 @@ def bench_row(work, name):
            "pinned_host_bytes": stats.get("pinned_host_bytes"),
            "micro_batches": plan.get("micro_batches"),
            "prediction": prediction}
+    row["warnings"] = log_warnings(os.path.join(work, name + ".log"))
     warm = steps[1:] if len(steps) > 1 else steps  # step 0 warms up
     tps = median([s.get("tokens_per_s") for s in warm])
     tokens = steps[0].get("tokens") if steps else None
@@ -412,6 +423,14 @@ def target_lines(benches, fsdp):
             "| run | tokens/s vs FSDP2 | GPU busy | model TFLOPS |", "|---|---|---|---|"] + rows
 
 
+def warning_lines(warned):
+    """(run, warning) pairs as a list under a table; none, no lines."""
+    if not warned:
+        return []
+    return ["", "Warnings from the runs (a shape cuDNN had no engine for ran on our kernels):",
+            ""] + [f"- {name}: `{w}`" for name, w in warned[:40]]
+
+
 def cmd_report(work, out):
     stages = load_jsonl(os.path.join(work, "stages.jsonl"))
     env = load_json(os.path.join(work, "env.json"), {})
@@ -457,13 +476,16 @@ def cmd_report(work, out):
         L.append(f"| {p.get('name')} | {fmt(p.get('loss_cpu'), '.5f')} | {fmt(p.get('loss_cuda'), '.5f')} | "
                  f"{fmt(p.get('loss_rel'), '.1e')} | {fmt(p.get('cos_min'), '.5f')} ({p.get('cos_min_tensor', '')}) | "
                  f"{below} | {p.get('stress_same_losses', '–')} | {verdict} |")
+    L += warning_lines([(p.get("name"), w) for p in parity for w in p.get("warnings", [])])
     L += ["", "## Attention kernels (causal; TFLOPS count 4·B·H·pairs·D forward, 2.5x that backward)",
           "", "| shape | B H Hkv S D window chunk | ours fwd / bwd TFLOPS | ours bwd ms: dQ pass + dK/dV pass "
           "| ours on CUDA cores | cuDNN fwd / bwd / bwd nondeterministic TFLOPS (fwd: max diff vs ours) "
           "| torch SDPA fwd / bwd TFLOPS |",
           "|---|---|---|---|---|---|---|"]
     def cudnn_cell(r):
-        if r.get("cudnn_fwd_tflops") is None:
+        # A part cuDNN had no engine for is null (attention_bench.cpp).
+        if all(r.get(k) is None for k in ("cudnn_fwd_tflops", "cudnn_bwd_tflops",
+                                          "cudnn_nondeterministic_bwd_tflops")):
             return "–"
         return (f"{fmt(r['cudnn_fwd_tflops'])} / {fmt(r.get('cudnn_bwd_tflops'))} "
                 f"/ {fmt(r.get('cudnn_nondeterministic_bwd_tflops'))} "
@@ -504,6 +526,7 @@ def cmd_report(work, out):
             f"| {fmt(b.get('host_peak_rss_bytes'), '.1f', 2**30)} "
             f"| {fmt(p.get('gemm_s'), '.2f')} / {fmt(p.get('attention_s'), '.2f')} / {fmt(p.get('other_kernels_s'), '.2f')} "
             f"| {fmt(b.get('first_loss'), '.5f')} | {b.get('rc')} |")
+    L += warning_lines([(b["name"], w) for b in benches for w in b.get("warnings", [])])
     L += ["", "Device peak: total minus the least free memory cudaMemGetInfo reported at a step's end "
           "(context, arenas, kernel scratch, cuBLASLt workspace). GB/s busy: bytes over the time "
           "the copy engine ran copies (from --trace's timing events); per step: bytes over step time.",

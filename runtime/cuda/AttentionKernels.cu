@@ -460,6 +460,13 @@ const char *describe(AttentionKernels k) {
 
 #ifdef MEGATRAIN_CUDA_EMULATION
 // The emulator has no cuDNN: the backend refuses the family before a step.
+bool CudaKernels::cudnn_has_forward(const cuda::AttentionDims &) {
+  fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
+}
+bool CudaKernels::cudnn_has_backward(const cuda::AttentionDims &,
+                                     cuda::CudnnBackward) {
+  fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
+}
 void CudaKernels::cudnn_attention_forward(void *, float *, const void *,
                                           const void *, const void *,
                                           const cuda::AttentionDims &, float) {
@@ -478,6 +485,15 @@ cuda::CudnnAttention &CudaKernels::cudnn() {
   if (!cudnn_)
     cudnn_ = std::make_unique<cuda::CudnnAttention>();
   return *cudnn_;
+}
+
+bool CudaKernels::cudnn_has_forward(const cuda::AttentionDims &d) {
+  return cudnn().has_forward(d);
+}
+
+bool CudaKernels::cudnn_has_backward(const cuda::AttentionDims &d,
+                                     cuda::CudnnBackward how) {
+  return cudnn().has_backward(d, how);
 }
 
 void CudaKernels::cudnn_attention_forward(void *y, float *lse, const void *q,
@@ -519,10 +535,12 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
   check_shape("attention_forward", H, Hkv, D);
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
+  const cuda::AttentionDims d{Bn, H, Hkv, S, D};
   if (on_cudnn(attention_) &&
       cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
-                                  sinks != nullptr))
-    return cudnn_attention_forward(y, lse, q, k, v, {Bn, H, Hkv, S, D}, scale);
+                                  sinks != nullptr) &&
+      cudnn_has_forward(d))
+    return cudnn_attention_forward(y, lse, q, k, v, d, scale);
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores)
     attn::tensor_core_forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D,
@@ -569,15 +587,18 @@ void CudaKernels::attention_backward(
   if (on_cudnn(attention_) && dq && dk && dv && !dsinks &&
       cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
                                   sinks != nullptr)) {
-    // Past its bound on dS (or the room the plan's budget leaves) the
-    // deterministic choice is the tensor-core backward below, which reads
-    // cuDNN's y and lse alike.
-    if (attention_ == AttentionKernels::CudnnNondeterministic)
+    // Past its bound on dS (or the room the plan's budget leaves), or
+    // where cuDNN has no engine, the tensor-core backward below runs: it
+    // reads either forward's y and lse alike, as cuDNN's backward does.
+    const cuda::CudnnBackward how =
+        attention_ == AttentionKernels::CudnnNondeterministic
+            ? cuda::CudnnBackward::Nondeterministic
+            : cuda::CudnnBackward::Deterministic;
+    if ((how == cuda::CudnnBackward::Nondeterministic ||
+         cuda::CudnnAttention::deterministic_backward_fits(d, scratch_room_)) &&
+        cudnn_has_backward(d, how))
       return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale,
-                                      cuda::CudnnBackward::Nondeterministic);
-    if (cuda::CudnnAttention::deterministic_backward_fits(d, scratch_room_))
-      return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale,
-                                      cuda::CudnnBackward::Deterministic);
+                                      how);
   }
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores) // cuDNN's family too

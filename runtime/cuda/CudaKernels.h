@@ -120,6 +120,12 @@ public:
   int64_t scratch_room() const { return scratch_room_; }
   void set_attention_kernels(AttentionKernels k) { attention_ = k; }
   AttentionKernels attention_kernels() const { return attention_; }
+  /// Whether cuDNN has an engine for this shape's forward or backward
+  /// (CudnnAttention::has_forward and has_backward): where it has none, the
+  /// cuDNN families run the tensor-core kernels for the shape.
+  bool cudnn_has_forward(const cuda::AttentionDims &d);
+  bool cudnn_has_backward(const cuda::AttentionDims &d,
+                          cuda::CudnnBackward how);
   void set_moe_kernels(MoeKernels k) { moe_ = k; }
 
   int64_t storage_size() const override { return 2; }
@@ -278,7 +284,7 @@ private:
   void reduce_to_operand(void *d_operand, const void *dy, const void *other,
                          const Broadcast &bc, bool lhs);
   /// The attention forward and backward on cuDNN (forms
-  /// CudnnAttention::takes).
+  /// CudnnAttention::takes, shapes cuDNN has an engine for).
   void cudnn_attention_forward(void *y, float *lse, const void *q,
                                const void *k, const void *v,
                                const cuda::AttentionDims &d, float scale);

@@ -40,12 +40,14 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -467,15 +469,17 @@ Graph backward_graph(const AttentionDims &d, CudnnBackward how) {
   return g;
 }
 
-/// A graph and the plan cuDNN made of it.
+/// A graph and the plan cuDNN made of it, or why it made none: `refused`
+/// holds cuDNN's word when it has no engine for the graph (any other
+/// failure throws).
 struct Plan {
   Graph graph;
   Desc ops{CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR};
   Desc plan{CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR};
   int64_t workspace = 0;
+  std::string refused;
 
-  Plan(Graph g, cudnnHandle_t handle, const char *what, const AttentionDims &d)
-      : graph(std::move(g)) {
+  Plan(Graph g, cudnnHandle_t handle) : graph(std::move(g)) {
     std::vector<cudnnBackendDescriptor_t> raw;
     for (const Desc &op : graph.ops)
       raw.push_back(op.get());
@@ -490,9 +494,7 @@ struct Plan {
            {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
         if (choose(mode, handle, &tried))
           return;
-    fail("cuda: cuDNN has no engine for ", what, " of B=", d.B, " H=", d.H,
-         " Hkv=", d.Hkv, " S=", d.S, " D=", d.D, tried,
-         " (unset MEGATRAIN_CUDA_ATTENTION to run the tensor-core kernels)");
+    refused = tried.empty() ? " (cuDNN said nothing)" : tried;
   }
 
   /// Takes the first engine configuration the heuristic of `mode` offers
@@ -588,6 +590,38 @@ struct BackwardScratch {
   }
 };
 
+/// What a pass is called in messages.
+const char *pass_name(Pass pass) {
+  switch (pass) {
+  case Pass::Forward:
+    return "the attention forward";
+  case Pass::DeterministicBackward:
+    return "the deterministic attention backward";
+  case Pass::NondeterministicBackward:
+    return "the nondeterministic attention backward";
+  }
+  return "?";
+}
+
+std::string shape_name(const AttentionDims &d) {
+  return "B=" + std::to_string(d.B) + " H=" + std::to_string(d.H) +
+         " Hkv=" + std::to_string(d.Hkv) + " S=" + std::to_string(d.S) +
+         " D=" + std::to_string(d.D);
+}
+
+/// The graph of `pass` over `d`.
+Graph graph_of(Pass pass, const AttentionDims &d) {
+  switch (pass) {
+  case Pass::Forward:
+    return forward_graph(d);
+  case Pass::DeterministicBackward:
+    return backward_graph(d, CudnnBackward::Deterministic);
+  case Pass::NondeterministicBackward:
+    return backward_graph(d, CudnnBackward::Nondeterministic);
+  }
+  fail("cuda: no such cuDNN attention pass");
+}
+
 constexpr float kLowestScore = std::numeric_limits<float>::lowest();
 
 } // namespace
@@ -598,27 +632,34 @@ struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans;
 
+  /// The plan for `pass` over `d`, built at the first ask, refused or not;
+  /// a refusal is said on stderr then, once.
   Plan &plan(Pass pass, const AttentionDims &d) {
     auto [it, fresh] = plans.try_emplace(Key{pass, d.B, d.H, d.Hkv, d.S, d.D});
     if (fresh) {
       try {
-        if (pass == Pass::Forward)
-          it->second = std::make_unique<Plan>(forward_graph(d), handle,
-                                              "the attention forward", d);
-        else if (pass == Pass::DeterministicBackward)
-          it->second = std::make_unique<Plan>(
-              backward_graph(d, CudnnBackward::Deterministic), handle,
-              "the deterministic attention backward", d);
-        else
-          it->second = std::make_unique<Plan>(
-              backward_graph(d, CudnnBackward::Nondeterministic), handle,
-              "the nondeterministic attention backward", d);
+        it->second = std::make_unique<Plan>(graph_of(pass, d), handle);
       } catch (...) {
         plans.erase(it);
         throw;
       }
+      if (!it->second->refused.empty())
+        std::fprintf(stderr,
+                     "warning: cuDNN has no engine for %s of %s%s; the "
+                     "tensor-core kernels run it\n",
+                     pass_name(pass), shape_name(d).c_str(),
+                     it->second->refused.c_str());
     }
     return *it->second;
+  }
+
+  /// The plan for a shape cuDNN has an engine for (the caller asked).
+  Plan &runnable(Pass pass, const AttentionDims &d) {
+    Plan &p = plan(pass, d);
+    if (!p.refused.empty())
+      fail("cuda: cuDNN has no engine for ", pass_name(pass), " of ",
+           shape_name(d), p.refused);
+    return p;
   }
 
   void forward(void *y, void *stats, void *ws, const void *q, const void *k,
@@ -633,7 +674,7 @@ struct CudnnAttention::Impl {
                         stats,
                         &scale,
                         &lowest};
-    plan(Pass::Forward, d)
+    runnable(Pass::Forward, d)
         .run(handle, stream, 7, uids, pointers, ws,
              "running the attention forward");
   }
@@ -649,8 +690,17 @@ CudnnAttention::~CudnnAttention() {
     api().cudnnDestroy(impl_->handle);
 }
 
+bool CudnnAttention::has_forward(const AttentionDims &d) {
+  return impl_->plan(Pass::Forward, d).refused.empty();
+}
+
+bool CudnnAttention::has_backward(const AttentionDims &d, CudnnBackward how) {
+  return impl_->plan(backward_pass(how), d).refused.empty();
+}
+
 int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &d) {
-  return aligned(4 * d.B * d.H * d.S) + impl_->plan(Pass::Forward, d).workspace;
+  return aligned(4 * d.B * d.H * d.S) +
+         impl_->runnable(Pass::Forward, d).workspace;
 }
 
 void CudnnAttention::forward(void *y, float *lse, const void *q, const void *k,
@@ -663,7 +713,8 @@ void CudnnAttention::forward(void *y, float *lse, const void *q, const void *k,
 
 int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &d,
                                                CudnnBackward how) {
-  return BackwardScratch(d, how, impl_->plan(backward_pass(how), d).workspace)
+  return BackwardScratch(d, how,
+                         impl_->runnable(backward_pass(how), d).workspace)
       .end;
 }
 
@@ -673,7 +724,7 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
                               const AttentionDims &d, float scale,
                               CudnnBackward how, void *scratch, void *stream,
                               const AddInto &add) {
-  Plan &bwd = impl_->plan(backward_pass(how), d);
+  Plan &bwd = impl_->runnable(backward_pass(how), d);
   const BackwardScratch at(d, how, bwd.workspace);
   char *base = static_cast<char *>(scratch);
   const int64_t q_elems = d.B * d.H * d.S * d.D,
@@ -732,6 +783,12 @@ struct CudnnAttention::Impl {};
 
 CudnnAttention::CudnnAttention() { fail("cuda: ", kLeftOut); }
 CudnnAttention::~CudnnAttention() = default;
+bool CudnnAttention::has_forward(const AttentionDims &) {
+  fail("cuda: ", kLeftOut);
+}
+bool CudnnAttention::has_backward(const AttentionDims &, CudnnBackward) {
+  fail("cuda: ", kLeftOut);
+}
 int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &) {
   fail("cuda: ", kLeftOut);
 }

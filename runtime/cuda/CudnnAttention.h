@@ -8,8 +8,9 @@
 // backward, =cudnn-nondeterministic with the other (CudaKernels). The forms
 // they are not given (sliding windows and chunks shorter than the sequence,
 // soft caps, ALiBi, sinks, head dims past 128 or not a multiple of 8, a
-// backward that leaves a gradient out, and a deterministic backward whose dS
-// would pass its bound) stay on the tensor-core kernels.
+// backward that leaves a gradient out, a deterministic backward whose dS
+// would pass its bound, and any shape cuDNN has no engine for) stay on the
+// tensor-core kernels.
 //
 // cuDNN is loaded with dlopen at first use ($MEGATRAIN_CUDNN, then
 // libcudnn.so.9 on the loader's path), so that the runtime builds and runs
@@ -61,9 +62,16 @@ public:
            softcap == 0.f && !alibi && !sinks;
   }
 
-  /// Device bytes forward() needs as scratch for this shape: each row's
-  /// log-sum-exp and cuDNN's workspace. The first call for a shape builds
-  /// its plan (cuDNN may compile its kernel then, which takes seconds).
+  /// Whether cuDNN has an engine for the forward over this shape, or for
+  /// the backward `how`. The first ask for a shape builds its plan (cuDNN
+  /// may compile its kernel then, which takes seconds); a refusal is kept
+  /// and said once on stderr with cuDNN's word, and the caller runs its own
+  /// kernels for that shape. Any other failure throws Error.
+  bool has_forward(const AttentionDims &d);
+  bool has_backward(const AttentionDims &d, CudnnBackward how);
+
+  /// Device bytes forward() needs as scratch for a shape it has: each
+  /// row's log-sum-exp and cuDNN's workspace.
   int64_t forward_scratch_bytes(const AttentionDims &d);
 
   /// y = softmax(scale·q·kᵀ, causal)·v on `stream` (a cudaStream_t), and
@@ -92,8 +100,7 @@ public:
            (room < kDeterministicBound ? room : kDeterministicBound);
   }
 
-  /// Device bytes backward() needs as scratch for this shape (building the
-  /// backward's plan the first time).
+  /// Device bytes backward() needs as scratch for a shape it has.
   int64_t backward_scratch_bytes(const AttentionDims &d, CudnnBackward how);
 
   /// Adds the gradients of the forward above for dy into dq, dk and dv, on

@@ -1,8 +1,8 @@
 """bench/device/devcheck.py: Nsight Compute's kernel durations, the
 attention table's dQ / dK-dV split and cuDNN's column, the tile table's
-fastest choices, a benchmark run of a plan another way (and its prediction
-at cuDNN's rate), and the runs against the targets, on CSV and JSON written
-by hand in the layouts those tools write."""
+fastest choices, a benchmark run of a plan another way (its prediction at
+cuDNN's rate, the warnings it gave), and the runs against the targets, on
+CSV and JSON written by hand in the layouts those tools write."""
 import contextlib
 import io
 import json
@@ -122,6 +122,12 @@ class Report(unittest.TestCase):
             cudnn_nondeterministic_bwd_tflops=350.0, cudnn_fwd_difference=0.0031)])
         self.assertIn("| 400.0 / – / 350.0 (3.1e-03) |", summary)
 
+    def test_a_forward_without_an_engine_leaves_the_backwards(self):
+        summary = summary_of_attention([attention_row(
+            "w", cudnn_fwd_tflops=None, cudnn_bwd_tflops=None,
+            cudnn_nondeterministic_bwd_tflops=350.0, cudnn_fwd_difference=None)])
+        self.assertIn("| – / – / 350.0 (–) |", summary)
+
 
 def tile_row(shape, tiles, runtime=False, **extra):
     row = {"shape": shape, "tiles": tiles, "runtime": runtime, "fwd_ms": 1.0, "dq_ms": 1.0,
@@ -176,6 +182,32 @@ class Benchmarks(unittest.TestCase):
             self.assertEqual(devcheck.bench_row(work, "m+cudnn")["prediction"]["step_s"], 1.5)
             self.assertEqual(
                 devcheck.bench_row(work, "m+cudnn-nondeterministic")["prediction"]["step_s"], 1.5)
+
+
+    def test_a_runs_warnings_come_with_its_row_once_each(self):
+        with tempfile.TemporaryDirectory() as work:
+            os.makedirs(os.path.join(work, "plans", "m"))
+            with open(os.path.join(work, "m+cudnn.log"), "w") as f:
+                f.write("$ trainer --backend cuda\n"
+                        "warning: cuDNN has no engine for the attention forward of B=4\n"
+                        "step 0 loss 10.5\n"
+                        "warning: cuDNN has no engine for the attention forward of B=4\n")
+            with open(os.path.join(work, "m.log"), "w") as f:
+                f.write("step 0 loss 10.5\n")
+            self.assertEqual(devcheck.bench_row(work, "m+cudnn")["warnings"],
+                             ["warning: cuDNN has no engine for the attention forward of B=4"])
+            self.assertEqual(devcheck.bench_row(work, "m")["warnings"], [])
+            with open(os.path.join(work, "stages.jsonl"), "w") as f:
+                for name in ("bench m", "bench m+cudnn"):
+                    f.write(json.dumps({"name": name, "status": "ok"}) + "\n")
+            with tempfile.TemporaryDirectory() as out:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    devcheck.cmd_report(work, out)
+                with open(os.path.join(out, "summary.md")) as f:
+                    summary = f.read()
+        self.assertEqual(summary.count("- m+cudnn: `warning: cuDNN has no engine for the "
+                                       "attention forward of B=4`"), 1)
+        self.assertNotIn("- m: ", summary)
 
 
 class Targets(unittest.TestCase):

@@ -429,6 +429,23 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   if (std::string why;
       mtrt::MT_KNS::on_cudnn(family) && !mtrt::cuda::cudnn_loadable(&why))
     GTEST_SKIP() << why;
+  // A form cuDNN takes is cuDNN's to run: a shape it had no engine for
+  // would pass here on the tensor cores.
+  if (mtrt::MT_KNS::on_cudnn(family) &&
+      mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S,
+                                        s.softcap, s.alibi, s.sinks)) {
+    const mtrt::cuda::AttentionDims d{s.B, s.H, s.Hkv, s.S, s.D};
+    EXPECT_TRUE(k_->cudnn_has_forward(d)) << "no engine for the forward";
+    if (family == AttentionKernels::CudnnNondeterministic)
+      EXPECT_TRUE(k_->cudnn_has_backward(
+          d, mtrt::cuda::CudnnBackward::Nondeterministic))
+          << "no engine for the nondeterministic backward";
+    else if (mtrt::cuda::CudnnAttention::deterministic_backward_fits(
+                 d, k_->scratch_room()))
+      EXPECT_TRUE(
+          k_->cudnn_has_backward(d, mtrt::cuda::CudnnBackward::Deterministic))
+          << "no engine for the deterministic backward";
+  }
 #endif
   k_->set_attention_kernels(family);
   const int64_t nq = s.B * s.H * s.S * s.D, nk = s.B * s.Hkv * s.S * s.D;
@@ -1484,6 +1501,9 @@ TEST_F(CudaKernelsTest, CudnnBackwardIsDeterministic) {
     GTEST_SKIP() << why;
   k_->set_attention_kernels(AttentionKernels::Cudnn);
   const int64_t B = 2, H = 4, Hkv = 2, S = 130, D = 64;
+  // Else the tensor-core backward runs, deterministic too.
+  ASSERT_TRUE(k_->cudnn_has_backward({B, H, Hkv, S, D},
+                                     mtrt::cuda::CudnnBackward::Deterministic));
   Tensor q = Tensor::random(B * H * S * D, 150),
          k = Tensor::random(B * Hkv * S * D, 151);
   Tensor v = Tensor::random(B * Hkv * S * D, 152),
