@@ -61,6 +61,11 @@ namespace {
 // another kernel (cuDNN's) or a faster one of ours.
 constexpr double kAttentionEffMax = 0.06;
 
+// The attention backward holds dSᵀ whole for its dQ GEMM up to this many
+// bytes (runtime/cuda/AttentionKernels.cu, the bound of cuDNN's
+// deterministic backward).
+constexpr double kScoresBound = double(int64_t(2) << 30);
+
 /// What the cost model knows about a machine. Bandwidths in bytes/s,
 /// compute in FLOP/s, times in seconds; `attention` is the fraction of the
 /// dense peak fused attention reaches on long sequences.
@@ -149,11 +154,23 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     double pairs = 0;
     for (int64_t i = 0; i < s; ++i)
       pairs += double(std::min(w, i % c + 1));
-    // The backward's passes (runtime/cuda/AttentionTensorCore.cu): dQ with
-    // QKᵀ, dY·Vᵀ and dS·K, dK/dV with those two again, Pᵀ·dY and dSᵀ·Q:
-    // 7 products to the forward's 2.
-    flops = 4 * bh * pairs * d * (isa<AttentionGradOp>(op) ? 3.5 : 1.0);
+    flops = 4 * bh * pairs * d;
     eff = attentionEfficiency(m, double(s));
+    if (isa<AttentionGradOp>(op)) {
+      // The backward (runtime/cuda/AttentionTensorCore.cuh): the dK/dV pass
+      // makes QKᵀ, dY·Vᵀ, Pᵀ·dY and dSᵀ·Q, twice the forward's products.
+      // Where dSᵀ (B·H·S² bf16) fits its 2 GiB it writes dSᵀ, zeroed
+      // first, and dQ = dS·K is one dense GEMM over it; else the dQ pass
+      // makes QKᵀ, dY·Vᵀ and dS·K again (7 products to the forward's 2).
+      // (The runtime also keeps dSᵀ within the room a plan's budget leaves
+      // its kernels, which this does not see.)
+      const double scores = bh * double(s) * double(s) * 2;
+      if (scores <= kScoresBound)
+        return flops * 2 / (m.flops * eff) + 2 * scores / m.hbm +
+               std::max(scores * d / (m.flops * kGemmEffMax), scores / m.hbm) +
+               3 * m.launch;
+      flops *= 3.5;
+    }
   } else if (isa<MoeOp, MoeGradOp>(op)) {
     // Per token: the router (E·H) and k experts' 3·I·H multiply-adds; the
     // backward recomputes the forward and then does twice its work.

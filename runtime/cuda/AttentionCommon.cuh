@@ -95,12 +95,14 @@ void tensor_core_forward(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
                          int64_t S, int64_t D, float scale, KeyRange range,
                          const ScoreForm &form, cudaStream_t stream);
 
-void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
-                          const bf16 *q, const bf16 *k, const bf16 *v,
-                          const float *delta, const float *lse, int64_t Bn,
-                          int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                          float scale, KeyRange range, const ScoreForm &form,
-                          cudaStream_t stream);
+/// Given ds_t (B·H·S² bf16, zeroed), the dK/dV pass also writes dSᵀ there
+/// (dkdv_kernel's layout) for the caller's dQ GEMM, and no dQ pass runs.
+void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *ds_t,
+                          const bf16 *dy, const bf16 *q, const bf16 *k,
+                          const bf16 *v, const float *delta, const float *lse,
+                          int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
+                          int64_t D, float scale, KeyRange range,
+                          const ScoreForm &form, cudaStream_t stream);
 
 } // namespace mtrt::MT_KNS::attn
 

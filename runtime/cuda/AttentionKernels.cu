@@ -380,6 +380,13 @@ using Attention512 = Attention<16, 32, 16>;
 /// The widest head either family of kernels takes.
 constexpr int64_t kMaxHeadDim = 512;
 
+/// Whether dSᵀ (B·H·S² bf16) is held whole for the dQ GEMM: within the
+/// bound cuDNN's deterministic backward has on its own dS, and the room the
+/// plan's budget leaves (CudaKernels::set_scratch_room).
+bool scores_fit(int64_t bytes, int64_t room) {
+  return bytes <= std::min(cuda::CudnnAttention::kDeterministicBound, room);
+}
+
 void check_shape(const char *op, int64_t H, int64_t Hkv, int64_t D) {
   if (Hkv <= 0 || H % Hkv != 0)
     fail("cuda ", op, ": ", H, " query heads do not group over ", Hkv,
@@ -601,11 +608,22 @@ void CudaKernels::attention_backward(
                                       how);
   }
   const cudaStream_t s = cudaStream_t(stream_);
-  if (attention_ != AttentionKernels::CudaCores) // cuDNN's family too
-    attn::tensor_core_backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v),
-                               delta, lse, Bn, H, Hkv, S, D, scale, range, a,
-                               s);
-  else if (D <= 64)
+  if (attention_ != AttentionKernels::CudaCores) { // cuDNN's family too
+    // With dK or dV to find too, and room for dSᵀ, the dK/dV pass writes
+    // it and dQ is one batched GEMM over it instead of a pass of its own.
+    bf16 *ds_t = nullptr;
+    const int64_t ds_bytes = Bn * H * S * S * int64_t(sizeof(bf16));
+    if (dq && (dk || dv) && scores_fit(ds_bytes, scratch_room_)) {
+      ds_t = B(scratch(ds_bytes));
+      if (cudaMemsetAsync(ds_t, 0, size_t(ds_bytes), s) != cudaSuccess)
+        fail("cuda attention_backward: clearing dS failed");
+    }
+    attn::tensor_core_backward(B(dq), B(dk), B(dv), ds_t, B(dy), B(q), B(k),
+                               B(v), delta, lse, Bn, H, Hkv, S, D, scale, range,
+                               a, s);
+    if (ds_t)
+      gemm(attention_dq_gemm(dq, ds_t, k, Bn, H, Hkv, S, D, scale));
+  } else if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
                           delta, Bn, H, Hkv, S, D, scale, range, a, s);
   else if (D <= 128)

@@ -25,7 +25,11 @@
 //    16 (32 at DM = 64): Sᵀ = K·Qᵀ and dPᵀ = V·dYᵀ, then dV += Pᵀ·dY and
 //    dK += dSᵀ·Q, over every query head of the group. Warps that split a
 //    key's output dims split the k-steps of Sᵀ and dPᵀ too, and add their
-//    parts up in shared memory.
+//    parts up in shared memory. Given room for it, this pass also writes
+//    dSᵀ in bf16 (as the products read it), and dQ = dS·K is then one
+//    batched dense GEMM over it (CudaKernels::attention_backward) instead
+//    of the dQ pass, which computes S and dP again: 4 products of ours and
+//    a cuBLAS GEMM instead of 7 of ours.
 //
 // Tiles come from global memory by asynchronous copies (AsyncCopy.cuh), all
 // of a tile's in flight together. Up to DM = 128 the tiles a loop walks
@@ -877,10 +881,43 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
 }
 
 /// dK and dV of C::kDkdvKeys key rows of one KV head, tiled as C. Grid
+/// A lane's fragments of a tile's dSᵀ (rows keys[0] and keys[1], columns
+/// its queries i, i + 1 of each n-tile, i = i0 + 2·(lane % 4)) rounded to
+/// bf16 into rows of `ld` (ds, the head's column 0): a word a pair where S
+/// is even (the pair is then 4-byte aligned), else element by element;
+/// nothing past S.
+template <int ST>
+__device__ __forceinline__ void
+store_scores_t(bf16 *ds, int64_t ld, const float (&c)[ST][4],
+               const int64_t (&keys)[2], int64_t i, int64_t S) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= S)
+      continue;
+    bf16 *row = ds + keys[r] * ld;
+#pragma unroll
+    for (int nt = 0; nt < ST; ++nt) {
+      const int64_t at = i + nt * 8;
+      if (S % 2 == 0 && at + 1 < S) {
+        store_word(row + at, pack_f32(c[nt][2 * r], c[nt][2 * r + 1]));
+      } else {
+        if (at < S)
+          row[at] = f2bf(c[nt][2 * r]);
+        if (at + 1 < S)
+          row[at + 1] = f2bf(c[nt][2 * r + 1]);
+      }
+    }
+  }
+}
+
 /// (ceil(S/kDkdvKeys), Hkv, B), C::kThreads threads, C::dkdv_shared() bytes.
+/// Unless ds_t is null, each score's dS (without the scale) goes there too,
+/// in bf16, as (B, Hkv) blocks of (S keys, group·S queries of the group's
+/// heads in turn) row-major; a score the pass skips (no query of its tile
+/// sees the key) is not written, so the caller zeroes ds_t first.
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
-    dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
+    dkdv_kernel(bf16 *dk, bf16 *dv, bf16 *ds_t, const bf16 *dy, const bf16 *q,
                 const bf16 *k, const bf16 *v, const float *lse,
                 const float *delta, int64_t H, int64_t Hkv, int64_t S,
                 int64_t D, float scale, KeyRange range, ScoreForm form) {
@@ -987,6 +1024,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
             dpt[nt][e] = p * (dpt[nt][e] - dlt[ii]) * form.cap_slope(c);
           }
       }
+      if (ds_t && place.part == 0) // split warps hold the same dS
+        store_scores_t<ST>(ds_t + (b * Hkv + grp) * S * group * S +
+                               (h - grp * group) * S,
+                           group * S, dpt, keys, i0 + 2 * t, S);
       mma_result_tile<DM>(dva, st, dyt, col0);
       mma_result_tile<DM>(dka, dpt, qt, col0);
     }
@@ -1037,7 +1078,7 @@ void dq_tiled(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
       Hkv, S, D, scale, range, form);
 }
 template <class C>
-void dkdv_tiled(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
+void dkdv_tiled(bf16 *dk, bf16 *dv, bf16 *ds_t, const bf16 *dy, const bf16 *q,
                 const bf16 *k, const bf16 *v, const float *delta,
                 const float *lse, int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
                 int64_t D, float scale, KeyRange range, const ScoreForm &form,
@@ -1045,23 +1086,26 @@ void dkdv_tiled(bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
   launch_kernel_shared(
       "attention_tc_dkdv_kernel", dkdv_kernel<C>,
       dim3(tiles_of(S, C::kDkdvKeys), unsigned(Hkv), unsigned(Bn)),
-      dim3(C::kThreads), C::dkdv_shared(), stream, dk, dv, dy, q, k, v, lse,
-      delta, H, Hkv, S, D, scale, range, form);
+      dim3(C::kThreads), C::dkdv_shared(), stream, dk, dv, ds_t, dy, q, k, v,
+      lse, delta, H, Hkv, S, D, scale, range, form);
 }
 
-/// The backward on tiles C: dQ (unless dq is null), then dK/dV.
+/// The backward on tiles C: dQ (unless dq is null), then dK/dV; or, given
+/// ds_t (zeroed, dkdv_kernel's layout), dK/dV and dSᵀ alone, for the
+/// caller's dQ GEMM.
 template <class C>
-void backward_tiled(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q,
-                    const bf16 *k, const bf16 *v, const float *delta,
-                    const float *lse, int64_t Bn, int64_t H, int64_t Hkv,
-                    int64_t S, int64_t D, float scale, KeyRange range,
-                    const ScoreForm &form, cudaStream_t stream) {
-  if (dq)
+void backward_tiled(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *ds_t, const bf16 *dy,
+                    const bf16 *q, const bf16 *k, const bf16 *v,
+                    const float *delta, const float *lse, int64_t Bn, int64_t H,
+                    int64_t Hkv, int64_t S, int64_t D, float scale,
+                    KeyRange range, const ScoreForm &form,
+                    cudaStream_t stream) {
+  if (dq && !ds_t)
     dq_tiled<C>(dq, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D, scale, range,
                 form, stream);
-  if (dk || dv)
-    dkdv_tiled<C>(dk, dv, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D, scale,
-                  range, form, stream);
+  if (dk || dv || ds_t)
+    dkdv_tiled<C>(dk, dv, ds_t, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
+                  scale, range, form, stream);
 }
 
 } // namespace mtrt::MT_KNS::attn::tc

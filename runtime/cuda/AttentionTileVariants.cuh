@@ -48,9 +48,9 @@ template <class C> void dq(const AttentionCall &c) {
               cudaStream_t(c.stream));
 }
 template <class C> void dkdv(const AttentionCall &c) {
-  dkdv_tiled<C>(B(c.dk), B(c.dv), B(c.dy), B(c.q), B(c.k), B(c.v), c.delta,
-                c.lse, c.B, c.H, c.Hkv, c.S, c.D, c.scale, c.range, form_of(c),
-                cudaStream_t(c.stream));
+  dkdv_tiled<C>(B(c.dk), B(c.dv), nullptr, B(c.dy), B(c.q), B(c.k), B(c.v),
+                c.delta, c.lse, c.B, c.H, c.Hkv, c.S, c.D, c.scale, c.range,
+                form_of(c), cudaStream_t(c.stream));
 }
 
 /// A register floor's blocks an SM, "free" where there is none.

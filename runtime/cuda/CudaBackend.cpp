@@ -562,9 +562,13 @@ void CudaBackend::allocate_arenas(const int64_t elems[kNumDTypes]) {
   }
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); // setup only
   arena_bytes_ = need;
+  // The kernels' optional scratch (dS held whole) stays within what the
+  // plan's budget leaves, and what the device had free, beyond the arenas
+  // and the reserve.
+  int64_t room = int64_t(free);
   if (opts_.device_budget > 0)
-    kernels_->set_scratch_room(
-        std::max<int64_t>(0, opts_.device_budget - need - kReserveBytes));
+    room = std::min(room, opts_.device_budget);
+  kernels_->set_scratch_room(std::max<int64_t>(0, room - need - kReserveBytes));
 }
 
 HostMemory CudaBackend::allocate_host(int64_t bytes) {

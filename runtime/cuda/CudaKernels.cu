@@ -55,6 +55,22 @@ GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
   return {false, true, K, N, M, x, K, dy, N, dw, K, true, 1.f, nullptr};
 }
 
+GemmSpec attention_dq_gemm(void *dq, const void *ds_t, const void *k,
+                           int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
+                           int64_t D, float scale) {
+  // Per KV head (b, g): dQᵀ (D, group·S) += scale · Kᵀ (D, S) · dSᵀ (S,
+  // group·S), dSᵀ a column-major (group·S, S) read transposed.
+  const int64_t rows = H / Hkv * S;
+  GemmSpec g{false, true, D,  rows, S,     k,   D,
+             ds_t,  rows, dq, D,    false, 1.f, nullptr};
+  g.alpha = scale;
+  g.batch = Bn * Hkv;
+  g.stride_a = S * D;
+  g.stride_b = S * rows;
+  g.stride_c = rows * D;
+  return g;
+}
+
 void CudaKernels::linear_forward(void *y, const void *x, const void *w,
                                  const void *b, int64_t M, int64_t K, int64_t N,
                                  bool w_in_out) {
@@ -108,29 +124,33 @@ CudaKernels::~CudaKernels() {
 void CudaKernels::gemm(const GemmSpec &spec) {
   // A plain loop, in order on the stream like cuBLASLt's kernels.
   mock_enqueue(cudaStream_t(stream_), [g = spec] {
-    const bf16 *A = static_cast<const bf16 *>(g.a);
-    const bf16 *Bm = static_cast<const bf16 *>(g.b);
     const bf16 *bias = static_cast<const bf16 *>(g.bias);
-    for (int64_t j = 0; j < g.n; ++j)
-      for (int64_t i = 0; i < g.m; ++i) {
-        float acc = 0.f;
-        for (int64_t p = 0; p < g.k; ++p) {
-          const float a = bf2f(g.trans_a ? A[p + i * g.lda] : A[i + p * g.lda]);
-          const float b =
-              bf2f(g.trans_b ? Bm[j + p * g.ldb] : Bm[p + j * g.ldb]);
-          acc += a * b;
+    for (int64_t at = 0; at < g.batch; ++at) {
+      const bf16 *A = static_cast<const bf16 *>(g.a) + at * g.stride_a;
+      const bf16 *Bm = static_cast<const bf16 *>(g.b) + at * g.stride_b;
+      for (int64_t j = 0; j < g.n; ++j)
+        for (int64_t i = 0; i < g.m; ++i) {
+          float acc = 0.f;
+          for (int64_t p = 0; p < g.k; ++p) {
+            const float a =
+                bf2f(g.trans_a ? A[p + i * g.lda] : A[i + p * g.lda]);
+            const float b =
+                bf2f(g.trans_b ? Bm[j + p * g.ldb] : Bm[p + j * g.ldb]);
+            acc += a * b;
+          }
+          acc *= g.alpha;
+          const int64_t c = at * g.stride_c + i + j * g.ldc;
+          const float extra = bias ? bf2f(bias[i]) : 0.f;
+          if (g.c_f32) {
+            float *C = static_cast<float *>(g.c);
+            C[c] = acc + (g.beta != 0.f ? g.beta * C[c] : 0.f) + extra;
+          } else {
+            bf16 *C = static_cast<bf16 *>(g.c);
+            const float old = g.beta != 0.f ? g.beta * bf2f(C[c]) : 0.f;
+            C[c] = f2bf(acc + old + extra);
+          }
         }
-        const int64_t c = i + j * g.ldc;
-        const float extra = bias ? bf2f(bias[i]) : 0.f;
-        if (g.c_f32) {
-          float *C = static_cast<float *>(g.c);
-          C[c] = acc + (g.beta != 0.f ? g.beta * C[c] : 0.f) + extra;
-        } else {
-          bf16 *C = static_cast<bf16 *>(g.c);
-          const float old = g.beta != 0.f ? g.beta * bf2f(C[c]) : 0.f;
-          C[c] = f2bf(acc + old + extra);
-        }
-      }
+    }
   });
 }
 
@@ -155,6 +175,7 @@ struct LtApi {
   X(cublasLtMatmulDescSetAttribute)                                            \
   X(cublasLtMatrixLayoutCreate)                                                \
   X(cublasLtMatrixLayoutDestroy)                                               \
+  X(cublasLtMatrixLayoutSetAttribute)                                          \
   X(cublasLtMatmulPreferenceCreate)                                            \
   X(cublasLtMatmulPreferenceDestroy)                                           \
   X(cublasLtMatmulPreferenceSetAttribute)                                      \
@@ -213,8 +234,10 @@ void check_lt(cublasStatus_t s, const char *what) {
 }
 
 /// The largest power of two (at most 256) dividing the address.
-uint32_t alignment(const void *p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+/// The largest power of 2 up to 256 that divides the address p and, in a
+/// batched GEMM, its stride to the next matrix (bytes).
+uint32_t alignment(const void *p, int64_t stride_bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) | uintptr_t(stride_bytes);
   uint32_t al = 256;
   while (al > 1 && a % al != 0)
     al /= 2;
@@ -232,9 +255,9 @@ constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 } // namespace
 
 struct CudaKernels::Lt {
-  using Key =
-      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
-                 int64_t, bool, bool, bool, uint32_t, uint32_t, uint32_t>;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, bool, bool, bool, uint32_t, uint32_t,
+                         uint32_t, int64_t, int64_t, int64_t, int64_t>;
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -296,6 +319,21 @@ struct CudaKernels::Lt {
                  &p.c, g.c_f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(g.m),
                  uint64_t(g.n), g.ldc),
              "layout C");
+    if (g.batch > 1) {
+      const int32_t count = int32_t(g.batch);
+      const std::pair<cublasLtMatrixLayout_t, int64_t> strided[] = {
+          {p.a, g.stride_a}, {p.b, g.stride_b}, {p.c, g.stride_c}};
+      for (const auto &[layout, stride] : strided) {
+        check_lt(lt_api().cublasLtMatrixLayoutSetAttribute(
+                     layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                     sizeof count),
+                 "set BATCH_COUNT");
+        check_lt(lt_api().cublasLtMatrixLayoutSetAttribute(
+                     layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                     &stride, sizeof stride),
+                 "set STRIDED_BATCH_OFFSET");
+      }
+    }
     cublasLtMatmulPreference_t pref;
     check_lt(lt_api().cublasLtMatmulPreferenceCreate(&pref),
              "PreferenceCreate");
@@ -359,6 +397,8 @@ void CudaKernels::gemm(const GemmSpec &g) {
     return;
   const cudaStream_t s = cudaStream_t(stream_);
   if (g.k <= 0) { // an empty sum: D = beta·C (+ bias)
+    if (g.batch != 1)
+      fail("cuda: a batched GEMM of an empty sum");
     if (g.beta == 0.f &&
         cudaMemsetAsync(g.c, 0, size_t(g.m * g.n) * (g.c_f32 ? 4 : 2), s) !=
             cudaSuccess)
@@ -368,11 +408,14 @@ void CudaKernels::gemm(const GemmSpec &g) {
                 B(g.c), B(g.bias), g.m, g.m * g.n);
     return;
   }
-  const uint32_t al_a = alignment(g.a), al_b = alignment(g.b),
-                 al_c = alignment(g.c);
-  const Lt::Key key{g.trans_a,     g.trans_b, g.m,   g.n,     g.k,
-                    g.lda,         g.ldb,     g.ldc, g.c_f32, g.bias != nullptr,
-                    g.beta != 0.f, al_a,      al_b,  al_c};
+  const uint32_t al_a = alignment(g.a, 2 * g.stride_a),
+                 al_b = alignment(g.b, 2 * g.stride_b),
+                 al_c = alignment(g.c, (g.c_f32 ? 4 : 2) * g.stride_c);
+  const Lt::Key key{
+      g.trans_a,     g.trans_b,  g.m,       g.n,     g.k,
+      g.lda,         g.ldb,      g.ldc,     g.c_f32, g.bias != nullptr,
+      g.beta != 0.f, al_a,       al_b,      al_c,    g.batch,
+      g.stride_a,    g.stride_b, g.stride_c};
   auto it = lt_->plans.find(key);
   if (it == lt_->plans.end()) {
     Lt::Plan p;
@@ -389,7 +432,7 @@ void CudaKernels::gemm(const GemmSpec &g) {
         lt_api().cublasLtMatmulDescSetAttribute(
             p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias),
         "set BIAS_POINTER");
-  const float alpha = 1.f, beta = g.beta;
+  const float alpha = g.alpha, beta = g.beta;
   check_lt(lt_api().cublasLtMatmul(lt_->handle, p.op, &alpha, g.a, p.a, g.b,
                                    p.b, &beta, g.c, p.c, g.c, p.c, &p.algo,
                                    lt_->workspace, kWorkspaceBytes, s),

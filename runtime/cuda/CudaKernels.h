@@ -37,6 +37,8 @@ namespace mtrt::MT_KNS {
 
 /// A column-major GEMM in cuBLAS terms: D = alpha·op(A)·op(B) + beta·C (+
 /// bias over rows), D = C in place. A and B are bf16; C is f32 or bf16.
+/// `batch` such GEMMs, the i-th on A, B and C advanced by i times their
+/// strides (elements).
 struct GemmSpec {
   bool trans_a, trans_b;
   int64_t m, n, k;
@@ -49,6 +51,8 @@ struct GemmSpec {
   bool c_f32;
   float beta;
   const void *bias; // bf16 (m), or null
+  float alpha = 1.f;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
 /// Maps linear's row-major products to cuBLAS's column-major GEMMs
@@ -60,6 +64,12 @@ GemmSpec linear_dx_gemm(void *dx, const void *dy, const void *w, int64_t M,
                         int64_t K, int64_t N, bool w_in_out);
 GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
                         int64_t K, int64_t N, bool w_in_out);
+/// dq += scale · dS·K over the tensor-core dK/dV pass's dSᵀ (B·Hkv blocks
+/// of S keys by group·S queries, attn::tensor_core_backward): one GEMM a
+/// KV head, the group's query heads as its rows.
+GemmSpec attention_dq_gemm(void *dq, const void *ds_t, const void *k,
+                           int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
+                           int64_t D, float scale);
 
 /// Which kernels run attention (AttentionCommon.cuh): tensor cores, CUDA
 /// cores with all math in f32 (slower; a reference for the tensor-core
@@ -113,9 +123,10 @@ public:
   void *stream() const { return stream_; }
   /// The most scratch any call has needed so far, bytes.
   int64_t scratch_peak() const { return scratch_bytes_; }
-  /// Device bytes the plan's budget leaves beyond the arenas and the
-  /// reserve for kernel scratch: scratch a kernel may do without (cuDNN's
-  /// deterministic dS) stays within it. Unbounded without a budget.
+  /// Device bytes the plan's budget (or the device's free memory, where
+  /// less) leaves beyond the arenas and the reserve for kernel scratch:
+  /// scratch a kernel may do without (the attention backward's dS held
+  /// whole) stays within it. Unbounded until the backend sets it.
   void set_scratch_room(int64_t bytes) { scratch_room_ = bytes; }
   int64_t scratch_room() const { return scratch_room_; }
   void set_attention_kernels(AttentionKernels k) { attention_ = k; }

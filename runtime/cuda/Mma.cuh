@@ -54,6 +54,15 @@ __device__ __forceinline__ uint32_t load_word(const bf16 *p) {
 #endif
 }
 
+/// Stores a word of two bf16 (as pack_bf16 makes it) at p, 4-byte aligned.
+__device__ __forceinline__ void store_word(bf16 *p, uint32_t w) {
+#ifdef MEGATRAIN_CUDA_EMULATION
+  std::memcpy(p, &w, sizeof w);
+#else
+  *reinterpret_cast<uint32_t *>(p) = w;
+#endif
+}
+
 /// Two f32 rounded to bf16 (to nearest even) in one word.
 __device__ __forceinline__ uint32_t pack_f32(float lo, float hi) {
   return pack_bf16(f2bf(lo), f2bf(hi));

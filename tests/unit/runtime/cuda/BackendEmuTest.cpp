@@ -118,9 +118,11 @@ TEST(CudaBackendEmu, RefusesAttentionPastTheKernelsLimits) {
       << refusal(alibi);
 }
 
-// The plan's device budget (--gpu-mem-limit) less the arenas and the
-// reserve for kernel scratch is the room the kernels' optional scratch
-// (cuDNN's deterministic dS) keeps within; without a budget, no bound.
+// The plan's device budget (--gpu-mem-limit), or the device's free memory
+// where that is less or there is no budget, less the arenas and the
+// reserve for kernel scratch, is the room the kernels' optional scratch
+// (dS held whole: cuDNN's deterministic backward, the tensor cores' dQ
+// GEMM) keeps within.
 TEST(CudaBackendEmu, KernelScratchRoomIsWhatTheBudgetLeaves) {
   auto room = [](int64_t budget) {
     BackendOptions bo;
@@ -132,10 +134,12 @@ TEST(CudaBackendEmu, KernelScratchRoomIsWhatTheBudgetLeaves) {
     return dynamic_cast<MT_KNS::CudaKernels &>(b->kernels()).scratch_room();
   };
   const int64_t arenas = (2 << 20) + (4 << 18) + (4 << 10),
-                reserve = int64_t(256) << 20;
-  EXPECT_EQ(room(0), std::numeric_limits<int64_t>::max());
+                reserve = int64_t(256) << 20,
+                free = int64_t(1) << 33; // MockCuda's cudaMemGetInfo
+  EXPECT_EQ(room(0), free - arenas - reserve);
   EXPECT_EQ(room(arenas + reserve + 12345), 12345);
   EXPECT_EQ(room(arenas), 0);
+  EXPECT_EQ(room(2 * free), free - arenas - reserve);
 }
 
 TEST(CudaBackendEmu, TracesDeviceStreamsAndWritesStats) {

@@ -798,6 +798,48 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
 
+// The tensor-core backward's two ways to dQ, each against the CPU: a GEMM
+// over the dK/dV pass's dSᵀ where the kernels' scratch room holds it
+// (B·H·S² bf16), else a pass of its own, which asks for no scratch.
+TEST_F(CudaKernelsTest, AttentionDqByGemmWhereScoresFitElseByItsOwnPass) {
+  const int64_t B = 2, H = 4, Hkv = 2, S = 70, D = 64;
+  const int64_t nq = B * H * S * D, nk = B * Hkv * S * D, rows = B * H * S;
+  const int64_t scores = B * H * S * S * 2;
+  const float scale = 0.125f;
+  Tensor q = Tensor::random(nq, 80, -2.f, 2.f),
+         k = Tensor::random(nk, 81, -2.f, 2.f);
+  Tensor v = Tensor::random(nk, 82), dy = Tensor::random(nq, 83);
+  Tensor y = Tensor::output(nq), lse = Tensor::f32(rows, 84),
+         delta = Tensor::f32(rows, 85);
+  k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), B, H,
+                        Hkv, S, D, scale, {}, 0.f, nullptr, nullptr);
+  cpu_.attention_forward(y.host(), lse.host(), q.host(), k.host(), v.host(), B,
+                         H, Hkv, S, D, scale, {}, 0.f, nullptr, nullptr);
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, D);
+  cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, D);
+  Tensor dq = Tensor::grad(nq, 86), dk = Tensor::grad(nk, 87),
+         dv = Tensor::grad(nk, 88);
+  cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
+                          k.host(), v.host(), y.host(), delta.host(),
+                          lse.host(), B, H, Hkv, S, D, scale, {}, 0.f, nullptr,
+                          nullptr, nullptr);
+  for (const int64_t room : {scores - 1, scores}) {
+    SCOPED_TRACE(::testing::Message() << "room " << room);
+    k_->set_scratch_room(room);
+    Tensor gq = Tensor::grad(nq, 86), gk = Tensor::grad(nk, 87),
+           gv = Tensor::grad(nk, 88);
+    k_->attention_backward(gq.dev(), gk.dev(), gv.dev(), dy.dev(), q.dev(),
+                           k.dev(), v.dev(), y.dev(), delta.dev_f32(),
+                           lse.dev_f32(), B, H, Hkv, S, D, scale, {}, 0.f,
+                           nullptr, nullptr, nullptr);
+    sync();
+    EXPECT_EQ(k_->scratch_peak() >= scores, room >= scores);
+    EXPECT_TRUE(near(gq.fetch(), dq.h, kUlp, kAttention)) << "dq";
+    EXPECT_TRUE(near(gk.fetch(), dk.h, kUlp, kAttention)) << "dk";
+    EXPECT_TRUE(near(gv.fetch(), dv.h, kUlp, kAttention)) << "dv";
+  }
+}
+
 // The mixture of experts' kernels against the CPU's, with and without
 // renormalized routing weights, a grid-stride loop longer than one block of
 // tokens, a selection bias, and in ragged chunks of 7 tokens, whose weight
