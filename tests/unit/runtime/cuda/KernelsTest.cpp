@@ -294,6 +294,38 @@ TEST_F(CudaKernelsTest, LinearWithoutDxOrDw) {
   EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5));
 }
 
+// A batched GEMM (the attention backward's dQ): alpha, B transposed, beta
+// 1 into bf16, each matrix padded past its leading dimension and its
+// batch stride, against a loop in double.
+TEST_F(CudaKernelsTest, BatchedGemmWithAlphaMatchesALoop) {
+  const int64_t batch = 3, m = 5, n = 7, k = 9, lda = 6, ldb = 7, ldc = 5;
+  const int64_t sa = lda * k + 4, sb = ldb * k + 3, sc = ldc * n + 2;
+  Tensor a = Tensor::random(batch * sa, 40), b = Tensor::random(batch * sb, 41);
+  Tensor c = Tensor::random(batch * sc, 42);
+  mtrt::MT_KNS::GemmSpec g{false,   true,  m,       n,      k,
+                           a.dev(), lda,   b.dev(), ldb,    c.dev(),
+                           ldc,     false, 1.f,     nullptr};
+  g.alpha = 0.5f;
+  g.batch = batch;
+  g.stride_a = sa;
+  g.stride_b = sb;
+  g.stride_c = sc;
+  k_->gemm(g);
+  std::vector<float> want = c.h; // padding stays as it was
+  for (int64_t t = 0; t < batch; ++t)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += double(a.h[t * sa + i + p * lda]) *
+                 double(b.h[t * sb + j + p * ldb]);
+        float &out = want[t * sc + i + j * ldc];
+        out = bf16_value(bf16_bits(float(0.5 * acc + out)));
+      }
+  sync();
+  EXPECT_TRUE(near(c.fetch(), want, kUlp, 1e-6));
+}
+
 class NormTest : public CudaKernelsTest,
                  public ::testing::WithParamInterface<bool> {};
 
