@@ -880,7 +880,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
       }
 }
 
-/// dK and dV of C::kDkdvKeys key rows of one KV head, tiled as C. Grid
 /// A lane's fragments of a tile's dSᵀ (rows keys[0] and keys[1], columns
 /// its queries i, i + 1 of each n-tile, i = i0 + 2·(lane % 4)) rounded to
 /// bf16 into rows of `ld` (ds, the head's column 0): a word a pair where S
@@ -910,6 +909,7 @@ store_scores_t(bf16 *ds, int64_t ld, const float (&c)[ST][4],
   }
 }
 
+/// dK and dV of C::kDkdvKeys key rows of one KV head, tiled as C. Grid
 /// (ceil(S/kDkdvKeys), Hkv, B), C::kThreads threads, C::dkdv_shared() bytes.
 /// Unless ds_t is null, each score's dS (without the scale) goes there too,
 /// in bf16, as (B, Hkv) blocks of (S keys, group·S queries of the group's

@@ -233,7 +233,6 @@ void check_lt(cublasStatus_t s, const char *what) {
     fail("cuda: cuBLASLt ", what, " failed (status ", int(s), ")");
 }
 
-/// The largest power of two (at most 256) dividing the address.
 /// The largest power of 2 up to 256 that divides the address p and, in a
 /// batched GEMM, its stride to the next matrix (bytes).
 uint32_t alignment(const void *p, int64_t stride_bytes) {
