@@ -130,8 +130,8 @@ def cmd_run(name, trainer, work, timeout, args):
 # ---- parity ------------------------------------------------------------------
 
 def log_warnings(path):
-    """A run's warnings, once each: a shape cuDNN had no engine for ran on
-    the tensor cores, so a "+cudnn" run is partly ours."""
+    """A run's `warning:` lines, once each (one naming a shape cuDNN had no
+    engine for means a "+cudnn" run is partly ours)."""
     if not os.path.exists(path):
         return []
     with open(path, errors="replace") as f:
@@ -427,8 +427,8 @@ def warning_lines(warned):
     """(run, warning) pairs as a list under a table; none, no lines."""
     if not warned:
         return []
-    return ["", "Warnings from the runs (a shape cuDNN had no engine for ran on our kernels):",
-            ""] + [f"- {name}: `{w}`" for name, w in warned[:40]]
+    return ["", "Warnings from the runs (where one names a shape cuDNN had no engine for, "
+            "our kernels ran that shape):", ""] + [f"- {name}: `{w}`" for name, w in warned[:40]]
 
 
 def cmd_report(work, out):
