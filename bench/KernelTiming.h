@@ -23,9 +23,10 @@
 namespace bench {
 
 /// A kernel benchmark's command line: --json FILE and --iters N for every
-/// one; --shape TEXT and --tensor-cores-only where its usage names them.
+/// one; --shape TEXT, --tensor-cores-only and --cudnn-device FILE where its
+/// usage names them.
 struct Options {
-  std::string json, shape;
+  std::string json, shape, cudnn_device;
   int iters = 5;
   bool tensor_cores_only = false;
 };
@@ -47,6 +48,8 @@ inline bool parse_options(int argc, char **argv, const char *usage,
       o.iters = std::atoi(argv[++i]);
     } else if (a == "--shape" && value && named("--shape")) {
       o.shape = argv[++i];
+    } else if (a == "--cudnn-device" && value && named("--cudnn-device")) {
+      o.cudnn_device = argv[++i];
     } else if (a == "--tensor-cores-only" && named("--tensor-cores-only")) {
       o.tensor_cores_only = true;
     } else {

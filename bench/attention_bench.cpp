@@ -14,7 +14,11 @@
 // alone too; the dK/dV pass takes the rest of the two.
 //
 //   attention_bench [--json FILE] [--iters N] [--shape TEXT]
-//                   [--tensor-cores-only]
+//                   [--tensor-cores-only] [--cudnn-device FILE]
+//
+// --cudnn-device writes cuDNN's description of this GPU (JSON) to FILE,
+// what CudnnAttention::plan_ahead takes to plan for it on a machine
+// without one (tests/unit/runtime/cuda/CudnnPlanAheadTest.cpp).
 //
 // --shape runs only the shapes whose name holds TEXT, and
 // --tensor-cores-only leaves out the CUDA-core kernels: together, a short
@@ -69,7 +73,8 @@ int main(int argc, char **argv) {
   bench::Options o;
   if (!bench::parse_options(argc, argv,
                             "attention_bench [--json FILE] [--iters N] "
-                            "[--shape TEXT] [--tensor-cores-only]",
+                            "[--shape TEXT] [--tensor-cores-only] "
+                            "[--cudnn-device FILE]",
                             o))
     return 2;
   const std::string &json = o.json, &only = o.shape;
@@ -90,6 +95,19 @@ int main(int argc, char **argv) {
   const bool cudnn = mtrt::cuda::cudnn_loadable(&cudnn_why);
   if (!cudnn)
     std::fprintf(stderr, "cuDNN's forward not timed: %s\n", cudnn_why.c_str());
+  if (cudnn && !o.cudnn_device.empty()) {
+    try {
+      const std::string props =
+          mtrt::cuda::CudnnAttention::device_properties(0);
+      FILE *f = std::fopen(o.cudnn_device.c_str(), "w");
+      const bool written = f && std::fputs(props.c_str(), f) >= 0;
+      if ((f && std::fclose(f) != 0) || !written)
+        std::fprintf(stderr, "warning: cannot write %s\n",
+                     o.cudnn_device.c_str());
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "warning: no device description: %s\n", e.what());
+    }
+  }
 
   std::printf("| shape | B H Hkv S D W C | fwd ms | fwd TFLOPS | bwd ms "
               "(two passes; dQ pass) | bwd TFLOPS | CUDA cores: fwd / bwd "
@@ -186,7 +204,7 @@ int main(int argc, char **argv) {
         const bool fwd = k.cudnn_has_forward(dims);
         const bool det =
             mtrt::cuda::CudnnAttention::deterministic_backward_fits(
-                dims, mtrt::cuda::CudnnAttention::kDeterministicBound) &&
+                dims, k.scratch_room()) &&
             k.cudnn_has_backward(dims,
                                  mtrt::cuda::CudnnBackward::Deterministic);
         const bool any = k.cudnn_has_backward(

@@ -124,8 +124,8 @@ json.dump(env, open(os.path.join(sys.argv[1], "env.json"), "w"))
 PY
 
 # cuDNN for MEGATRAIN_CUDA_ATTENTION=cudnn: the one PyTorch's wheels bring
-# (its folder on the loader's path too, for cuDNN's own libraries and
-# NVRTC), unless MEGATRAIN_CUDNN names one already.
+# (its folder on the loader's path too, for cuDNN's own libraries), unless
+# MEGATRAIN_CUDNN names one already.
 if [ -z "${MEGATRAIN_CUDNN:-}" ]; then
   MEGATRAIN_CUDNN=$(python3 -c '
 import glob, os, site
@@ -139,6 +139,22 @@ if [ -n "${MEGATRAIN_CUDNN:-}" ]; then
   log "cuDNN: $MEGATRAIN_CUDNN" | tee -a "$WORK/env.txt"
 else
   log "cuDNN: none in Python's packages (the loader's search path decides)" | tee -a "$WORK/env.txt"
+fi
+# cuDNN's runtime-compiled engines (its fused attention among them) load
+# NVRTC by name: where the loader's cache has none, the one PyTorch's wheels
+# bring (after cuDNN's folder, so a toolkit's own stays first).
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so\.'; then
+  NVRTC_DIR=$(python3 -c '
+import glob, os, site
+for d in site.getsitepackages():
+    for p in sorted(glob.glob(os.path.join(d, "nvidia", "**", "libnvrtc.so.*"), recursive=True)):
+        print(os.path.dirname(p)); raise SystemExit' 2>/dev/null || true)
+  if [ -n "$NVRTC_DIR" ]; then
+    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$NVRTC_DIR
+    log "NVRTC: $NVRTC_DIR" | tee -a "$WORK/env.txt"
+  else
+    log "NVRTC: none found (cuDNN's runtime-compiled engines cannot load)" | tee -a "$WORK/env.txt"
+  fi
 fi
 
 # ---- a. build ----------------------------------------------------------------
@@ -326,7 +342,10 @@ parity() {
 # Before the benchmarks: the single most telling stage for attention, the
 # largest gap to the targets.
 attention() {
-  "$WORK/build/bench/attention_bench" --json "$WORK/attention.json" || return 1
+  # cudnn-device.json: cuDNN's description of this GPU, for planning ahead
+  # on the CPU machine (tests/unit/runtime/cuda/CudnnPlanAheadTest.cpp).
+  "$WORK/build/bench/attention_bench" --json "$WORK/attention.json" \
+    --cudnn-device "$WORK/cudnn-device.json" || return 1
   python3 "$ROOT/bench/attention_torch.py" "$WORK/attention.json" --json "$WORK/attention-torch.json"
 }
 [ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention

@@ -6,8 +6,9 @@
 //
 //   S0 = Q·Kᵀ            matmul, f32         Q (B,H,S,D), Kᵀ (B,Hkv,D,S)
 //   S1 = S0 · scale      scale by value
-//   S2 = row ≥ col ? S1 : lowest             GEN_INDEX ×2 (int32), CMP_GE,
-//                                            select
+//   S2 = row ≥ col ? S1 : −∞                 GEN_INDEX ×2 (int32), CMP_GE,
+//                                            select (before cuDNN 9.10 the
+//                                            lowest float instead)
 //   M = max_j S2, E = exp(S2 − M), Z = Σ_j E
 //   stats = M + log Z    (B,H,S,1) f32, each row's log-sum-exp
 //   P = E / Z            bf16, virtual
@@ -294,7 +295,11 @@ struct Graph {
       op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
     if (t)
       op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, *t);
+    // The frontend sets both alphas, each 1 (cuDNN's default too).
+    const float one = 1.f;
     op.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one)
         .finalize("finalizing a pointwise operation");
     ops.push_back(std::move(op));
   }
@@ -329,8 +334,10 @@ struct Graph {
     ops.push_back(std::move(op));
   }
 
-  /// Scores (B, H, S, S) with every key after its query set to `lowest`:
-  /// the causal mask as cuDNN 9's own frontend spells it (int32 indices).
+  /// Scores (B, H, S, S) with every key after its query set to `lowest`
+  /// (masked_score()): the causal mask as cuDNN 9's own frontend spells it
+  /// before cuDNN 9.21, which has an operation of its own for it (int32
+  /// indices).
   const Desc &causal(const Desc &scores, Dims dims, const Desc &lowest) {
     const Desc &row = virtual_like(dims, CUDNN_DATA_INT32);
     pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row,
@@ -470,41 +477,54 @@ Graph backward_graph(const AttentionDims &d, CudnnBackward how) {
 }
 
 /// A graph and the plan cuDNN made of it, or why it made none: `refused`
-/// holds cuDNN's word when it has no engine for the graph (any other
-/// failure throws).
+/// holds cuDNN's word when it has no engine for the graph, or ours when
+/// the graph is not given to it (any other failure throws).
 struct Plan {
   Graph graph;
   Desc ops{CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR};
+  Desc engine{CUDNN_BACKEND_ENGINECFG_DESCRIPTOR}; // kept as long as the plan
   Desc plan{CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR};
   int64_t workspace = 0;
   std::string refused;
 
-  Plan(Graph g, cudnnHandle_t handle) : graph(std::move(g)) {
+  explicit Plan(std::string why) : refused(std::move(why)) {}
+
+  /// The plan for the device of `handle`, or (handle null) for the device
+  /// `device` describes, ahead of time.
+  Plan(Graph g, cudnnHandle_t handle, const Desc *device = nullptr)
+      : graph(std::move(g)) {
     std::vector<cudnnBackendDescriptor_t> raw;
     for (const Desc &op : graph.ops)
       raw.push_back(op.get());
     ops.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-            int64_t(raw.size()), raw.data())
-        .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+            int64_t(raw.size()), raw.data());
+    if (handle)
+      ops.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     std::string tried;
     if (api().cudnnBackendFinalize(ops.get()) != CUDNN_STATUS_SUCCESS)
       tried = last_word(); // the graph refused: no engine to look for
     else
       for (cudnnBackendHeurMode_t mode :
            {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
-        if (choose(mode, handle, &tried))
+        if (choose(mode, handle, device, &tried))
           return;
-    refused = tried.empty() ? " (cuDNN said nothing)" : tried;
+    // No engine offered, and no word why: cuDNN's log has its reasons.
+    refused = tried.empty() ? " (cuDNN offered no engine; "
+                              "CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr "
+                              "shows why)"
+                            : tried;
   }
 
   /// Takes the first engine configuration the heuristic of `mode` offers
   /// that makes a plan; false if none does, with cuDNN's last word in
   /// `tried`.
   bool choose(cudnnBackendHeurMode_t mode, cudnnHandle_t handle,
-              std::string *tried) {
+              const Desc *device, std::string *tried) {
     Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, ops)
         .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    if (device)
+      heur.set(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *device);
     if (api().cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS) {
       *tried = last_word();
       return false;
@@ -527,9 +547,13 @@ struct Plan {
             "reading the heuristic's engines");
     for (int64_t i = 0; i < count; ++i) {
       Desc candidate(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      candidate
-          .set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
-          .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[size_t(i)]);
+      if (handle)
+        candidate.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+                      &handle);
+      else
+        candidate.set(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, *device);
+      candidate.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                    configs[size_t(i)]);
       if (api().cudnnBackendFinalize(candidate.get()) != CUDNN_STATUS_SUCCESS) {
         *tried = last_word();
         continue;
@@ -540,6 +564,7 @@ struct Plan {
                 CUDNN_TYPE_INT64, 1, &n, &workspace),
             "reading the plan's workspace size");
       plan = std::move(candidate);
+      engine = std::move(configs[size_t(i)]);
       return true;
     }
     return false;
@@ -622,9 +647,36 @@ Graph graph_of(Pass pass, const AttentionDims &d) {
   fail("cuda: no such cuDNN attention pass");
 }
 
-constexpr float kLowestScore = std::numeric_limits<float>::lowest();
+/// The value a masked score takes: −∞ as cuDNN's frontend passes it from
+/// cuDNN 9.10, the lowest float before.
+float masked_score() {
+  return api().cudnnGetVersion() >= 91000
+             ? -std::numeric_limits<float>::infinity()
+             : std::numeric_limits<float>::lowest();
+}
 
 } // namespace
+
+// What cuDNN's frontend refuses or works around by version (cudnn-frontend
+// 1.x, node/scaled_dot_product_flash_attention.h, sdpa_support_surface.h).
+std::string cudnn_withholds(const AttentionDims &d, bool backward) {
+  const size_t v = api().cudnnGetVersion();
+  const std::string name = "cuDNN " + std::to_string(v / 10000) + "." +
+                           std::to_string(v / 100 % 100) + "." +
+                           std::to_string(v % 100);
+  if (v == 91000 || v == 91001)
+    return name + " has known faults in its fused attention";
+  if (!backward)
+    return "";
+  if (d.S == 1)
+    return "cuDNN's backward takes no sequence of one position";
+  // Up to 9.15 the frontend masks the padding of the last tile itself.
+  if (v <= 91500 && d.S % 128 != 0)
+    return name +
+           "'s backward needs a padding mask where S is not a multiple of "
+           "128, which this runtime does not build";
+  return "";
+}
 
 bool cudnn_loadable(std::string *why) { return load(why) != nullptr; }
 
@@ -638,7 +690,10 @@ struct CudnnAttention::Impl {
     auto [it, fresh] = plans.try_emplace(Key{pass, d.B, d.H, d.Hkv, d.S, d.D});
     if (fresh) {
       try {
-        it->second = std::make_unique<Plan>(graph_of(pass, d), handle);
+        const std::string why = cudnn_withholds(d, pass != Pass::Forward);
+        it->second = why.empty()
+                         ? std::make_unique<Plan>(graph_of(pass, d), handle)
+                         : std::make_unique<Plan>(" (" + why + ")");
       } catch (...) {
         plans.erase(it);
         throw;
@@ -665,7 +720,7 @@ struct CudnnAttention::Impl {
   void forward(void *y, void *stats, void *ws, const void *q, const void *k,
                const void *v, const AttentionDims &d, float scale,
                void *stream) {
-    float lowest = kLowestScore;
+    float lowest = masked_score();
     const int64_t uids[] = {kQ, kK, kV, kY, kStats, kScale, kLowest};
     void *pointers[] = {const_cast<void *>(q),
                         const_cast<void *>(k),
@@ -733,7 +788,7 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
   if (sums && cudaMemsetAsync(base + at.dq_sum, 0, size_t(4 * q_elems),
                               static_cast<cudaStream_t>(stream)) != cudaSuccess)
     fail("cuda: clearing cuDNN's dQ sum failed");
-  float lowest = kLowestScore, one = 1.f;
+  float lowest = masked_score(), one = 1.f;
   const int64_t uids[] = {kQ,  kK,  kV,     kY,   kDy,     kStats,  kDq,
                           kDk, kDv, kScale, kOne, kLowest, kRowDot, kDqSum};
   void *pointers[] = {const_cast<void *>(q),
@@ -765,6 +820,49 @@ void CudnnAttention::check_descriptors(const AttentionDims &d) {
   backward_graph(d, CudnnBackward::Nondeterministic);
 }
 
+std::string CudnnAttention::device_properties(int device) {
+  if (api().cudnnGetVersion() < 90800)
+    fail("cuda: cuDNN ", api().cudnnGetVersion(),
+         " cannot describe a device (9.8 and later can)");
+  Desc props(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+  const int32_t id = device;
+  props.set(CUDNN_ATTR_DEVICEPROP_DEVICE_ID, CUDNN_TYPE_INT32, 1, &id)
+      .finalize("describing the device");
+  int64_t n = 0;
+  check(api().cudnnBackendGetAttribute(
+            props.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
+            CUDNN_TYPE_CHAR, 0, &n, nullptr),
+        "sizing the device's description");
+  std::string json(size_t(n), '\0');
+  check(api().cudnnBackendGetAttribute(
+            props.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
+            CUDNN_TYPE_CHAR, n, &n, json.data()),
+        "reading the device's description");
+  json.resize(std::strlen(json.c_str()));
+  return json;
+}
+
+std::string CudnnAttention::plan_ahead(const AttentionDims &d, bool backward,
+                                       CudnnBackward how,
+                                       const std::string &device_json,
+                                       int64_t *workspace) {
+  if (api().cudnnGetVersion() < 90800)
+    fail("cuda: cuDNN ", api().cudnnGetVersion(),
+         " cannot plan without a device (9.8 and later can)");
+  Desc device(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+  device
+      .set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+           int64_t(device_json.size()), device_json.data())
+      .finalize("reading the device's properties");
+  const Pass pass = backward ? backward_pass(how) : Pass::Forward;
+  if (std::string why = cudnn_withholds(d, backward); !why.empty())
+    return " (" + why + ")";
+  Plan plan(graph_of(pass, d), nullptr, &device);
+  if (workspace)
+    *workspace = plan.workspace;
+  return plan.refused;
+}
+
 #else // built without cuDNN's headers
 
 namespace {
@@ -777,6 +875,10 @@ bool cudnn_loadable(std::string *why) {
   if (why)
     *why = kLeftOut;
   return false;
+}
+
+std::string cudnn_withholds(const AttentionDims &, bool) {
+  fail("cuda: ", kLeftOut);
 }
 
 struct CudnnAttention::Impl {};
@@ -811,6 +913,12 @@ void CudnnAttention::backward(void *, void *, void *, const void *,
 void CudnnAttention::check_descriptors(const AttentionDims &) {
   fail("cuda: ", kLeftOut);
 }
+std::string CudnnAttention::plan_ahead(const AttentionDims &, bool,
+                                       CudnnBackward, const std::string &,
+                                       int64_t *) {
+  fail("cuda: ", kLeftOut);
+}
+std::string CudnnAttention::device_properties(int) { fail("cuda: ", kLeftOut); }
 
 #endif
 

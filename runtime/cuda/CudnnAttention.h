@@ -9,8 +9,9 @@
 // they are not given (sliding windows and chunks shorter than the sequence,
 // soft caps, ALiBi, sinks, head dims past 128 or not a multiple of 8, a
 // backward that leaves a gradient out, a deterministic backward whose dS
-// would pass its bound, and any shape cuDNN has no engine for) stay on the
-// tensor-core kernels.
+// would pass its bound, a backward cuDNN's frontend would not hand over as
+// it stands (S not a multiple of 128 up to cuDNN 9.15, or S = 1), and any
+// shape cuDNN has no engine for) stay on the tensor-core kernels.
 //
 // cuDNN is loaded with dlopen at first use ($MEGATRAIN_CUDNN, then
 // libcudnn.so.9 on the loader's path), so that the runtime builds and runs
@@ -41,7 +42,7 @@ struct AttentionDims {
 /// Which of cuDNN's attention backwards runs. The deterministic one (the
 /// graph cuDNN's frontend builds for a deterministic backward on Hopper)
 /// holds dS whole in cuDNN's workspace, B·H·S²·2 bytes with S rounded up to
-/// 64, and writes dQ by one product over it; the other adds dQ up into an
+/// 128, and writes dQ by one product over it; the other adds dQ up into an
 /// f32 sum in no fixed order, in O(S) memory.
 enum class CudnnBackward { Deterministic, Nondeterministic };
 
@@ -64,9 +65,10 @@ public:
 
   /// Whether cuDNN has an engine for the forward over this shape, or for
   /// the backward `how`. The first ask for a shape builds its plan (cuDNN
-  /// may compile its kernel then, which takes seconds); a refusal is kept
-  /// and said once on stderr with cuDNN's word, and the caller runs its own
-  /// kernels for that shape. Any other failure throws Error.
+  /// may compile its kernel then, which takes seconds); a refusal, cuDNN's
+  /// or one by version as its frontend makes them, is kept and said once on
+  /// stderr with the reason, and the caller runs its own kernels for that
+  /// shape. Any other failure throws Error.
   bool has_forward(const AttentionDims &d);
   bool has_backward(const AttentionDims &d, CudnnBackward how);
 
@@ -84,20 +86,27 @@ public:
   /// Adds n bf16 values at src into dst, on the stream.
   using AddInto = std::function<void(void *dst, const void *src, int64_t n)>;
 
-  /// The bytes of dS the deterministic backward holds for this shape, and
-  /// whether they are within the bound this runtime gives them: 2 GiB (a
-  /// step of 4 × 2048 tokens with 32 heads takes 1 GiB), and no more than
-  /// `room`, what the plan's device budget leaves (CudaKernels). Past it
+  /// The bytes of dS the deterministic backward holds for this shape (S
+  /// rounded up to 128, the tile cuDNN lays dS out in), and the workspace
+  /// it asks for around them: dS, dQ summed in f32 and a little of cuDNN's
+  /// own (what cuDNN 9.19 and 9.26 plan for an H200: CudnnPlanAheadTest).
+  /// It runs where dS is within the bound this runtime gives it, 2 GiB (a
+  /// step of 4 × 2048 tokens with 32 heads takes 1 GiB), and the workspace
+  /// within `room`, what the plan's device budget leaves (CudaKernels); else
   /// the deterministic choice is the tensor-core kernels' backward.
-  static int64_t deterministic_workspace_bytes(const AttentionDims &d) {
-    const int64_t s = (d.S + 63) / 64 * 64;
+  static int64_t deterministic_scores_bytes(const AttentionDims &d) {
+    const int64_t s = (d.S + 127) / 128 * 128;
     return d.B * d.H * s * s * 2;
+  }
+  static int64_t deterministic_workspace_bytes(const AttentionDims &d) {
+    return deterministic_scores_bytes(d) + d.B * d.H * d.S * d.D * 4 +
+           (int64_t(1) << 20);
   }
   static constexpr int64_t kDeterministicBound = int64_t(2) << 30;
   static bool deterministic_backward_fits(const AttentionDims &d,
                                           int64_t room) {
-    return deterministic_workspace_bytes(d) <=
-           (room < kDeterministicBound ? room : kDeterministicBound);
+    return deterministic_scores_bytes(d) <= kDeterministicBound &&
+           deterministic_workspace_bytes(d) <= room;
   }
 
   /// Device bytes backward() needs as scratch for a shape it has.
@@ -118,6 +127,21 @@ public:
   /// loaded.
   static void check_descriptors(const AttentionDims &d);
 
+  /// Plans the forward (or the backward `how`) over `d` ahead of time for
+  /// the device `device_json` describes (cuDNN's JSON form of a device's
+  /// properties), without a device here: "" where cuDNN has an engine for it
+  /// (its workspace into `workspace`, if given), else why not, as
+  /// has_forward and has_backward would say it. Throws Error if cuDNN cannot
+  /// be loaded or cannot plan without a device (before 9.8).
+  static std::string plan_ahead(const AttentionDims &d, bool backward,
+                                CudnnBackward how,
+                                const std::string &device_json,
+                                int64_t *workspace = nullptr);
+
+  /// cuDNN's JSON form of the properties of CUDA device `device` (here, with
+  /// a GPU), what plan_ahead takes; throws Error where cuDNN cannot give it.
+  static std::string device_properties(int device);
+
 private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -125,6 +149,12 @@ private:
 
 /// Whether this build can load cuDNN here; if not, why (into `why`).
 bool cudnn_loadable(std::string *why);
+
+/// Why the forward (or a backward) over `d` is not given to the cuDNN
+/// loaded, as cuDNN's own frontend would not give it (S not a multiple of
+/// 128 in a backward up to cuDNN 9.15, S = 1 in a backward, versions with
+/// known faults); "" where it is.
+std::string cudnn_withholds(const AttentionDims &d, bool backward);
 
 } // namespace mtrt::cuda
 

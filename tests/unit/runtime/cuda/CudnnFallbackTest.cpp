@@ -15,8 +15,11 @@
 
 #include <dlfcn.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -29,6 +32,8 @@ struct Fake {
   void (*answer)(char) = nullptr;
   int (*graphs)() = nullptr;
   int64_t (*workspace)() = nullptr;
+  void (*version)(size_t) = nullptr;
+  int (*scalars)(float *, int) = nullptr;
 
   Fake() {
     const char *path = std::getenv("MEGATRAIN_CUDNN");
@@ -39,19 +44,48 @@ struct Fake {
     graphs = reinterpret_cast<int (*)()>(dlsym(lib, "fake_cudnn_graphs"));
     workspace =
         reinterpret_cast<int64_t (*)()>(dlsym(lib, "fake_cudnn_workspace"));
+    version =
+        reinterpret_cast<void (*)(size_t)>(dlsym(lib, "fake_cudnn_version"));
+    scalars = reinterpret_cast<int (*)(float *, int)>(
+        dlsym(lib, "fake_cudnn_scalars"));
+  }
+
+  /// The floats the last execution was passed by value.
+  std::vector<float> last_scalars() const {
+    std::vector<float> v(8);
+    v.resize(size_t(scalars(v.data(), int(v.size()))));
+    return v;
   }
 };
 
 class CudnnFallback : public ::testing::Test {
 protected:
   void SetUp() override {
-    if (!fake.answer || !fake.graphs || !fake.workspace)
+    if (!fake.answer || !fake.graphs || !fake.workspace || !fake.version ||
+        !fake.scalars)
       GTEST_FAIL() << "MEGATRAIN_CUDNN does not name the fake cuDNN";
+  }
+  void TearDown() override {
+    if (fake.version)
+      fake.version(0); // the headers' again
   }
   Fake fake;
 };
 
 constexpr AttentionDims kShape{1, 2, 1, 96, 64};
+
+/// Runs the forward of kShape (nothing runs: the fake says so) and returns
+/// the error's text.
+std::string run_forward(CudnnAttention &cudnn) {
+  std::vector<char> scratch(size_t(cudnn.forward_scratch_bytes(kShape)));
+  try {
+    cudnn.forward(nullptr, nullptr, nullptr, nullptr, nullptr, kShape, 0.125f,
+                  scratch.data(), nullptr);
+  } catch (const mtrt::Error &e) {
+    return e.what();
+  }
+  return "";
+}
 
 TEST_F(CudnnFallback, AnEngineMakesAPlanOnce) {
   CudnnAttention cudnn;
@@ -123,6 +157,68 @@ TEST_F(CudnnFallback, OtherFailuresAreErrorsAndNotKept) {
         << e.what();
   }
   EXPECT_TRUE(cudnn.has_forward(kShape)); // built afresh
+}
+
+} // namespace
+
+namespace {
+
+TEST_F(CudnnFallback, AnEngineConfigurationLivesAsLongAsItsPlan) {
+  CudnnAttention cudnn;
+  ASSERT_TRUE(cudnn.has_forward(kShape));
+  // Only the fake's own refusal to run, not a plan whose engine is gone.
+  const std::string e = run_forward(cudnn);
+  EXPECT_NE(e.find("runs nothing"), std::string::npos) << e;
+}
+
+TEST_F(CudnnFallback, MaskedScoresAreMinusInfinityFromCudnn9_10) {
+  CudnnAttention cudnn;
+  ASSERT_TRUE(cudnn.has_forward(kShape));
+  fake.version(91900);
+  run_forward(cudnn);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(fake.last_scalars(), (std::vector<float>{0.125f, -inf}));
+  fake.version(90900);
+  run_forward(cudnn);
+  EXPECT_EQ(fake.last_scalars(),
+            (std::vector<float>{0.125f, std::numeric_limits<float>::lowest()}));
+}
+
+TEST_F(CudnnFallback, BackwardsCudnnsFrontendWouldPadAreNotGiven) {
+  fake.version(91500);
+  CudnnAttention cudnn;
+  const int before = fake.graphs();
+  ::testing::internal::CaptureStderr();
+  EXPECT_TRUE(cudnn.has_forward(kShape));
+  EXPECT_FALSE(cudnn.has_backward(kShape, CudnnBackward::Deterministic));
+  EXPECT_TRUE(
+      cudnn.has_backward({1, 2, 1, 256, 64}, CudnnBackward::Deterministic));
+  EXPECT_FALSE(
+      cudnn.has_backward({1, 2, 1, 1, 64}, CudnnBackward::Nondeterministic));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "warning: cuDNN has no engine for the deterministic attention "
+            "backward of B=1 H=2 Hkv=1 S=96 D=64 (cuDNN 9.15.0's backward "
+            "needs a padding mask where S is not a multiple of 128, which "
+            "this runtime does not build); the tensor-core kernels run it\n"
+            "warning: cuDNN has no engine for the nondeterministic attention "
+            "backward of B=1 H=2 Hkv=1 S=1 D=64 (cuDNN's backward takes no "
+            "sequence of one position); the tensor-core kernels run it\n");
+  // The two refused were never built.
+  EXPECT_EQ(fake.graphs(), before + 2);
+  // From 9.16 cuDNN pads the last tile itself.
+  fake.version(91600);
+  EXPECT_TRUE(cudnn.has_backward(kShape, CudnnBackward::Nondeterministic));
+}
+
+TEST_F(CudnnFallback, CudnnsWithKnownFaultsAreNotGiven) {
+  fake.version(91001);
+  CudnnAttention cudnn;
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(cudnn.has_forward(kShape));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "warning: cuDNN has no engine for the attention forward of B=1 "
+            "H=2 Hkv=1 S=96 D=64 (cuDNN 9.10.1 has known faults in its fused "
+            "attention); the tensor-core kernels run it\n");
 }
 
 } // namespace

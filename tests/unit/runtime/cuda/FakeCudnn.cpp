@@ -5,21 +5,36 @@
 // cuDNN's answers (an engine, a graph refused, every plan refused, an error)
 // is tested on machines without a GPU. Each operation graph finalized takes
 // the next answer the test queued (fake_cudnn_answer), an engine when none
-// is queued; nothing runs (cudnnBackendExecute fails).
+// is queued; nothing runs (cudnnBackendExecute fails, saying whether the
+// plan's engine configuration was still alive, and keeping the by-value
+// scalars it was passed). The version it reports is the test's to set.
 //
 //===----------------------------------------------------------------------===//
 
 #include <cudnn_graph.h>
 
 #include <cstdio>
+#include <cstring>
 #include <deque>
+#include <map>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace {
 
 struct Descriptor {
   cudnnBackendDescriptorType_t type;
+  std::vector<const Descriptor *> refs; // descriptors set into this one
+  std::vector<int64_t> uids;            // a variant pack's
+  std::vector<void *> pointers;
+  int64_t uid = 0; // a tensor's
 };
+
+std::set<const Descriptor *> alive;
+size_t version = CUDNN_VERSION;
+std::set<int64_t> by_value;       // unique ids of tensors passed by value
+std::map<int64_t, float> scalars; // the last execution's, by unique id
 
 /// 'e': an engine; 'g': the graph refused; 'p': engines offered, every plan
 /// refused; 'x': the graph's next descriptor fails to be made.
@@ -44,7 +59,19 @@ int fake_cudnn_graphs() { return graphs; }
 /// The workspace every plan asks for.
 int64_t fake_cudnn_workspace() { return int64_t(1) << 20; }
 
-size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
+/// The version cudnnGetVersion reports from now on; 0: the headers'.
+void fake_cudnn_version(size_t v) { version = v ? v : CUDNN_VERSION; }
+/// The floats the last execution was passed by value, in the order of their
+/// unique ids, up to `max` of them into `out`; how many there were.
+int fake_cudnn_scalars(float *out, int max) {
+  int n = 0;
+  for (const auto &[uid, value] : scalars)
+    if (n < max)
+      out[n++] = value;
+  return int(scalars.size());
+}
+
+size_t cudnnGetVersion(void) { return version; }
 
 const char *cudnnGetErrorString(cudnnStatus_t status) {
   return status == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS"
@@ -73,19 +100,37 @@ cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
     answers.pop_front();
     return refuse("fake cuDNN: out of descriptors");
   }
-  *d = reinterpret_cast<cudnnBackendDescriptor_t>(new Descriptor{type});
+  auto *made = new Descriptor{type, {}, {}, {}};
+  alive.insert(made);
+  *d = reinterpret_cast<cudnnBackendDescriptor_t>(made);
   return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d) {
+  alive.erase(reinterpret_cast<Descriptor *>(d));
   delete reinterpret_cast<Descriptor *>(d);
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t,
-                                       cudnnBackendAttributeName_t,
-                                       cudnnBackendAttributeType_t, int64_t,
-                                       const void *) {
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d,
+                                       cudnnBackendAttributeName_t name,
+                                       cudnnBackendAttributeType_t type,
+                                       int64_t count, const void *values) {
+  auto *self = reinterpret_cast<Descriptor *>(d);
+  if (type == CUDNN_TYPE_BACKEND_DESCRIPTOR)
+    for (int64_t i = 0; i < count; ++i)
+      self->refs.push_back(static_cast<const Descriptor *const *>(values)[i]);
+  if (name == CUDNN_ATTR_TENSOR_UNIQUE_ID)
+    self->uid = *static_cast<const int64_t *>(values);
+  if (name == CUDNN_ATTR_TENSOR_IS_BY_VALUE &&
+      *static_cast<const bool *>(values))
+    by_value.insert(self->uid); // set after the id (CudnnAttention.cpp)
+  if (name == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS)
+    self->uids.assign(static_cast<const int64_t *>(values),
+                      static_cast<const int64_t *>(values) + count);
+  if (name == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS)
+    self->pointers.assign(static_cast<void *const *>(values),
+                          static_cast<void *const *>(values) + count);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -118,8 +163,16 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const,
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t,
-                                  cudnnBackendDescriptor_t) {
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t plan,
+                                  cudnnBackendDescriptor_t pack) {
+  for (const Descriptor *r : reinterpret_cast<Descriptor *>(plan)->refs)
+    if (!alive.count(r))
+      return refuse("fake cuDNN: the plan's engine configuration is gone");
+  const auto *p = reinterpret_cast<Descriptor *>(pack);
+  scalars.clear(); // every by-value tensor is a float here
+  for (size_t i = 0; i < p->uids.size() && i < p->pointers.size(); ++i)
+    if (by_value.count(p->uids[i]))
+      std::memcpy(&scalars[p->uids[i]], p->pointers[i], sizeof(float));
   last_word = "fake cuDNN: runs nothing";
   return CUDNN_STATUS_EXECUTION_FAILED;
 }

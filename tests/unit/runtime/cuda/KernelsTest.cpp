@@ -462,17 +462,21 @@ TEST_P(AttentionTest, ForwardAndBackward) {
       mtrt::MT_KNS::on_cudnn(family) && !mtrt::cuda::cudnn_loadable(&why))
     GTEST_SKIP() << why;
   // A form cuDNN takes is cuDNN's to run: a shape it had no engine for
-  // would pass here on the tensor cores.
+  // would pass here on the tensor cores. The runtime withholds some
+  // backwards from some versions, as cuDNN's frontend does.
   if (mtrt::MT_KNS::on_cudnn(family) &&
       mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S,
                                         s.softcap, s.alibi, s.sinks)) {
     const mtrt::cuda::AttentionDims d{s.B, s.H, s.Hkv, s.S, s.D};
-    EXPECT_TRUE(k_->cudnn_has_forward(d)) << "no engine for the forward";
-    if (family == AttentionKernels::CudnnNondeterministic)
+    if (mtrt::cuda::cudnn_withholds(d, false).empty())
+      EXPECT_TRUE(k_->cudnn_has_forward(d)) << "no engine for the forward";
+    const bool given = mtrt::cuda::cudnn_withholds(d, true).empty();
+    if (given && family == AttentionKernels::CudnnNondeterministic)
       EXPECT_TRUE(k_->cudnn_has_backward(
           d, mtrt::cuda::CudnnBackward::Nondeterministic))
           << "no engine for the nondeterministic backward";
-    else if (mtrt::cuda::CudnnAttention::deterministic_backward_fits(
+    else if (given && family == AttentionKernels::Cudnn &&
+             mtrt::cuda::CudnnAttention::deterministic_backward_fits(
                  d, k_->scratch_room()))
       EXPECT_TRUE(
           k_->cudnn_has_backward(d, mtrt::cuda::CudnnBackward::Deterministic))
@@ -588,9 +592,10 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(AttentionKernels::CudaCores)));
 
 /// The shapes whose attention cuDNN is given (GQA, MQA, D < 128, D = 128,
-/// one token, a window as long as the sequence), and two it is not (a
-/// shorter window, D = 256), which stay on the tensor cores. The backward adds
-/// into random gradients, as a step's does.
+/// one token, a window as long as the sequence, whole tiles of 128 keys,
+/// which every cuDNN takes backwards too), and two it is not (a shorter
+/// window, D = 256), which stay on the tensor cores. The backward adds into
+/// random gradients, as a step's does.
 std::vector<AttentionShape> cudnn_shapes() {
   std::vector<AttentionShape> out;
   for (const AttentionShape &s : kAttentionShapes)
@@ -601,6 +606,8 @@ std::vector<AttentionShape> cudnn_shapes() {
   out.push_back(AttentionShape{1, 4, 2, 100, 256});
   // Taken: a window as long as the sequence.
   out.push_back(AttentionShape{1, 4, 2, 100, 64, false, 100});
+  out.push_back(AttentionShape{2, 4, 2, 256, 64});
+  out.push_back(AttentionShape{1, 2, 1, 128, 128});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(
@@ -695,11 +702,15 @@ INSTANTIATE_TEST_SUITE_P(TensorCores, AttentionTilesTest,
 TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScoresAndTheRoomLeft) {
   using mtrt::cuda::AttentionDims;
   using mtrt::cuda::CudnnAttention;
-  const int64_t any = std::numeric_limits<int64_t>::max(), gib = 1 << 30;
-  EXPECT_EQ(CudnnAttention::deterministic_workspace_bytes({1, 1, 1, 65, 64}),
+  const int64_t any = std::numeric_limits<int64_t>::max(), gib = 1 << 30,
+                mib = 1 << 20;
+  EXPECT_EQ(CudnnAttention::deterministic_scores_bytes({1, 1, 1, 65, 64}),
             128 * 128 * 2);
-  EXPECT_EQ(CudnnAttention::deterministic_workspace_bytes({4, 32, 8, 2048, 64}),
+  EXPECT_EQ(CudnnAttention::deterministic_scores_bytes({4, 32, 8, 2048, 64}),
             gib);
+  // dS, dQ in f32 (4 × 32 × 2048 × 64 × 4 bytes) and 1 MiB.
+  EXPECT_EQ(CudnnAttention::deterministic_workspace_bytes({4, 32, 8, 2048, 64}),
+            gib + 64 * mib + mib);
   EXPECT_TRUE(
       CudnnAttention::deterministic_backward_fits({4, 32, 8, 2048, 64}, any));
   EXPECT_TRUE(
@@ -708,10 +719,10 @@ TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScoresAndTheRoomLeft) {
       CudnnAttention::deterministic_backward_fits({8, 32, 8, 2049, 128}, any));
   EXPECT_FALSE(
       CudnnAttention::deterministic_backward_fits({1, 32, 8, 32768, 128}, any));
-  EXPECT_TRUE(
-      CudnnAttention::deterministic_backward_fits({4, 32, 8, 2048, 64}, gib));
+  EXPECT_TRUE(CudnnAttention::deterministic_backward_fits({4, 32, 8, 2048, 64},
+                                                          gib + 65 * mib));
   EXPECT_FALSE(CudnnAttention::deterministic_backward_fits({4, 32, 8, 2048, 64},
-                                                           gib - 1));
+                                                           gib + 65 * mib - 1));
   EXPECT_FALSE(
       CudnnAttention::deterministic_backward_fits({1, 1, 1, 64, 64}, 0));
 }
@@ -1574,7 +1585,8 @@ TEST_F(CudaKernelsTest, CudnnBackwardIsDeterministic) {
   if (std::string why; !mtrt::cuda::cudnn_loadable(&why))
     GTEST_SKIP() << why;
   k_->set_attention_kernels(AttentionKernels::Cudnn);
-  const int64_t B = 2, H = 4, Hkv = 2, S = 130, D = 64;
+  // S whole tiles of 128: every cuDNN is given its backward.
+  const int64_t B = 2, H = 4, Hkv = 2, S = 256, D = 64;
   // Else the tensor-core backward runs, deterministic too.
   ASSERT_TRUE(k_->cudnn_has_backward({B, H, Hkv, S, D},
                                      mtrt::cuda::CudnnBackward::Deterministic));
