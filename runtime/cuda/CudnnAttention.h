@@ -7,7 +7,7 @@
 // MEGATRAIN_CUDA_ATTENTION=cudnn asks for them with the deterministic
 // backward, =cudnn-nondeterministic with the other (CudaKernels). The forms
 // they are not given (sliding windows and chunks shorter than the sequence,
-// soft caps, ALiBi, sinks, head dims past 128 or not a multiple of 8, a
+// soft caps, ALiBi, sinks, head dims past 256 or not a multiple of 8, a
 // backward that leaves a gradient out, a deterministic backward whose dS
 // would pass its bound, a backward cuDNN's frontend would not hand over as
 // it stands (S not a multiple of 128 up to cuDNN 9.15, or S = 1), and any
@@ -59,7 +59,7 @@ public:
   /// (the file comment): a window or chunk as long as the sequence is none.
   static bool takes(int64_t D, const KeyRange &range, int64_t S, float softcap,
                     bool alibi, bool sinks) {
-    return D > 0 && D <= 128 && D % 8 == 0 && range.plain_causal(S) &&
+    return D > 0 && D <= 256 && D % 8 == 0 && range.plain_causal(S) &&
            softcap == 0.f && !alibi && !sinks;
   }
 

@@ -164,10 +164,13 @@ TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForTheBenchmarksShapes) {
 }
 
 // Shapes the kernel tests give cuDNN: sequences not a multiple of 128 and
-// one of 128, narrow heads, MQA.
+// one of 128, narrow heads and wide ones (160, 256: Gemma's), MQA.
 TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForTheKernelTestsShapes) {
-  const AttentionDims shapes[] = {
-      {2, 4, 2, 37, 16}, {1, 2, 1, 70, 64}, {2, 4, 2, 256, 64}};
+  const AttentionDims shapes[] = {{2, 4, 2, 37, 16},
+                                  {1, 2, 1, 70, 64},
+                                  {2, 4, 2, 256, 64},
+                                  {1, 1, 1, 40, 160},
+                                  {1, 4, 2, 100, 256}};
   for (const AttentionDims &d : shapes) {
     expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
                  "forward");

@@ -591,10 +591,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(kAttentionShapes),
                        ::testing::Values(AttentionKernels::CudaCores)));
 
-/// The shapes whose attention cuDNN is given (GQA, MQA, D < 128, D = 128,
+/// The shapes whose attention cuDNN is given (GQA, MQA, D from 16 to 256,
 /// one token, a window as long as the sequence, whole tiles of 128 keys,
 /// which every cuDNN takes backwards too), and two it is not (a shorter
-/// window, D = 256), which stay on the tensor cores. The backward adds into
+/// window, D = 384), which stay on the tensor cores. The backward adds into
 /// random gradients, as a step's does.
 std::vector<AttentionShape> cudnn_shapes() {
   std::vector<AttentionShape> out;
@@ -603,7 +603,7 @@ std::vector<AttentionShape> cudnn_shapes() {
                                           s.softcap, s.alibi, s.sinks))
       out.push_back(s);
   out.push_back(AttentionShape{1, 2, 1, 150, 64, false, 40});
-  out.push_back(AttentionShape{1, 4, 2, 100, 256});
+  out.push_back(AttentionShape{1, 2, 1, 21, 384});
   // Taken: a window as long as the sequence.
   out.push_back(AttentionShape{1, 4, 2, 100, 64, false, 100});
   out.push_back(AttentionShape{2, 4, 2, 256, 64});
@@ -727,12 +727,13 @@ TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScoresAndTheRoomLeft) {
       CudnnAttention::deterministic_backward_fits({1, 1, 1, 64, 64}, 0));
 }
 
-TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim128) {
+TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim256) {
   using mtrt::cuda::CudnnAttention;
   const mtrt::KeyRange causal;
   EXPECT_TRUE(CudnnAttention::takes(128, causal, 64, 0.f, false, false));
   EXPECT_TRUE(CudnnAttention::takes(16, causal, 64, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(256, causal, 64, 0.f, false, false));
+  EXPECT_TRUE(CudnnAttention::takes(256, causal, 64, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(264, causal, 64, 0.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(20, causal, 64, 0.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(64, {40, 0}, 64, 0.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(64, {0, 8}, 64, 0.f, false, false));
