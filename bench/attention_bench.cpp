@@ -143,7 +143,9 @@ int main(int argc, char **argv) {
              bwd_tflops = 0;
       bool finite = true;
     };
-    const mtrt::cuda::AttentionDims dims{s.B, s.H, s.Hkv, s.S, s.D};
+    const mtrt::cuda::AttentionDims dims{
+        s.B, s.H, s.Hkv,
+        s.S, s.D, mtrt::cuda::CudnnAttention::window_of(range, s.S)};
     auto measure = [&](mtrt::cuda::AttentionKernels family, int n,
                        bool dq_pass = true) {
       k.set_attention_kernels(family);

@@ -542,7 +542,8 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
   check_shape("attention_forward", H, Hkv, D);
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
-  const cuda::AttentionDims d{Bn, H, Hkv, S, D};
+  const cuda::AttentionDims d{Bn, H, Hkv,
+                              S,  D, cuda::CudnnAttention::window_of(range, S)};
   if (on_cudnn(attention_) &&
       cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
                                   sinks != nullptr) &&
@@ -590,7 +591,8 @@ void CudaKernels::attention_backward(
   a.sinks = B(sinks);
   if (dsinks && !sinks)
     fail("cuda attention_backward: dsinks without sinks");
-  const cuda::AttentionDims d{Bn, H, Hkv, S, D};
+  const cuda::AttentionDims d{Bn, H, Hkv,
+                              S,  D, cuda::CudnnAttention::window_of(range, S)};
   if (on_cudnn(attention_) && dq && dk && dv && !dsinks &&
       cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
                                   sinks != nullptr)) {

@@ -9,6 +9,9 @@
 //   S2 = row ≥ col ? S1 : −∞                 GEN_INDEX ×2 (int32), CMP_GE,
 //                                            select (before cuDNN 9.10 the
 //                                            lowest float instead)
+//   S2 = col + W > row ? S2 : −∞             a sliding window W shorter than
+//                                            the sequence: GEN_INDEX ×2, ADD
+//                                            W (f32), CMP_GT, select
 //   M = max_j S2, E = exp(S2 − M), Z = Σ_j E
 //   stats = M + log Z    (B,H,S,1) f32, each row's log-sum-exp
 //   P = E / Z            bf16, virtual
@@ -221,7 +224,8 @@ enum Uid : int64_t {
   kDv,
   kOne,
   kRowDot,
-  kDqSum // and the backward's
+  kDqSum, // and the backward's
+  kWindow // both's, with a sliding window
 };
 
 /// One graph's tensors and operations, built without a device.
@@ -352,15 +356,44 @@ struct Graph {
     pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, &lowest, &seen, masked);
     return masked;
   }
+
+  /// Scores masked again to the keys of a sliding window, col + W > row (W
+  /// a float by value), as the frontend spells a left bound before cuDNN
+  /// 9.21: indices of their own, W added along the keys' axis.
+  const Desc &window(const Desc &scores, Dims dims, const Desc &lowest,
+                     const Desc &w) {
+    const Desc &row = virtual_like(dims, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row,
+              CUDNN_DATA_FLOAT, 2);
+    const Desc &col = virtual_like(dims, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col,
+              CUDNN_DATA_FLOAT, 3);
+    const Desc &shifted = virtual_like(dims);
+    pointwise(CUDNN_POINTWISE_ADD, col, &w, nullptr, shifted, CUDNN_DATA_FLOAT,
+              3);
+    const Desc &seen = virtual_like(dims, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_CMP_GT, shifted, &row, nullptr, seen,
+              CUDNN_DATA_BOOLEAN);
+    const Desc &masked = virtual_like(dims);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, &lowest, &seen, masked);
+    return masked;
+  }
+  /// The causal mask, and the window's where `d` has one.
+  const Desc &masks(const Desc &scores, Dims dims, const Desc &lowest,
+                    const AttentionDims &d) {
+    const Desc &causal_only = causal(scores, dims, lowest);
+    return d.window > 0 ? window(causal_only, dims, lowest, scalar(kWindow))
+                        : causal_only;
+  }
 };
 
 void check_dims(const AttentionDims &d) {
   // cuDNN divides by these unchecked (a zero is a SIGFPE).
   if (d.B <= 0 || d.H <= 0 || d.Hkv <= 0 || d.S <= 0 || d.D <= 0 ||
-      d.H % d.Hkv != 0)
+      d.H % d.Hkv != 0 || d.window < 0)
     fail("cuda: no attention of B=", d.B, " H=", d.H, " Hkv=", d.Hkv,
-         " S=", d.S, " D=", d.D,
-         " for cuDNN: every dim positive, Hkv dividing H");
+         " S=", d.S, " D=", d.D, " window=", d.window,
+         " for cuDNN: every dim positive, Hkv dividing H, no negative window");
 }
 
 /// The forward (the file comment).
@@ -382,7 +415,7 @@ Graph forward_graph(const AttentionDims &d) {
   const Desc &s0 = g.virtual_like(sDims);
   g.matmul(q, kt, s0);
   const Desc &s1 = g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
-  const Desc &s2 = g.causal(s1, sDims, lowest);
+  const Desc &s2 = g.masks(s1, sDims, lowest, d);
   const Desc &m = g.virtual_like(rows);
   g.reduce(CUDNN_REDUCE_TENSOR_MAX, s2, m);
   const Desc &shifted = g.binary(CUDNN_POINTWISE_SUB, s2, m, sDims);
@@ -438,7 +471,7 @@ Graph backward_graph(const AttentionDims &d, CudnnBackward how) {
   g.matmul(q, kt, s0);
   const Desc &s1 = g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
   const Desc &s2 = g.binary(CUDNN_POINTWISE_SUB, s1, stats, sDims);
-  const Desc &s3 = g.causal(s2, sDims, lowest);
+  const Desc &s3 = g.masks(s2, sDims, lowest, d);
   const Desc &p = g.virtual_like(sDims);
   g.pointwise(CUDNN_POINTWISE_EXP, s3, nullptr, nullptr, p);
   const Dims transposed{H * S * S, S * S, 1, S};
@@ -594,7 +627,8 @@ Pass backward_pass(CudnnBackward how) {
                                              : Pass::NondeterministicBackward;
 }
 
-using Key = std::tuple<Pass, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using Key =
+    std::tuple<Pass, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 /// Bytes rounded up to 256, so that what follows them stays aligned.
 int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -631,7 +665,8 @@ const char *pass_name(Pass pass) {
 std::string shape_name(const AttentionDims &d) {
   return "B=" + std::to_string(d.B) + " H=" + std::to_string(d.H) +
          " Hkv=" + std::to_string(d.Hkv) + " S=" + std::to_string(d.S) +
-         " D=" + std::to_string(d.D);
+         " D=" + std::to_string(d.D) +
+         (d.window > 0 ? " window=" + std::to_string(d.window) : "");
 }
 
 /// The graph of `pass` over `d`.
@@ -687,7 +722,8 @@ struct CudnnAttention::Impl {
   /// The plan for `pass` over `d`, built at the first ask, refused or not;
   /// a refusal is said on stderr then, once.
   Plan &plan(Pass pass, const AttentionDims &d) {
-    auto [it, fresh] = plans.try_emplace(Key{pass, d.B, d.H, d.Hkv, d.S, d.D});
+    auto [it, fresh] =
+        plans.try_emplace(Key{pass, d.B, d.H, d.Hkv, d.S, d.D, d.window});
     if (fresh) {
       try {
         const std::string why = cudnn_withholds(d, pass != Pass::Forward);
@@ -720,17 +756,19 @@ struct CudnnAttention::Impl {
   void forward(void *y, void *stats, void *ws, const void *q, const void *k,
                const void *v, const AttentionDims &d, float scale,
                void *stream) {
-    float lowest = masked_score();
-    const int64_t uids[] = {kQ, kK, kV, kY, kStats, kScale, kLowest};
+    float lowest = masked_score(), window = float(d.window);
+    const int64_t uids[] = {kQ, kK, kV, kY, kStats, kScale, kLowest, kWindow};
     void *pointers[] = {const_cast<void *>(q),
                         const_cast<void *>(k),
                         const_cast<void *>(v),
                         y,
                         stats,
                         &scale,
-                        &lowest};
+                        &lowest,
+                        &window};
+    // kWindow last: a graph without a window has no such tensor.
     runnable(Pass::Forward, d)
-        .run(handle, stream, 7, uids, pointers, ws,
+        .run(handle, stream, d.window > 0 ? 8 : 7, uids, pointers, ws,
              "running the attention forward");
   }
 };
@@ -788,26 +826,34 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
   if (sums && cudaMemsetAsync(base + at.dq_sum, 0, size_t(4 * q_elems),
                               static_cast<cudaStream_t>(stream)) != cudaSuccess)
     fail("cuda: clearing cuDNN's dQ sum failed");
-  float lowest = masked_score(), one = 1.f;
-  const int64_t uids[] = {kQ,  kK,  kV,     kY,   kDy,     kStats,  kDq,
-                          kDk, kDv, kScale, kOne, kLowest, kRowDot, kDqSum};
-  void *pointers[] = {const_cast<void *>(q),
-                      const_cast<void *>(k),
-                      const_cast<void *>(v),
-                      const_cast<void *>(y),
-                      const_cast<void *>(dy),
-                      const_cast<float *>(lse),
-                      base + at.dq,
-                      base + at.dk,
-                      base + at.dv,
-                      &scale,
-                      &one,
-                      &lowest,
-                      base + at.row_dot,
-                      base + at.dq_sum};
-  // kDqSum last: the deterministic graph has no such tensor.
-  bwd.run(impl_->handle, stream, sums ? 14 : 13, uids, pointers,
-          base + at.workspace, "running the attention backward");
+  float lowest = masked_score(), one = 1.f, window = float(d.window);
+  std::vector<int64_t> uids = {kQ,  kK,  kV,     kY,   kDy,     kStats, kDq,
+                               kDk, kDv, kScale, kOne, kLowest, kRowDot};
+  std::vector<void *> pointers = {const_cast<void *>(q),
+                                  const_cast<void *>(k),
+                                  const_cast<void *>(v),
+                                  const_cast<void *>(y),
+                                  const_cast<void *>(dy),
+                                  const_cast<float *>(lse),
+                                  base + at.dq,
+                                  base + at.dk,
+                                  base + at.dv,
+                                  &scale,
+                                  &one,
+                                  &lowest,
+                                  base + at.row_dot};
+  // The tensors only some graphs have.
+  if (sums) {
+    uids.push_back(kDqSum);
+    pointers.push_back(base + at.dq_sum);
+  }
+  if (d.window > 0) {
+    uids.push_back(kWindow);
+    pointers.push_back(&window);
+  }
+  bwd.run(impl_->handle, stream, int64_t(uids.size()), uids.data(),
+          pointers.data(), base + at.workspace,
+          "running the attention backward");
   // cuDNN writes the gradients; the interface adds them.
   add(dq, base + at.dq, q_elems);
   add(dk, base + at.dk, kv_elems);

@@ -1,17 +1,17 @@
 //===- CudnnAttention.h - causal attention on cuDNN's kernels --*- C++ -*-===//
 //
 // Causal attention through cuDNN's graph API: the forward as a graph of
-// Q·Kᵀ, the scale, the causal mask, a softmax that also yields each row's
-// log-sum-exp, and P·V, and the backward as the graph of its gradients,
-// each of which cuDNN runs as a fused flash-attention kernel of its own.
-// MEGATRAIN_CUDA_ATTENTION=cudnn asks for them with the deterministic
+// Q·Kᵀ, the scale, the causal mask (and a sliding window's), a softmax that
+// also yields each row's log-sum-exp, and P·V, and the backward as the graph of
+// its gradients, each of which cuDNN runs as a fused flash-attention kernel of
+// its own. MEGATRAIN_CUDA_ATTENTION=cudnn asks for them with the deterministic
 // backward, =cudnn-nondeterministic with the other (CudaKernels). The forms
-// they are not given (sliding windows and chunks shorter than the sequence,
-// soft caps, ALiBi, sinks, head dims past 256 or not a multiple of 8, a
-// backward that leaves a gradient out, a deterministic backward whose dS
-// would pass its bound, a backward cuDNN's frontend would not hand over as
-// it stands (S not a multiple of 128 up to cuDNN 9.15, or S = 1), and any
-// shape cuDNN has no engine for) stay on the tensor-core kernels.
+// they are not given (chunks shorter than the sequence, soft caps, ALiBi,
+// sinks, head dims past 256 or not a multiple of 8, a backward that leaves a
+// gradient out, a deterministic backward whose dS would pass its bound, a
+// backward cuDNN's frontend would not hand over as it stands (S not a multiple
+// of 128 up to cuDNN 9.15, or S = 1), and any shape cuDNN has no engine for)
+// stay on the tensor-core kernels.
 //
 // cuDNN is loaded with dlopen at first use ($MEGATRAIN_CUDNN, then
 // libcudnn.so.9 on the loader's path), so that the runtime builds and runs
@@ -34,9 +34,10 @@ namespace mtrt::cuda {
 
 /// One attention call's shape: B sequences of S positions, H query heads
 /// over Hkv key/value heads, head dim D; q and y are (B, H, S, D), k and v
-/// (B, Hkv, S, D), all contiguous bf16.
+/// (B, Hkv, S, D), all contiguous bf16. A sliding window shorter than the
+/// sequence keeps keys j > i − window (KeyRange); 0 for none.
 struct AttentionDims {
-  int64_t B = 0, H = 0, Hkv = 0, S = 0, D = 0;
+  int64_t B = 0, H = 0, Hkv = 0, S = 0, D = 0, window = 0;
 };
 
 /// Which of cuDNN's attention backwards runs. The deterministic one (the
@@ -56,11 +57,18 @@ public:
   CudnnAttention &operator=(const CudnnAttention &) = delete;
 
   /// Whether cuDNN is given the attention of this form over S positions
-  /// (the file comment): a window or chunk as long as the sequence is none.
+  /// (the file comment): causal, in a sliding window or not; a chunk as
+  /// long as the sequence is none.
   static bool takes(int64_t D, const KeyRange &range, int64_t S, float softcap,
                     bool alibi, bool sinks) {
-    return D > 0 && D <= 256 && D % 8 == 0 && range.plain_causal(S) &&
-           softcap == 0.f && !alibi && !sinks;
+    return D > 0 && D <= 256 && D % 8 == 0 &&
+           (range.chunk <= 0 || range.chunk >= S) && softcap == 0.f && !alibi &&
+           !sinks;
+  }
+  /// The window of AttentionDims for `range` over S positions: 0 where it
+  /// is as long as the sequence.
+  static int64_t window_of(const KeyRange &range, int64_t S) {
+    return range.window > 0 && range.window < S ? range.window : 0;
   }
 
   /// Whether cuDNN has an engine for the forward over this shape, or for

@@ -74,12 +74,13 @@ protected:
 
 constexpr AttentionDims kShape{1, 2, 1, 96, 64};
 
-/// Runs the forward of kShape (nothing runs: the fake says so) and returns
+/// Runs the forward of `d` (nothing runs: the fake says so) and returns
 /// the error's text.
-std::string run_forward(CudnnAttention &cudnn) {
-  std::vector<char> scratch(size_t(cudnn.forward_scratch_bytes(kShape)));
+std::string run_forward(CudnnAttention &cudnn,
+                        const AttentionDims &d = kShape) {
+  std::vector<char> scratch(size_t(cudnn.forward_scratch_bytes(d)));
   try {
-    cudnn.forward(nullptr, nullptr, nullptr, nullptr, nullptr, kShape, 0.125f,
+    cudnn.forward(nullptr, nullptr, nullptr, nullptr, nullptr, d, 0.125f,
                   scratch.data(), nullptr);
   } catch (const mtrt::Error &e) {
     return e.what();
@@ -182,6 +183,19 @@ TEST_F(CudnnFallback, MaskedScoresAreMinusInfinityFromCudnn9_10) {
   run_forward(cudnn);
   EXPECT_EQ(fake.last_scalars(),
             (std::vector<float>{0.125f, std::numeric_limits<float>::lowest()}));
+}
+
+TEST_F(CudnnFallback, ASlidingWindowIsPassedByValue) {
+  CudnnAttention cudnn;
+  const AttentionDims windowed{1, 2, 1, 96, 64, 40};
+  ASSERT_TRUE(cudnn.has_forward(windowed));
+  run_forward(cudnn, windowed);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(fake.last_scalars(), (std::vector<float>{0.125f, -inf, 40.f}));
+  // Its plan is not the causal one's.
+  const int before = fake.graphs();
+  ASSERT_TRUE(cudnn.has_forward(kShape));
+  EXPECT_EQ(fake.graphs(), before + 1);
 }
 
 TEST_F(CudnnFallback, BackwardsCudnnsFrontendWouldPadAreNotGiven) {

@@ -121,7 +121,8 @@ protected:
     const std::string shape =
         "B=" + std::to_string(d.B) + " H=" + std::to_string(d.H) +
         " Hkv=" + std::to_string(d.Hkv) + " S=" + std::to_string(d.S) +
-        " D=" + std::to_string(d.D);
+        " D=" + std::to_string(d.D) +
+        (d.window ? " window=" + std::to_string(d.window) : "");
     EXPECT_EQ(p.refused, "") << which << " of " << shape;
     bool flash = false;
     for (const std::string &k : p.kernels)
@@ -164,13 +165,13 @@ TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForTheBenchmarksShapes) {
 }
 
 // Shapes the kernel tests give cuDNN: sequences not a multiple of 128 and
-// one of 128, narrow heads and wide ones (160, 256: Gemma's), MQA.
+// one of 128, narrow heads and wide ones (160, 256: Gemma's), MQA, sliding
+// windows (of one key, and across tiles).
 TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForTheKernelTestsShapes) {
-  const AttentionDims shapes[] = {{2, 4, 2, 37, 16},
-                                  {1, 2, 1, 70, 64},
-                                  {2, 4, 2, 256, 64},
-                                  {1, 1, 1, 40, 160},
-                                  {1, 4, 2, 100, 256}};
+  const AttentionDims shapes[] = {{2, 4, 2, 37, 16},     {1, 2, 1, 70, 64},
+                                  {2, 4, 2, 256, 64},    {1, 1, 1, 40, 160},
+                                  {1, 4, 2, 100, 256},   {1, 2, 2, 70, 80, 1},
+                                  {1, 2, 1, 150, 64, 40}};
   for (const AttentionDims &d : shapes) {
     expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
                  "forward");

@@ -592,10 +592,10 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(AttentionKernels::CudaCores)));
 
 /// The shapes whose attention cuDNN is given (GQA, MQA, D from 16 to 256,
-/// one token, a window as long as the sequence, whole tiles of 128 keys,
-/// which every cuDNN takes backwards too), and two it is not (a shorter
-/// window, D = 384), which stay on the tensor cores. The backward adds into
-/// random gradients, as a step's does.
+/// one token, sliding windows shorter than the sequence and as long, whole
+/// tiles of 128 keys, which every cuDNN takes backwards too), and two it is
+/// not (chunks, D = 384), which stay on the tensor cores. The backward adds
+/// into random gradients, as a step's does.
 std::vector<AttentionShape> cudnn_shapes() {
   std::vector<AttentionShape> out;
   for (const AttentionShape &s : kAttentionShapes)
@@ -603,6 +603,7 @@ std::vector<AttentionShape> cudnn_shapes() {
                                           s.softcap, s.alibi, s.sinks))
       out.push_back(s);
   out.push_back(AttentionShape{1, 2, 1, 150, 64, false, 40});
+  out.push_back(AttentionShape{1, 2, 1, 150, 64, false, 0, 0.f, false, 64});
   out.push_back(AttentionShape{1, 2, 1, 21, 384});
   // Taken: a window as long as the sequence.
   out.push_back(AttentionShape{1, 4, 2, 100, 64, false, 100});
@@ -727,7 +728,7 @@ TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScoresAndTheRoomLeft) {
       CudnnAttention::deterministic_backward_fits({1, 1, 1, 64, 64}, 0));
 }
 
-TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim256) {
+TEST(CudnnAttention, TakesCausalAttentionInAWindowOrNotUpToHeadDim256) {
   using mtrt::cuda::CudnnAttention;
   const mtrt::KeyRange causal;
   EXPECT_TRUE(CudnnAttention::takes(128, causal, 64, 0.f, false, false));
@@ -735,15 +736,16 @@ TEST(CudnnAttention, TakesThePlainCausalFormUpToHeadDim256) {
   EXPECT_TRUE(CudnnAttention::takes(256, causal, 64, 0.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(264, causal, 64, 0.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(20, causal, 64, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, {40, 0}, 64, 0.f, false, false));
+  EXPECT_TRUE(CudnnAttention::takes(64, {40, 0}, 64, 0.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(64, {0, 8}, 64, 0.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 2.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 0.f, true, false));
   EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 0.f, false, true));
-  // A window or chunk as long as the sequence leaves it causal.
+  // A window or chunk as long as the sequence is none.
   EXPECT_TRUE(CudnnAttention::takes(64, {64, 0}, 64, 0.f, false, false));
   EXPECT_TRUE(CudnnAttention::takes(64, {4096, 8192}, 2048, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, {63, 0}, 64, 0.f, false, false));
+  EXPECT_EQ(CudnnAttention::window_of({63, 0}, 64), 63);
+  EXPECT_EQ(CudnnAttention::window_of({64, 0}, 64), 0);
   EXPECT_FALSE(CudnnAttention::takes(64, {0, 63}, 64, 0.f, false, false));
 }
 
@@ -759,9 +761,11 @@ TEST(CudnnAttention, DescriptorsFinalize) {
   using mtrt::cuda::AttentionDims;
   for (const AttentionDims &d :
        {AttentionDims{2, 4, 2, 37, 16}, AttentionDims{1, 32, 8, 4096, 128},
-        AttentionDims{1, 2, 1, 1, 64}, AttentionDims{3, 6, 6, 70, 80}}) {
-    SCOPED_TRACE(::testing::Message() << "B" << d.B << " H" << d.H << " Hkv"
-                                      << d.Hkv << " S" << d.S << " D" << d.D);
+        AttentionDims{1, 2, 1, 1, 64}, AttentionDims{3, 6, 6, 70, 80},
+        AttentionDims{1, 4, 2, 130, 64, 40}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "B" << d.B << " H" << d.H << " Hkv" << d.Hkv << " S" << d.S
+                 << " D" << d.D << " window" << d.window);
     try {
       mtrt::cuda::CudnnAttention::check_descriptors(d);
     } catch (const mtrt::Error &e) {
