@@ -15,8 +15,8 @@
 #   d. parity: tiny models (one with bf16 master weights, one Gemma 2 with
 #      soft caps and vocabulary pieces, one Qwen3.5 with gated DeltaNet
 #      layers, one Bamba with Mamba-2 mixers, one Kimi Linear with a decay
-#      per key channel; tiny-llama again with attention on cuDNN), CUDA
-#      bf16 vs CPU fp32, one step, --dump-grads;
+#      per key channel; tiny-llama and tiny-window again with attention on
+#      cuDNN), CUDA bf16 vs CPU fp32, one step, --dump-grads;
 #      and CUDA --stress against a normal CUDA run, bit for bit
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
 #      beside cuDNN's fused kernels and torch's scaled_dot_product_attention
@@ -324,7 +324,7 @@ parity() {
   # and CUDA context's start, which the GPU machine's cores can overlap.
   local rc=0 m models=(tiny-llama tiny-gpt2 tiny-bloom tiny-window tiny-gemma2 tiny-mixtral
                        tiny-llama4 tiny-qwen3_5 tiny-bamba tiny-kimi_linear tiny-jamba
-                       tiny-llama-bf16master tiny-llama+cudnn)
+                       tiny-llama-bf16master tiny-llama+cudnn tiny-window+cudnn)
   for m in "${models[@]}"; do
     parity_runs $m > "$WORK/parity-$m.txt" 2>&1 &
     while (( $(jobs -rp | wc -l) >= 4 )); do wait -n; done
