@@ -338,45 +338,49 @@ struct Graph {
     ops.push_back(std::move(op));
   }
 
-  /// Scores (B, H, S, S) with every key after its query set to `lowest`
-  /// (masked_score()): the causal mask as cuDNN 9's own frontend spells it
-  /// before cuDNN 9.21, which has an operation of its own for it (int32
-  /// indices).
-  const Desc &causal(const Desc &scores, Dims dims, const Desc &lowest) {
+  /// Each score's row (query) and column (key) index, int32: GEN_INDEX
+  /// along axes 2 and 3. Each mask takes indices of its own, as cuDNN's
+  /// frontend spells masks before cuDNN 9.21, which has an operation of its
+  /// own for them.
+  std::pair<const Desc *, const Desc *> indices(const Desc &scores, Dims dims) {
     const Desc &row = virtual_like(dims, CUDNN_DATA_INT32);
     pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row,
               CUDNN_DATA_FLOAT, 2);
     const Desc &col = virtual_like(dims, CUDNN_DATA_INT32);
     pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col,
               CUDNN_DATA_FLOAT, 3);
-    const Desc &seen = virtual_like(dims, CUDNN_DATA_BOOLEAN);
-    pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, nullptr, seen,
-              CUDNN_DATA_BOOLEAN);
+    return {&row, &col};
+  }
+  /// The scores where `keep`, else `lowest` (masked_score()).
+  const Desc &select(const Desc &scores, Dims dims, const Desc &lowest,
+                     const Desc &keep) {
     const Desc &masked = virtual_like(dims);
-    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, &lowest, &seen, masked);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, &lowest, &keep, masked);
     return masked;
   }
 
+  /// Scores (B, H, S, S) with every key after its query masked: row ≥ col.
+  const Desc &causal(const Desc &scores, Dims dims, const Desc &lowest) {
+    const auto [row, col] = indices(scores, dims);
+    const Desc &seen = virtual_like(dims, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_CMP_GE, *row, col, nullptr, seen,
+              CUDNN_DATA_BOOLEAN);
+    return select(scores, dims, lowest, seen);
+  }
+
   /// Scores masked again to the keys of a sliding window, col + W > row (W
-  /// a float by value), as the frontend spells a left bound before cuDNN
-  /// 9.21: indices of their own, W added along the keys' axis.
+  /// a float by value, added along the keys' axis), as the frontend spells
+  /// a left bound.
   const Desc &window(const Desc &scores, Dims dims, const Desc &lowest,
                      const Desc &w) {
-    const Desc &row = virtual_like(dims, CUDNN_DATA_INT32);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row,
-              CUDNN_DATA_FLOAT, 2);
-    const Desc &col = virtual_like(dims, CUDNN_DATA_INT32);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col,
-              CUDNN_DATA_FLOAT, 3);
+    const auto [row, col] = indices(scores, dims);
     const Desc &shifted = virtual_like(dims);
-    pointwise(CUDNN_POINTWISE_ADD, col, &w, nullptr, shifted, CUDNN_DATA_FLOAT,
+    pointwise(CUDNN_POINTWISE_ADD, *col, &w, nullptr, shifted, CUDNN_DATA_FLOAT,
               3);
     const Desc &seen = virtual_like(dims, CUDNN_DATA_BOOLEAN);
-    pointwise(CUDNN_POINTWISE_CMP_GT, shifted, &row, nullptr, seen,
+    pointwise(CUDNN_POINTWISE_CMP_GT, shifted, row, nullptr, seen,
               CUDNN_DATA_BOOLEAN);
-    const Desc &masked = virtual_like(dims);
-    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, &lowest, &seen, masked);
-    return masked;
+    return select(scores, dims, lowest, seen);
   }
   /// The causal mask, and the window's where `d` has one.
   const Desc &masks(const Desc &scores, Dims dims, const Desc &lowest,
