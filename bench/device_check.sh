@@ -7,8 +7,9 @@
 # Stages, each under its own timeout and skipped when the overall budget
 # (BUDGET_S, default 470 s) cannot fit it, in priority order:
 #   a. configure and build the runtime-only tree for sm_90 (CUDA on)
-#   b. the runtime tests (the CUDA kernel and conformance tests run there;
-#      not the emulated CUDA suites, CPU work that CI runs already)
+#   b. the runtime tests' CUDA suites (the CUDA kernel and conformance
+#      tests run there; the CPU's at the very end, tests-cpu; the emulated
+#      CUDA suites nowhere: CPU work that CI runs already)
 #   c. build the trainers of bench/device/plans/* (bench/device/make_plans.sh
 #      writes them on the CPU machine): tiny-llama from source, the rest
 #      against the tree of (a)
@@ -21,18 +22,19 @@
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
 #      beside cuDNN's fused kernels and torch's scaled_dot_product_attention
 #      (bench/attention_torch.py)
-#   tiles. the tensor-core attention kernels on other tiles beside the
-#      runtime's, and the fastest per kernel (bench/attention_tiles_bench.cpp)
 #   e/g/f. benchmarks (--init random, 3 steps, --trace) and the FSDP2
 #      CPUOffloadPolicy baseline on the same shapes (bench/device/peers):
-#      llama-1b, FSDP2 llama-1b, llama-1b+cudnn (attention on cuDNN's
-#      fused kernels, its deterministic backward), the 7B-class
-#      llama-7b-24g (planned with --gpu-mem-limit 24GiB) with cuDNN's
-#      attention and with ours, llama-3b, FSDP2 llama-3b, llama-3b+cudnn,
-#      llama-1b+cudnn-nondeterministic (cuDNN's other backward); last of all,
-#      after moe, llama-1b-32k (one 32K-token sequence: the MLP and the
-#      loss in chunks of tokens) and llama-9b-bf16 (the largest the host
-#      holds: bf16 master weights)
+#      llama-1b, FSDP2 llama-1b, the 7B-class llama-7b-24g (planned with
+#      --gpu-mem-limit 24GiB), llama-3b, FSDP2 llama-3b, each with our
+#      attention and with cuDNN's (NAME+cudnn, its deterministic backward;
+#      llama-1b+cudnn-nondeterministic, its other one): the cuDNN runs
+#      first where cuDNN passed its kernel tests and parity here, else ours
+#      (BENCH_FIRST=cudnn|ours decides instead); after moe,
+#      llama-1b-32k (one 32K-token sequence: the MLP and the loss in chunks
+#      of tokens) and llama-9b-bf16 (the largest the host holds: bf16
+#      master weights)
+#   tiles. the tensor-core attention kernels on other tiles beside the
+#      runtime's, and the fastest per kernel (bench/attention_tiles_bench.cpp)
 #   profile. Nsight Compute on the three tensor-core attention kernels at one
 #      shape: throughputs, occupancy, stall reasons, stalls per instruction
 #   kernels. one step of llama-1b's layer (2 layers) under Nsight Compute:
@@ -42,6 +44,8 @@
 #      packs applying the update (bench/host_step_bench.cpp)
 #   moe. the mixture-of-experts kernels' TFLOPS (bench/moe_bench.cpp): the
 #      grouped tensor-core GEMMs, the reference kernels, a dense GEMM
+#   tests-cpu. the runtime's other tests (CPU backend, host code), as CI runs
+#      them
 # Results: $OUT/summary.md (the tables, and each benchmark run against the
 # targets: 2x FSDP2, GPU busy 0.90, 250 TFLOPS at 7B), $OUT/results.json, the logs and
 # Chrome traces in $OUT/logs.tar.gz and $OUT/traces.tar.gz, and the dumped
@@ -204,43 +208,29 @@ build_runtime() {
 stage build 60 300 build_runtime || { log "no build: nothing else can run"; }
 
 # ---- b. tests ----------------------------------------------------------------
+# The CUDA suites here; the CPU's (every other runtime test, which CI runs
+# already) in the tests-cpu stage at the end, where they cost the
+# benchmarks nothing. The emulated ones (emu.*, cudaemu, CudaBackendEmu)
+# run nowhere here: CPU work of about a minute (the emulated MoE test
+# alone) that CI does.
+EMULATED='^emu[.]|cudaemu|CudaBackendEmu'
 run_tests() {
-  local B=$WORK/build
-  # The CUDA suites first, so that a later timeout cannot hide them. The
-  # emulated ones (emu.*, cudaemu, CudaBackendEmu) are the CPU's: about a
-  # minute of the budget here (the emulated MoE test alone), nothing the
-  # CPU machine's CI does not already say.
-  local emulated='^emu[.]|cudaemu|CudaBackendEmu'
-  ctest --test-dir "$B" -R "[Cc]uda|CuBlas|Conformance" -E "$emulated" -j "$JOBS" \
+  ctest --test-dir "$WORK/build" -R "[Cc]uda|CuBlas|Conformance" -E "$EMULATED" -j "$JOBS" \
     --timeout 150 > "$WORK/ctest-cuda.log" 2>&1
-  local rc1=$?
-  ctest --test-dir "$B" -E "[Cc]uda|CuBlas|Conformance|$emulated" -j "$JOBS" --timeout 120 \
-    > "$WORK/ctest-rest.log" 2>&1
-  local rc2=$?
-  python3 - "$WORK" <<'PY'
-import json, os, re, sys
-w = sys.argv[1]
-res = {"passed": 0, "failed": 0, "skipped": 0, "total": 0, "failed_names": []}
-for part in ("cuda", "rest"):
-    text = open(os.path.join(w, f"ctest-{part}.log")).read()
-    p = len(re.findall(r"Test +#\d+: .* Passed", text))
-    s = len(re.findall(r"Test +#\d+: .*(?:\*\*\*| )Skipped", text))
-    fails = re.findall(r"Test +#\d+: (\S+) .*\*\*\*(?:Failed|Timeout|Exception)", text)
-    res["passed"] += p; res["skipped"] += s; res["failed"] += len(fails)
-    res["failed_names"] += fails
-    if part == "cuda":
-        res.update(cuda_passed=p, cuda_skipped=s, cuda_failed=len(fails))
-res["total"] = res["passed"] + res["failed"] + res["skipped"]
-json.dump(res, open(os.path.join(w, "tests.json"), "w"), indent=1)
-print(f"tests: {res['passed']} passed, {res['failed']} failed, {res['skipped']} skipped; "
-      f"cuda: {res['cuda_passed']} passed, {res['cuda_failed']} failed, {res['cuda_skipped']} skipped")
-for n in res["failed_names"]:
-    print("  failed:", n)
-PY
+  local rc=$?
+  python3 "$DEV/devcheck.py" tests "$WORK"
   tail -3 "$WORK/ctest-cuda.log"
-  [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
+  return $rc
 }
-[ -d "$WORK/build" ] && stage tests 40 180 run_tests
+run_cpu_tests() {
+  ctest --test-dir "$WORK/build" -E "[Cc]uda|CuBlas|Conformance|$EMULATED" -j "$JOBS" \
+    --timeout 120 > "$WORK/ctest-cpu.log" 2>&1
+  local rc=$?
+  python3 "$DEV/devcheck.py" tests "$WORK"
+  return $rc
+}
+export EMULATED
+[ -d "$WORK/build" ] && stage tests 60 180 run_tests
 
 # The tensor-core attention and mixture-of-experts kernels were checked on
 # the CPU emulator only before their first GPU run: should a family's
@@ -350,15 +340,6 @@ attention() {
 }
 [ -x "$WORK/build/bench/attention_bench" ] && stage attention 30 120 attention
 
-# ---- the tensor-core attention on other tiles ------------------------------------
-# Each choice of AttentionTileVariants.h beside the runtime's tiles, and the
-# fastest per kernel: what to make the default (Tiles in
-# runtime/cuda/AttentionTensorCore.cuh).
-tiles() {
-  "$WORK/build/bench/attention_tiles_bench" --json "$WORK/attention-tiles.json"
-}
-[ -x "$WORK/build/bench/attention_tiles_bench" ] && stage tiles 15 60 tiles
-
 # ---- e/g. benchmarks, f. FSDP2 ---------------------------------------------------
 bench() { # plan name; NAME+cudnn: that plan with attention on cuDNN
   local n=$1 plan=${1%%+*} attention=${MEGATRAIN_CUDA_ATTENTION:-}
@@ -388,22 +369,56 @@ print(" ".join("--%s %d" % (k.replace("_", "-"), s[k]) for k in
   tail -3 "$WORK/fsdp2-$n.log"
   return $rc
 }
-if [ -d "$WORK/plans" ]; then
-  # 6.7B: --init random fills 6.7e9 normals on every core (268M took 2.8 s
-  # on 2 cores of the CPU machine), and
-  # the host store is 108 GB of the machine's 128 GiB; FSDP2 would need
-  # as much again, so it runs on the smaller shapes only.
-  stage "bench llama-1b" 45 150 "bench llama-1b"
-  stage "fsdp2 llama-1b" 70 150 "fsdp llama-1b"
-  stage "bench llama-1b+cudnn" 45 150 "bench llama-1b+cudnn"
-  stage "bench llama-7b-24g+cudnn" 150 330 "bench llama-7b-24g+cudnn"
-  stage "bench llama-7b-24g" 150 330 "bench llama-7b-24g"
-  stage "bench llama-3b" 80 200 "bench llama-3b"
-  stage "fsdp2 llama-3b" 120 220 "fsdp llama-3b"
-  stage "bench llama-3b+cudnn" 80 200 "bench llama-3b+cudnn"
-  stage "bench llama-1b+cudnn-nondeterministic" 45 150 \
-    "bench llama-1b+cudnn-nondeterministic"
+# The order decides what a short budget measures: where cuDNN's kernel
+# tests passed on this GPU and tiny-llama+cudnn passed parity on cuDNN, the
+# runs on cuDNN's attention come first (the configuration the targets are
+# for), ours after; else ours first. BENCH_FIRST=cudnn or ours says so
+# instead (a later call on a warm machine has neither result: each call
+# starts with a clean work folder).
+# 6.7B: --init random fills 6.7e9 normals on every core (268M took 2.8 s on
+# 2 cores of the CPU machine), and the host store is 108 GB of the
+# machine's 128 GiB; FSDP2 would need as much again, so it runs on the
+# smaller shapes only. Estimates: the H200's times of 2026-12-04 with room
+# for cuDNN's first plans and FSDP2's larger batches since.
+bench_stage() { # "bench PLAN" or "fsdp2 PLAN", estimate, timeout
+  case $1 in
+    "fsdp2 "*) stage "$1" "$2" "$3" "fsdp ${1#fsdp2 }" ;;
+    *) stage "$1" "$2" "$3" "bench ${1#bench }" ;;
+  esac
+}
+ours_runs=("bench llama-1b 30 150" "fsdp2 llama-1b 60 150" "bench llama-7b-24g 110 330"
+           "bench llama-3b 50 200" "fsdp2 llama-3b 130 220")
+cudnn_runs=("bench llama-1b+cudnn 30 150" "fsdp2 llama-1b 60 150"
+            "bench llama-7b-24g+cudnn 110 330" "bench llama-3b+cudnn 50 200"
+            "fsdp2 llama-3b 130 220" "bench llama-1b+cudnn-nondeterministic 30 150")
+first=${BENCH_FIRST:-}
+if [ -z "$first" ]; then
+  why=$(python3 "$DEV/devcheck.py" cudnn-ok "$WORK") && first=cudnn || first=ours
+  log "benchmarks, $why"
+  record "benchmarks: $first first" decided 0 "${why#*: }"
+else
+  log "benchmarks: $first first (BENCH_FIRST)"
 fi
+if [ "$first" = cudnn ]; then runs=("${cudnn_runs[@]}" "${ours_runs[@]}")
+else runs=("${ours_runs[@]}" "${cudnn_runs[@]}"); fi
+declare -A ran=()
+if [ -d "$WORK/plans" ]; then
+  for r in "${runs[@]}"; do
+    read -r kind plan est limit <<< "$r"
+    [ -n "${ran[$kind $plan]:-}" ] && continue # FSDP2's runs are in both lists
+    ran[$kind $plan]=1
+    bench_stage "$kind $plan" "$est" "$limit"
+  done
+fi
+
+# ---- the tensor-core attention on other tiles ------------------------------------
+# Each choice of AttentionTileVariants.h beside the runtime's tiles, and the
+# fastest per kernel: what to make the default (Tiles in
+# runtime/cuda/AttentionTensorCore.cuh).
+tiles() {
+  "$WORK/build/bench/attention_tiles_bench" --json "$WORK/attention-tiles.json"
+}
+[ -x "$WORK/build/bench/attention_tiles_bench" ] && stage tiles 15 60 tiles
 
 # ---- where the attention kernels' time goes: Nsight Compute, one shape ----------
 # Each kernel's second launch (the first warms up) on Llama 3 8B's shape at
@@ -467,6 +482,7 @@ if [ -d "$WORK/plans" ]; then
   stage "bench llama-1b-32k" 40 120 "bench llama-1b-32k"
   stage "bench llama-9b-bf16" 120 330 "bench llama-9b-bf16"
 fi
+[ -d "$WORK/build" ] && stage tests-cpu 60 180 run_cpu_tests
 
 # ---- report ------------------------------------------------------------------
 log "report"

@@ -2,7 +2,9 @@
 CUDA against CPU gradients, and write the report.
 
     devcheck.py run NAME TRAINER WORK TIMEOUT -- ARGS...
+    devcheck.py tests WORK
     devcheck.py parity NAME WORK
+    devcheck.py cudnn-ok WORK
     devcheck.py kernels NAME NCU_CSV WORK
     devcheck.py report WORK OUT
 
@@ -15,6 +17,7 @@ import glob
 import json
 import math
 import os
+import re
 import resource
 import statistics
 import struct
@@ -125,6 +128,48 @@ def cmd_run(name, trainer, work, timeout, args):
     for line in tail:
         print("      | " + line[:200])
     return 0 if rc == 0 else 1
+
+
+# ---- tests -------------------------------------------------------------------
+
+CTEST_PASSED = re.compile(r"Test +#\d+: (\S+) .* Passed")
+CTEST_SKIPPED = re.compile(r"Test +#\d+: (\S+) .*(?:\*\*\*| )Skipped")
+CTEST_FAILED = re.compile(r"Test +#\d+: (\S+) .*\*\*\*(?:Failed|Timeout|Exception)")
+
+
+def cmd_tests(work):
+    """tests.json from the ctest logs there are: ctest-cuda.log (the CUDA
+    suites) and ctest-cpu.log (the rest, a later stage). The cuDNN suite's
+    counts come apart: they decide whether the benchmarks try cuDNN first."""
+    res = {"passed": 0, "failed": 0, "skipped": 0, "total": 0, "failed_names": [],
+           "parts": []}
+    for part in ("cuda", "cpu"):
+        try:
+            with open(os.path.join(work, f"ctest-{part}.log"), errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        passed, skipped = CTEST_PASSED.findall(text), CTEST_SKIPPED.findall(text)
+        fails = CTEST_FAILED.findall(text)
+        res["parts"].append(part)
+        res["passed"] += len(passed)
+        res["skipped"] += len(skipped)
+        res["failed"] += len(fails)
+        res["failed_names"] += fails
+        if part == "cuda":
+            res.update(cuda_passed=len(passed), cuda_skipped=len(skipped),
+                       cuda_failed=len(fails))
+            cudnn = lambda names: sum(1 for n in names if n.startswith("Cudnn/"))
+            res.update(cudnn_passed=cudnn(passed), cudnn_skipped=cudnn(skipped),
+                       cudnn_failed=cudnn(fails))
+    res["total"] = res["passed"] + res["failed"] + res["skipped"]
+    with open(os.path.join(work, "tests.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"tests ({', '.join(res['parts']) or 'no logs'}): {res['passed']} passed, "
+          f"{res['failed']} failed, {res['skipped']} skipped")
+    for n in res["failed_names"]:
+        print("  failed:", n)
+    return 0 if res["parts"] and not res["failed"] else 1
 
 
 # ---- parity ------------------------------------------------------------------
@@ -423,6 +468,32 @@ def target_lines(benches, fsdp):
             "| run | tokens/s vs FSDP2 | GPU busy | model TFLOPS |", "|---|---|---|---|"] + rows
 
 
+
+def cudnn_ok(work):
+    """Whether the benchmarks should run on cuDNN's attention first: its
+    kernel tests ran on this GPU and all passed, and tiny-llama+cudnn passed
+    parity with no warning that cuDNN left a shape to our kernels. Returns
+    (verdict, reason)."""
+    tests = load_json(os.path.join(work, "tests.json"), {})
+    if tests.get("cudnn_failed"):
+        return False, f"{tests['cudnn_failed']} of cuDNN's kernel tests failed"
+    if not tests.get("cudnn_passed"):
+        return False, "cuDNN's kernel tests did not run (skipped or no tests stage)"
+    parity = load_json(os.path.join(work, "tiny-llama+cudnn.parity.json"), {})
+    if not parity.get("ok"):
+        return False, "tiny-llama+cudnn failed parity or did not run"
+    refused = [w for w in parity.get("warnings", []) if "cuDNN" in w]
+    if refused:
+        return False, "tiny-llama+cudnn ran partly on our kernels: " + refused[0]
+    return True, (f"{tests['cudnn_passed']} cuDNN kernel tests passed, "
+                  "tiny-llama+cudnn passed parity on cuDNN")
+
+
+def cmd_cudnn_ok(work):
+    ok, why = cudnn_ok(work)
+    print(("cuDNN first: " if ok else "ours first: ") + why)
+    return 0 if ok else 1
+
 def warning_lines(warned):
     """(run, warning) pairs as a list under a table; none, no lines."""
     if not warned:
@@ -462,7 +533,10 @@ def cmd_report(work, out):
         L.append(f"{tests.get('passed', '?')} passed, {tests.get('failed', '?')} failed, "
                  f"{tests.get('skipped', '?')} skipped of {tests.get('total', '?')}; "
                  f"CUDA tests: {tests.get('cuda_passed', '?')} passed, "
-                 f"{tests.get('cuda_failed', '?')} failed, {tests.get('cuda_skipped', '?')} skipped.")
+                 f"{tests.get('cuda_failed', '?')} failed, {tests.get('cuda_skipped', '?')} skipped "
+                 f"(cuDNN's: {tests.get('cudnn_passed', '?')} passed, "
+                 f"{tests.get('cudnn_failed', '?')} failed, {tests.get('cudnn_skipped', '?')} skipped)"
+                 + ("." if "cpu" in tests.get("parts", []) else "; the CPU's did not run."))
         for t in tests.get("failed_names", [])[:40]:
             L.append(f"- failed: `{t}`")
     L += ["", "## Parity: CUDA bf16 vs CPU fp32, first step", "",
@@ -566,8 +640,12 @@ def main():
         name, trainer, work, timeout = sys.argv[2:6]
         args = sys.argv[7:] if sys.argv[6:7] == ["--"] else sys.argv[6:]
         return cmd_run(name, trainer, work, float(timeout), args)
+    if cmd == "tests":
+        return cmd_tests(sys.argv[2])
     if cmd == "parity":
         return cmd_parity(sys.argv[2], sys.argv[3])
+    if cmd == "cudnn-ok":
+        return cmd_cudnn_ok(sys.argv[2])
     if cmd == "kernels":
         return cmd_kernels(sys.argv[2], sys.argv[3], sys.argv[4])
     if cmd == "report":

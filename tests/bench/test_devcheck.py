@@ -248,5 +248,94 @@ class Targets(unittest.TestCase):
         self.assertEqual(devcheck.target_lines([], []), [])
 
 
+# ctest's lines as it prints them (a skipped gtest case, a failure, a timeout).
+CTEST_CUDA = """Test project /tmp/megatrain-devcheck/build
+      Start  1: CudaKernelsTest.Linear
+ 1/5 Test  #1: CudaKernelsTest.Linear ...........................   Passed    0.41 sec
+ 2/5 Test  #2: Cudnn/AttentionTest.ForwardAndBackward/0 .........   Passed    1.20 sec
+ 3/5 Test  #3: Cudnn/AttentionTest.ForwardAndBackward/1 .........***Skipped   0.01 sec
+ 4/5 Test  #4: TensorCores/AttentionTest.ForwardAndBackward/2 ...***Failed    0.30 sec
+ 5/5 Test  #5: Conformance/ConformanceTest.Step/cuda ............***Timeout 150.01 sec
+
+60% tests passed, 2 tests failed out of 5
+"""
+
+
+def write(work, name, text):
+    with open(os.path.join(work, name), "w") as f:
+        f.write(text)
+
+
+class Tests(unittest.TestCase):
+    def test_counts_from_the_cuda_log_with_cudnns_apart(self):
+        with tempfile.TemporaryDirectory() as work:
+            write(work, "ctest-cuda.log", CTEST_CUDA)
+            with contextlib.redirect_stdout(io.StringIO()):
+                rc = devcheck.cmd_tests(work)
+            with open(os.path.join(work, "tests.json")) as f:
+                res = json.load(f)
+        self.assertEqual(rc, 1)
+        self.assertEqual((res["passed"], res["skipped"], res["failed"], res["total"]), (2, 1, 2, 5))
+        self.assertEqual((res["cudnn_passed"], res["cudnn_skipped"], res["cudnn_failed"]), (1, 1, 0))
+        self.assertEqual(res["failed_names"], ["TensorCores/AttentionTest.ForwardAndBackward/2",
+                                               "Conformance/ConformanceTest.Step/cuda"])
+        self.assertEqual(res["parts"], ["cuda"])
+
+    def test_the_cpu_log_adds_to_the_totals_not_the_cuda_counts(self):
+        with tempfile.TemporaryDirectory() as work:
+            write(work, "ctest-cuda.log", CTEST_CUDA)
+            write(work, "ctest-cpu.log",
+                  " 1/1 Test  #9: HostAdamW.MatchesReference .......   Passed    0.10 sec\n")
+            with contextlib.redirect_stdout(io.StringIO()):
+                devcheck.cmd_tests(work)
+            with open(os.path.join(work, "tests.json")) as f:
+                res = json.load(f)
+        self.assertEqual((res["passed"], res["cuda_passed"], res["total"]), (3, 2, 6))
+        self.assertEqual(res["parts"], ["cuda", "cpu"])
+
+    def test_no_logs_is_a_failure(self):
+        with tempfile.TemporaryDirectory() as work:
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(devcheck.cmd_tests(work), 1)
+
+
+class CudnnFirst(unittest.TestCase):
+    def setUp(self):
+        self.work = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(self.work))
+
+    def given(self, tests, parity):
+        if tests is not None:
+            write(self.work, "tests.json", json.dumps(tests))
+        if parity is not None:
+            write(self.work, "tiny-llama+cudnn.parity.json", json.dumps(parity))
+        return devcheck.cudnn_ok(self.work)
+
+    def test_its_tests_passed_and_its_parity_on_cudnn(self):
+        ok, why = self.given({"cudnn_passed": 12, "cudnn_failed": 0}, {"ok": True, "warnings": []})
+        self.assertTrue(ok, why)
+
+    def test_a_failed_cudnn_test(self):
+        ok, why = self.given({"cudnn_passed": 11, "cudnn_failed": 1}, {"ok": True})
+        self.assertFalse(ok)
+        self.assertIn("1 of cuDNN's kernel tests failed", why)
+
+    def test_tests_skipped_or_not_run(self):
+        self.assertFalse(self.given({"cudnn_passed": 0, "cudnn_skipped": 12}, {"ok": True})[0])
+        self.assertFalse(self.given(None, None)[0])
+
+    def test_parity_failed_or_missing(self):
+        self.assertFalse(self.given({"cudnn_passed": 12}, {"ok": False})[0])
+        os.remove(os.path.join(self.work, "tiny-llama+cudnn.parity.json"))
+        self.assertFalse(devcheck.cudnn_ok(self.work)[0])
+
+    def test_parity_that_ran_partly_on_our_kernels(self):
+        ok, why = self.given({"cudnn_passed": 12}, {"ok": True, "warnings": [
+            "warning: cuDNN has no engine for the attention forward of B=1; the "
+            "tensor-core kernels run it"]})
+        self.assertFalse(ok)
+        self.assertIn("partly on our kernels", why)
+
+
 if __name__ == "__main__":
     unittest.main()

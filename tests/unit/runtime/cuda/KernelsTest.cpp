@@ -467,7 +467,10 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   if (mtrt::MT_KNS::on_cudnn(family) &&
       mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S,
                                         s.softcap, s.alibi, s.sinks)) {
-    const mtrt::cuda::AttentionDims d{s.B, s.H, s.Hkv, s.S, s.D};
+    const mtrt::cuda::AttentionDims d{
+        s.B,   s.H,
+        s.Hkv, s.S,
+        s.D,   mtrt::cuda::CudnnAttention::window_of({s.window, s.chunk}, s.S)};
     if (mtrt::cuda::cudnn_withholds(d, false).empty())
       EXPECT_TRUE(k_->cudnn_has_forward(d)) << "no engine for the forward";
     const bool given = mtrt::cuda::cudnn_withholds(d, true).empty();
