@@ -13,6 +13,9 @@
 #                                              logits, the tied head and scaled
 #                                              embedding in 2 vocabulary pieces
 #                                              (torch 2.15's exporter: .venv-export)
+#   bench/device/plans/tiny-gpt_oss            parity of attention sinks (in a
+#                                              sliding window of 5 and in full
+#                                              layers) beside experts (.venv-export)
 #   bench/device/plans/tiny-mixtral            parity of the mixture of experts'
 #                                              grouped tensor-core kernels (4
 #                                              experts, 2 per token; .venv-export)
@@ -78,6 +81,8 @@ EXPORT_PY=${EXPORT_PY:-.venv-export/bin/python}
 "$EXPORT_PY" tests/e2e/dynamo_exports.py gemma2 "$TMP/tiny-gemma2.onnx" > /dev/null 2>&1
 "$MT" compile "$TMP/tiny-gemma2.onnx" --batch 4 --seq-len 128 --vocab-pieces 2 \
   -o "$OUT/tiny-gemma2" --no-build
+"$EXPORT_PY" tests/e2e/dynamo_exports.py gpt_oss "$TMP/tiny-gpt_oss.onnx" > /dev/null 2>&1
+"$MT" compile "$TMP/tiny-gpt_oss.onnx" --batch 4 --seq-len 128 -o "$OUT/tiny-gpt_oss" --no-build
 "$EXPORT_PY" tests/e2e/dynamo_exports.py mixtral "$TMP/tiny-mixtral.onnx" > /dev/null 2>&1
 "$MT" compile "$TMP/tiny-mixtral.onnx" --batch 4 --seq-len 128 -o "$OUT/tiny-mixtral" --no-build
 "$EXPORT_PY" tests/e2e/dynamo_exports.py llama4 "$TMP/tiny-llama4.onnx" > /dev/null 2>&1

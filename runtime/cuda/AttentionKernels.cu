@@ -476,6 +476,7 @@ bool CudaKernels::cudnn_has_backward(const cuda::AttentionDims &,
 }
 void CudaKernels::cudnn_attention_forward(void *, float *, const void *,
                                           const void *, const void *,
+                                          const void *,
                                           const cuda::AttentionDims &, float) {
   fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
 }
@@ -505,11 +506,21 @@ bool CudaKernels::cudnn_has_backward(const cuda::AttentionDims &d,
 
 void CudaKernels::cudnn_attention_forward(void *y, float *lse, const void *q,
                                           const void *k, const void *v,
+                                          const void *sinks,
                                           const cuda::AttentionDims &d,
                                           float scale) {
   cuda::CudnnAttention &c = cudnn();
-  c.forward(y, lse, q, k, v, d, scale, scratch(c.forward_scratch_bytes(d)),
-            stream_);
+  // cuDNN takes the sinks in f32 (a param's are bf16): a copy ahead of
+  // cuDNN's own scratch.
+  const int64_t sink_bytes = sinks ? (4 * d.H + 255) / 256 * 256 : 0;
+  char *base =
+      static_cast<char *>(scratch(sink_bytes + c.forward_scratch_bytes(d)));
+  float *sinks_f32 = sinks ? reinterpret_cast<float *>(base) : nullptr;
+  if (sinks) {
+    zero_f32(sinks_f32, d.H);
+    accumulate_f32(sinks_f32, sinks, d.H);
+  }
+  c.forward(y, lse, q, k, v, sinks_f32, d, scale, base + sink_bytes, stream_);
 }
 
 void CudaKernels::cudnn_attention_backward(
@@ -542,13 +553,16 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
   check_shape("attention_forward", H, Hkv, D);
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
-  const cuda::AttentionDims d{Bn, H, Hkv,
-                              S,  D, cuda::CudnnAttention::window_of(range, S)};
+  const cuda::AttentionDims d{
+      Bn,      H,
+      Hkv,     S,
+      D,       cuda::CudnnAttention::window_of(range, S),
+      softcap, sinks != nullptr};
   if (on_cudnn(attention_) &&
       cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
                                   sinks != nullptr) &&
       cudnn_has_forward(d))
-    return cudnn_attention_forward(y, lse, q, k, v, d, scale);
+    return cudnn_attention_forward(y, lse, q, k, v, sinks, d, scale);
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores)
     attn::tensor_core_forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D,
@@ -591,9 +605,12 @@ void CudaKernels::attention_backward(
   a.sinks = B(sinks);
   if (dsinks && !sinks)
     fail("cuda attention_backward: dsinks without sinks");
-  const cuda::AttentionDims d{Bn, H, Hkv,
-                              S,  D, cuda::CudnnAttention::window_of(range, S)};
-  if (on_cudnn(attention_) && dq && dk && dv && !dsinks &&
+  // The backward's graph is the same with sinks or without (they are in
+  // the forward's lse); dsinks is ours, after it, as after our kernels.
+  const cuda::AttentionDims d{
+      Bn, H, Hkv, S, D, cuda::CudnnAttention::window_of(range, S), softcap};
+  const cudaStream_t s = cudaStream_t(stream_);
+  if (on_cudnn(attention_) && dq && dk && dv &&
       cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
                                   sinks != nullptr)) {
     // Past its bound on dS (or the room the plan's budget leaves), or
@@ -605,11 +622,13 @@ void CudaKernels::attention_backward(
             : cuda::CudnnBackward::Deterministic;
     if ((how == cuda::CudnnBackward::Nondeterministic ||
          cuda::CudnnAttention::deterministic_backward_fits(d, scratch_room_)) &&
-        cudnn_has_backward(d, how))
-      return cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale,
-                                      how);
+        cudnn_has_backward(d, how)) {
+      cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale, how);
+      if (dsinks)
+        attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
+      return;
+    }
   }
-  const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores) { // cuDNN's family too
     // With dK or dV to find too, and room for dSᵀ, the dK/dV pass writes
     // it and dQ is one batched GEMM over it instead of a pass of its own.

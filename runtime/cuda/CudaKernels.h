@@ -297,7 +297,7 @@ private:
   /// The attention forward and backward on cuDNN (forms
   /// CudnnAttention::takes, shapes cuDNN has an engine for).
   void cudnn_attention_forward(void *y, float *lse, const void *q,
-                               const void *k, const void *v,
+                               const void *k, const void *v, const void *sinks,
                                const cuda::AttentionDims &d, float scale);
   void cudnn_attention_backward(void *dq, void *dk, void *dv, const void *dy,
                                 const void *q, const void *k, const void *v,

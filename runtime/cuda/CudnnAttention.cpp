@@ -6,6 +6,7 @@
 //
 //   S0 = Q·Kᵀ            matmul, f32         Q (B,H,S,D), Kᵀ (B,Hkv,D,S)
 //   S1 = S0 · scale      scale by value
+//   S1 = c·tanh(S1 / c)  a soft cap c (by value): DIV, TANH_FWD, MUL
 //   S2 = row ≥ col ? S1 : −∞                 GEN_INDEX ×2 (int32), CMP_GE,
 //                                            select (before cuDNN 9.10 the
 //                                            lowest float instead)
@@ -13,6 +14,8 @@
 //                                            the sequence: GEN_INDEX ×2, ADD
 //                                            W (f32), CMP_GT, select
 //   M = max_j S2, E = exp(S2 − M), Z = Σ_j E
+//                        with sinks (1,H,1,1) f32: M = max(M, sink),
+//                        Z += exp(sink − M)
 //   stats = M + log Z    (B,H,S,1) f32, each row's log-sum-exp
 //   P = E / Z            bf16, virtual
 //   Y = P·V              matmul              V (B,Hkv,S,D), Y (B,H,S,D)
@@ -23,13 +26,17 @@
 //   P = exp(mask(scale·Q·Kᵀ − stats))
 //   dV = Pᵀ·dY           Pᵀ a reshape of P; summed over a KV head's group
 //   dS = scale · P ∘ (dY·Vᵀ − δ)
+//                        with a soft cap, P ∘ (dY·Vᵀ − δ) times
+//                        1 − tanh²(S1 / c) first: MUL c, TANH_BWD, DIV c
 //   dK = dSᵀ·Q           summed over the group, as dV
 //   dQ = dS·K            written as it is (the deterministic backward:
 //                        cuDNN holds dS in its workspace for it), or into
 //                        an f32 sum bound to memory (zeroed first), then
 //                        rounded into dQ (the other)
 //
-// Every other intermediate is virtual: cuDNN keeps it on chip. Kᵀ and Vᵀ
+// The backward's graph is the same with sinks as without: they are in the
+// stats it is given. Every other intermediate is virtual: cuDNN keeps it on
+// chip. Kᵀ and Vᵀ
 // are K and V read with their last two strides swapped; key/value heads
 // fewer than query heads broadcast over each group.
 //
@@ -224,8 +231,10 @@ enum Uid : int64_t {
   kDv,
   kOne,
   kRowDot,
-  kDqSum, // and the backward's
-  kWindow // both's, with a sliding window
+  kDqSum,   // and the backward's
+  kWindow,  // both's, with a sliding window
+  kSoftcap, // both's, with a soft cap
+  kSink     // the forward's, with sinks
 };
 
 /// One graph's tensors and operations, built without a device.
@@ -307,6 +316,24 @@ struct Graph {
         .finalize("finalizing a pointwise operation");
     ops.push_back(std::move(op));
   }
+  /// dx = mode(dy, x), a backward activation (TANH_BWD: dy · (1 − tanh²x)).
+  void activation_backward(cudnnPointwiseMode_t mode, const Desc &dy,
+                           const Desc &x, const Desc &dx) {
+    Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+        .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT)
+        .finalize("finalizing a pointwise descriptor");
+    const float one = 1.f;
+    Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, dx)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one)
+        .finalize("finalizing a pointwise operation");
+    ops.push_back(std::move(op));
+  }
   /// A new virtual tensor shaped as `dims`: mode(x, b).
   const Desc &binary(cudnnPointwiseMode_t mode, const Desc &x, const Desc &b,
                      Dims dims) {
@@ -382,6 +409,27 @@ struct Graph {
               CUDNN_DATA_BOOLEAN);
     return select(scores, dims, lowest, seen);
   }
+  /// Gemma 2's soft cap on the scaled scores, cap · tanh(s / cap), as
+  /// cuDNN's frontend spells its Softcap score modifier (cap a float by
+  /// value); `*before_tanh` is s / cap, which the backward's TANH_BWD takes.
+  const Desc &softcap(const Desc &scores, Dims dims, const Desc &cap,
+                      const Desc **before_tanh) {
+    const Desc &x = binary(CUDNN_POINTWISE_DIV, scores, cap, dims);
+    const Desc &t = virtual_like(dims);
+    pointwise(CUDNN_POINTWISE_TANH_FWD, x, nullptr, nullptr, t);
+    *before_tanh = &x;
+    return binary(CUDNN_POINTWISE_MUL, t, cap, dims);
+  }
+  /// The soft cap's backward, dS · (1 − tanh²(s / cap)), as the frontend
+  /// spells it: (dS · cap) through TANH_BWD, then over cap.
+  const Desc &softcap_backward(const Desc &ds, Dims dims, const Desc &cap,
+                               const Desc &before_tanh) {
+    const Desc &scaled = binary(CUDNN_POINTWISE_MUL, ds, cap, dims);
+    const Desc &dx = virtual_like(dims);
+    activation_backward(CUDNN_POINTWISE_TANH_BWD, scaled, before_tanh, dx);
+    return binary(CUDNN_POINTWISE_DIV, dx, cap, dims);
+  }
+
   /// The causal mask, and the window's where `d` has one.
   const Desc &masks(const Desc &scores, Dims dims, const Desc &lowest,
                     const AttentionDims &d) {
@@ -394,10 +442,11 @@ struct Graph {
 void check_dims(const AttentionDims &d) {
   // cuDNN divides by these unchecked (a zero is a SIGFPE).
   if (d.B <= 0 || d.H <= 0 || d.Hkv <= 0 || d.S <= 0 || d.D <= 0 ||
-      d.H % d.Hkv != 0 || d.window < 0)
+      d.H % d.Hkv != 0 || d.window < 0 || !(d.softcap >= 0))
     fail("cuda: no attention of B=", d.B, " H=", d.H, " Hkv=", d.Hkv,
-         " S=", d.S, " D=", d.D, " window=", d.window,
-         " for cuDNN: every dim positive, Hkv dividing H, no negative window");
+         " S=", d.S, " D=", d.D, " window=", d.window, " softcap=", d.softcap,
+         " for cuDNN: every dim positive, Hkv dividing H, no negative window "
+         "or soft cap");
 }
 
 /// The forward (the file comment).
@@ -418,21 +467,39 @@ Graph forward_graph(const AttentionDims &d) {
   const Dims sDims{B, H, S, S};
   const Desc &s0 = g.virtual_like(sDims);
   g.matmul(q, kt, s0);
-  const Desc &s1 = g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
-  const Desc &s2 = g.masks(s1, sDims, lowest, d);
-  const Desc &m = g.virtual_like(rows);
-  g.reduce(CUDNN_REDUCE_TENSOR_MAX, s2, m);
-  const Desc &shifted = g.binary(CUDNN_POINTWISE_SUB, s2, m, sDims);
+  const Desc *s1 = &g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
+  if (d.softcap > 0) {
+    const Desc *before_tanh = nullptr;
+    s1 = &g.softcap(*s1, sDims, g.scalar(kSoftcap), &before_tanh);
+  }
+  const Desc &s2 = g.masks(*s1, sDims, lowest, d);
+  // A head's sink is one more logit in each row's softmax, weighing no
+  // value: in the max and the sum, as the frontend's softmax takes it.
+  const Desc *sink = nullptr;
+  if (d.sinks)
+    sink =
+        &g.tensor(kSink, {1, H, 1, 1}, {H, 1, 1, 1}, CUDNN_DATA_FLOAT, false);
+  const Desc *m = &g.virtual_like(rows);
+  g.reduce(CUDNN_REDUCE_TENSOR_MAX, s2, *m);
+  if (sink)
+    m = &g.binary(CUDNN_POINTWISE_MAX, *m, *sink, rows);
+  const Desc &shifted = g.binary(CUDNN_POINTWISE_SUB, s2, *m, sDims);
   const Desc &e = g.virtual_like(sDims);
   g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, nullptr, e);
-  const Desc &z = g.virtual_like(rows);
-  g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, z);
+  const Desc *z = &g.virtual_like(rows);
+  g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, *z);
+  if (sink) {
+    const Desc &sink_shifted = g.binary(CUDNN_POINTWISE_SUB, *sink, *m, rows);
+    const Desc &sink_e = g.virtual_like(rows);
+    g.pointwise(CUDNN_POINTWISE_EXP, sink_shifted, nullptr, nullptr, sink_e);
+    z = &g.binary(CUDNN_POINTWISE_ADD, *z, sink_e, rows);
+  }
   const Desc &logz = g.virtual_like(rows);
-  g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, nullptr, logz);
-  g.pointwise(CUDNN_POINTWISE_ADD, m, &logz, nullptr, stats);
+  g.pointwise(CUDNN_POINTWISE_LOG, *z, nullptr, nullptr, logz);
+  g.pointwise(CUDNN_POINTWISE_ADD, *m, &logz, nullptr, stats);
   // P·V takes P in the inputs' type.
   const Desc &p = g.virtual_like(sDims, CUDNN_DATA_BFLOAT16);
-  g.pointwise(CUDNN_POINTWISE_DIV, e, &z, nullptr, p);
+  g.pointwise(CUDNN_POINTWISE_DIV, e, z, nullptr, p);
   g.matmul(p, v, y);
   return g;
 }
@@ -473,8 +540,13 @@ Graph backward_graph(const AttentionDims &d, CudnnBackward how) {
   // P = exp(mask(scale·Q·Kᵀ − stats)), and dV = Pᵀ·dY.
   const Desc &s0 = g.virtual_like(sDims);
   g.matmul(q, kt, s0);
-  const Desc &s1 = g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
-  const Desc &s2 = g.binary(CUDNN_POINTWISE_SUB, s1, stats, sDims);
+  const Desc *s1 = &g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
+  const Desc *cap = nullptr, *before_tanh = nullptr;
+  if (d.softcap > 0) {
+    cap = &g.scalar(kSoftcap);
+    s1 = &g.softcap(*s1, sDims, *cap, &before_tanh);
+  }
+  const Desc &s2 = g.binary(CUDNN_POINTWISE_SUB, *s1, stats, sDims);
   const Desc &s3 = g.masks(s2, sDims, lowest, d);
   const Desc &p = g.virtual_like(sDims);
   g.pointwise(CUDNN_POINTWISE_EXP, s3, nullptr, nullptr, p);
@@ -495,8 +567,10 @@ Graph backward_graph(const AttentionDims &d, CudnnBackward how) {
   const Desc &dp = g.virtual_like(sDims);
   g.matmul(dy, vt, dp);
   const Desc &centered = g.binary(CUDNN_POINTWISE_SUB, dp, rowDot, sDims);
-  const Desc &ds0 = g.binary(CUDNN_POINTWISE_MUL, centered, p, sDims);
-  const Desc &ds = g.binary(CUDNN_POINTWISE_MUL, ds0, scale, sDims);
+  const Desc *ds0 = &g.binary(CUDNN_POINTWISE_MUL, centered, p, sDims);
+  if (cap)
+    ds0 = &g.softcap_backward(*ds0, sDims, *cap, *before_tanh);
+  const Desc &ds = g.binary(CUDNN_POINTWISE_MUL, *ds0, scale, sDims);
   const Desc &dst = g.virtual_like(tDims, transposed, CUDNN_DATA_BFLOAT16);
   g.reshape(ds, dst);
   per_kv_head(dst, q, dk);
@@ -631,8 +705,8 @@ Pass backward_pass(CudnnBackward how) {
                                              : Pass::NondeterministicBackward;
 }
 
-using Key =
-    std::tuple<Pass, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using Key = std::tuple<Pass, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, float, bool>;
 
 /// Bytes rounded up to 256, so that what follows them stays aligned.
 int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -670,7 +744,9 @@ std::string shape_name(const AttentionDims &d) {
   return "B=" + std::to_string(d.B) + " H=" + std::to_string(d.H) +
          " Hkv=" + std::to_string(d.Hkv) + " S=" + std::to_string(d.S) +
          " D=" + std::to_string(d.D) +
-         (d.window > 0 ? " window=" + std::to_string(d.window) : "");
+         (d.window > 0 ? " window=" + std::to_string(d.window) : "") +
+         (d.softcap > 0 ? " softcap=" + std::to_string(d.softcap) : "") +
+         (d.sinks ? " sinks" : "");
 }
 
 /// The graph of `pass` over `d`.
@@ -684,6 +760,19 @@ Graph graph_of(Pass pass, const AttentionDims &d) {
     return backward_graph(d, CudnnBackward::Nondeterministic);
   }
   fail("cuda: no such cuDNN attention pass");
+}
+
+/// Binds the scalars only some graphs have: the window's and the soft cap's.
+void add_form(const AttentionDims &d, float *window, float *cap,
+              std::vector<int64_t> &uids, std::vector<void *> &pointers) {
+  if (d.window > 0) {
+    uids.push_back(kWindow);
+    pointers.push_back(window);
+  }
+  if (d.softcap > 0) {
+    uids.push_back(kSoftcap);
+    pointers.push_back(cap);
+  }
 }
 
 /// The value a masked score takes: −∞ as cuDNN's frontend passes it from
@@ -705,6 +794,12 @@ std::string cudnn_withholds(const AttentionDims &d, bool backward) {
                            std::to_string(v % 100);
   if (v == 91000 || v == 91001)
     return name + " has known faults in its fused attention";
+  // The frontend's score modifiers (the soft cap's) from 9.4, its sinks
+  // from 9.13.
+  if (d.softcap > 0 && v < 90400)
+    return name + " takes no soft cap (9.4 and later do)";
+  if (d.sinks && v < 91300)
+    return name + " takes no sinks (9.13 and later do)";
   if (!backward)
     return "";
   if (d.S == 1)
@@ -727,7 +822,8 @@ struct CudnnAttention::Impl {
   /// a refusal is said on stderr then, once.
   Plan &plan(Pass pass, const AttentionDims &d) {
     auto [it, fresh] =
-        plans.try_emplace(Key{pass, d.B, d.H, d.Hkv, d.S, d.D, d.window});
+        plans.try_emplace(Key{pass, d.B, d.H, d.Hkv, d.S, d.D, d.window,
+                              d.softcap, d.sinks && pass == Pass::Forward});
     if (fresh) {
       try {
         const std::string why = cudnn_withholds(d, pass != Pass::Forward);
@@ -758,22 +854,28 @@ struct CudnnAttention::Impl {
   }
 
   void forward(void *y, void *stats, void *ws, const void *q, const void *k,
-               const void *v, const AttentionDims &d, float scale,
-               void *stream) {
-    float lowest = masked_score(), window = float(d.window);
-    const int64_t uids[] = {kQ, kK, kV, kY, kStats, kScale, kLowest, kWindow};
-    void *pointers[] = {const_cast<void *>(q),
-                        const_cast<void *>(k),
-                        const_cast<void *>(v),
-                        y,
-                        stats,
-                        &scale,
-                        &lowest,
-                        &window};
-    // kWindow last: a graph without a window has no such tensor.
+               const void *v, const float *sinks, const AttentionDims &d,
+               float scale, void *stream) {
+    if (d.sinks != (sinks != nullptr))
+      fail("cuda: cuDNN's attention forward of ", shape_name(d),
+           d.sinks ? " without its sinks" : " given sinks it has no place for");
+    float lowest = masked_score(), window = float(d.window), cap = d.softcap;
+    std::vector<int64_t> uids = {kQ, kK, kV, kY, kStats, kScale, kLowest};
+    std::vector<void *> pointers = {const_cast<void *>(q),
+                                    const_cast<void *>(k),
+                                    const_cast<void *>(v),
+                                    y,
+                                    stats,
+                                    &scale,
+                                    &lowest};
+    add_form(d, &window, &cap, uids, pointers);
+    if (sinks) {
+      uids.push_back(kSink);
+      pointers.push_back(const_cast<float *>(sinks));
+    }
     runnable(Pass::Forward, d)
-        .run(handle, stream, d.window > 0 ? 8 : 7, uids, pointers, ws,
-             "running the attention forward");
+        .run(handle, stream, int64_t(uids.size()), uids.data(), pointers.data(),
+             ws, "running the attention forward");
   }
 };
 
@@ -801,11 +903,13 @@ int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &d) {
 }
 
 void CudnnAttention::forward(void *y, float *lse, const void *q, const void *k,
-                             const void *v, const AttentionDims &d, float scale,
-                             void *scratch, void *stream) {
+                             const void *v, const float *sinks,
+                             const AttentionDims &d, float scale, void *scratch,
+                             void *stream) {
   char *own = static_cast<char *>(scratch);
   impl_->forward(y, lse ? static_cast<void *>(lse) : own,
-                 own + aligned(4 * d.B * d.H * d.S), q, k, v, d, scale, stream);
+                 own + aligned(4 * d.B * d.H * d.S), q, k, v, sinks, d, scale,
+                 stream);
 }
 
 int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &d,
@@ -830,7 +934,8 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
   if (sums && cudaMemsetAsync(base + at.dq_sum, 0, size_t(4 * q_elems),
                               static_cast<cudaStream_t>(stream)) != cudaSuccess)
     fail("cuda: clearing cuDNN's dQ sum failed");
-  float lowest = masked_score(), one = 1.f, window = float(d.window);
+  float lowest = masked_score(), one = 1.f, window = float(d.window),
+        cap = d.softcap;
   std::vector<int64_t> uids = {kQ,  kK,  kV,     kY,   kDy,     kStats, kDq,
                                kDk, kDv, kScale, kOne, kLowest, kRowDot};
   std::vector<void *> pointers = {const_cast<void *>(q),
@@ -851,10 +956,7 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
     uids.push_back(kDqSum);
     pointers.push_back(base + at.dq_sum);
   }
-  if (d.window > 0) {
-    uids.push_back(kWindow);
-    pointers.push_back(&window);
-  }
+  add_form(d, &window, &cap, uids, pointers);
   bwd.run(impl_->handle, stream, int64_t(uids.size()), uids.data(),
           pointers.data(), base + at.workspace,
           "running the attention backward");
@@ -945,8 +1047,8 @@ int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &) {
   fail("cuda: ", kLeftOut);
 }
 void CudnnAttention::forward(void *, float *, const void *, const void *,
-                             const void *, const AttentionDims &, float, void *,
-                             void *) {
+                             const void *, const float *, const AttentionDims &,
+                             float, void *, void *) {
   fail("cuda: ", kLeftOut);
 }
 int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &,

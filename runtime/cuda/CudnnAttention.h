@@ -4,14 +4,16 @@
 // Q·Kᵀ, the scale, the causal mask (and a sliding window's), a softmax that
 // also yields each row's log-sum-exp, and P·V, and the backward as the graph of
 // its gradients, each of which cuDNN runs as a fused flash-attention kernel of
-// its own. MEGATRAIN_CUDA_ATTENTION=cudnn asks for them with the deterministic
-// backward, =cudnn-nondeterministic with the other (CudaKernels). The forms
-// they are not given (chunks shorter than the sequence, soft caps, ALiBi,
-// sinks, head dims past 256 or not a multiple of 8, a backward that leaves a
-// gradient out, a deterministic backward whose dS would pass its bound, a
-// backward cuDNN's frontend would not hand over as it stands (S not a multiple
-// of 128 up to cuDNN 9.15, or S = 1), and any shape cuDNN has no engine for)
-// stay on the tensor-core kernels.
+// its own; soft caps (Gemma 2's) and sinks (one more logit a head) go into the
+// graphs too, as cuDNN's frontend puts them. MEGATRAIN_CUDA_ATTENTION=cudnn
+// asks for them with the deterministic backward, =cudnn-nondeterministic with
+// the other (CudaKernels). The forms they are not given (chunks shorter than
+// the sequence, ALiBi, head dims past 256 or not a multiple of 8, a backward
+// that leaves a gradient out, a deterministic backward whose dS would pass its
+// bound, what cuDNN's frontend would not hand over as it stands (a backward
+// over S not a multiple of 128 up to cuDNN 9.15, or S = 1; soft caps before
+// 9.4, sinks before 9.13), and any shape cuDNN has no engine for) stay on the
+// tensor-core kernels. The sinks' gradient is always the runtime's own.
 //
 // cuDNN is loaded with dlopen at first use ($MEGATRAIN_CUDNN, then
 // libcudnn.so.9 on the loader's path), so that the runtime builds and runs
@@ -35,9 +37,14 @@ namespace mtrt::cuda {
 /// One attention call's shape: B sequences of S positions, H query heads
 /// over Hkv key/value heads, head dim D; q and y are (B, H, S, D), k and v
 /// (B, Hkv, S, D), all contiguous bf16. A sliding window shorter than the
-/// sequence keeps keys j > i − window (KeyRange); 0 for none.
+/// sequence keeps keys j > i − window (KeyRange); 0 for none. A soft cap
+/// turns each scaled score s into softcap · tanh(s / softcap); 0 for none.
+/// With sinks, each query head's softmax has one more logit (H floats the
+/// forward is given), weighing no value; the backward is the same graph.
 struct AttentionDims {
   int64_t B = 0, H = 0, Hkv = 0, S = 0, D = 0, window = 0;
+  float softcap = 0;
+  bool sinks = false;
 };
 
 /// Which of cuDNN's attention backwards runs. The deterministic one (the
@@ -57,13 +64,12 @@ public:
   CudnnAttention &operator=(const CudnnAttention &) = delete;
 
   /// Whether cuDNN is given the attention of this form over S positions
-  /// (the file comment): causal, in a sliding window or not; a chunk as
-  /// long as the sequence is none.
-  static bool takes(int64_t D, const KeyRange &range, int64_t S, float softcap,
-                    bool alibi, bool sinks) {
+  /// (the file comment): causal, in a sliding window or not, soft-capped or
+  /// not, with sinks or not; a chunk as long as the sequence is none.
+  static bool takes(int64_t D, const KeyRange &range, int64_t S,
+                    float /*softcap*/, bool alibi, bool /*sinks*/) {
     return D > 0 && D <= 256 && D % 8 == 0 &&
-           (range.chunk <= 0 || range.chunk >= S) && softcap == 0.f && !alibi &&
-           !sinks;
+           (range.chunk <= 0 || range.chunk >= S) && !alibi;
   }
   /// The window of AttentionDims for `range` over S positions: 0 where it
   /// is as long as the sequence.
@@ -86,10 +92,11 @@ public:
 
   /// y = softmax(scale·q·kᵀ, causal)·v on `stream` (a cudaStream_t), and
   /// each row's log-sum-exp into lse (B·H·S floats) unless it is null;
-  /// `scratch` holds forward_scratch_bytes(d) bytes of device memory.
+  /// `sinks`: the H sink logits, f32 in device memory, where d.sinks (else
+  /// null); `scratch` holds forward_scratch_bytes(d) bytes of device memory.
   void forward(void *y, float *lse, const void *q, const void *k, const void *v,
-               const AttentionDims &d, float scale, void *scratch,
-               void *stream);
+               const float *sinks, const AttentionDims &d, float scale,
+               void *scratch, void *stream);
 
   /// Adds n bf16 values at src into dst, on the stream.
   using AddInto = std::function<void(void *dst, const void *src, int64_t n)>;

@@ -76,12 +76,28 @@ constexpr AttentionDims kShape{1, 2, 1, 96, 64};
 
 /// Runs the forward of `d` (nothing runs: the fake says so) and returns
 /// the error's text.
-std::string run_forward(CudnnAttention &cudnn,
-                        const AttentionDims &d = kShape) {
+std::string run_forward(CudnnAttention &cudnn, const AttentionDims &d = kShape,
+                        const float *sinks = nullptr) {
   std::vector<char> scratch(size_t(cudnn.forward_scratch_bytes(d)));
   try {
-    cudnn.forward(nullptr, nullptr, nullptr, nullptr, nullptr, d, 0.125f,
+    cudnn.forward(nullptr, nullptr, nullptr, nullptr, nullptr, sinks, d, 0.125f,
                   scratch.data(), nullptr);
+  } catch (const mtrt::Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// The same for the deterministic backward (the other clears a sum on the
+/// device first, which needs a GPU).
+std::string run_backward(CudnnAttention &cudnn, const AttentionDims &d) {
+  std::vector<char> scratch(
+      size_t(cudnn.backward_scratch_bytes(d, CudnnBackward::Deterministic)));
+  try {
+    cudnn.backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                   nullptr, nullptr, nullptr, d, 0.125f,
+                   CudnnBackward::Deterministic, scratch.data(), nullptr,
+                   [](void *, const void *, int64_t) {});
   } catch (const mtrt::Error &e) {
     return e.what();
   }
@@ -196,6 +212,71 @@ TEST_F(CudnnFallback, ASlidingWindowIsPassedByValue) {
   const int before = fake.graphs();
   ASSERT_TRUE(cudnn.has_forward(kShape));
   EXPECT_EQ(fake.graphs(), before + 1);
+}
+
+// The fake refuses a call that binds other tensors than its graph's (not
+// virtual), as cuDNN does: each form's forward and backward bind theirs.
+TEST_F(CudnnFallback, EachFormBindsItsGraphsTensors) {
+  CudnnAttention cudnn;
+  const float sinks[2] = {0.5f, -1.f};
+  const AttentionDims forms[] = {kShape,
+                                 {1, 2, 1, 96, 64, 40},
+                                 {1, 2, 1, 96, 64, 0, 30.f},
+                                 {1, 2, 1, 96, 64, 0, 0.f, true},
+                                 {1, 2, 1, 96, 64, 40, 30.f, true}};
+  for (const AttentionDims &d : forms) {
+    ASSERT_TRUE(cudnn.has_forward(d));
+    std::string e = run_forward(cudnn, d, d.sinks ? sinks : nullptr);
+    EXPECT_NE(e.find("runs nothing"), std::string::npos) << e;
+    AttentionDims backward = d;
+    backward.sinks = false; // its graph has none
+    ASSERT_TRUE(cudnn.has_backward(backward, CudnnBackward::Deterministic));
+    e = run_backward(cudnn, backward);
+    EXPECT_NE(e.find("runs nothing"), std::string::npos) << e;
+  }
+  // A forward with sinks and none given, or the other way, is refused
+  // before cuDNN sees it.
+  EXPECT_NE(run_forward(cudnn, forms[3]).find("without its sinks"),
+            std::string::npos);
+  EXPECT_NE(run_forward(cudnn, kShape, sinks).find("no place for"),
+            std::string::npos);
+}
+
+TEST_F(CudnnFallback, ASoftCapIsPassedByValue) {
+  CudnnAttention cudnn;
+  const AttentionDims capped{1, 2, 1, 96, 64, 40, 30.f};
+  ASSERT_TRUE(cudnn.has_forward(capped));
+  run_forward(cudnn, capped);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(fake.last_scalars(),
+            (std::vector<float>{0.125f, -inf, 40.f, 30.f}));
+  // Its plans are not the uncapped ones'.
+  const int before = fake.graphs();
+  ASSERT_TRUE(cudnn.has_forward({1, 2, 1, 96, 64, 40}));
+  ASSERT_TRUE(cudnn.has_forward({1, 2, 1, 96, 64, 40, 20.f}));
+  EXPECT_EQ(fake.graphs(), before + 2);
+}
+
+TEST_F(CudnnFallback, SoftCapsFromCudnn9_4AndSinksFrom9_13) {
+  fake.version(91200);
+  CudnnAttention cudnn;
+  const AttentionDims sinks{1, 2, 1, 96, 64, 0, 0.f, true};
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(cudnn.has_forward(sinks));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "warning: cuDNN has no engine for the attention forward of B=1 "
+            "H=2 Hkv=1 S=96 D=64 sinks (cuDNN 9.12.0 takes no sinks (9.13 and "
+            "later do)); the tensor-core kernels run it\n");
+  EXPECT_TRUE(cudnn.has_forward({1, 2, 1, 96, 64, 0, 30.f}));
+  fake.version(90300);
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(cudnn.has_backward({1, 2, 1, 128, 64, 0, 20.f},
+                                  CudnnBackward::Deterministic));
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find(
+                "takes no soft cap (9.4 and later do)"),
+            std::string::npos);
+  fake.version(91300);
+  EXPECT_TRUE(cudnn.has_forward({1, 2, 1, 128, 64, 0, 0.f, true}));
 }
 
 TEST_F(CudnnFallback, BackwardsCudnnsFrontendWouldPadAreNotGiven) {

@@ -122,7 +122,9 @@ protected:
         "B=" + std::to_string(d.B) + " H=" + std::to_string(d.H) +
         " Hkv=" + std::to_string(d.Hkv) + " S=" + std::to_string(d.S) +
         " D=" + std::to_string(d.D) +
-        (d.window ? " window=" + std::to_string(d.window) : "");
+        (d.window ? " window=" + std::to_string(d.window) : "") +
+        (d.softcap > 0 ? " softcap=" + std::to_string(d.softcap) : "") +
+        (d.sinks ? " sinks" : "");
     EXPECT_EQ(p.refused, "") << which << " of " << shape;
     bool flash = false;
     for (const std::string &k : p.kernels)
@@ -185,6 +187,43 @@ TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForTheKernelTestsShapes) {
     expect_flash(det, "bprop", d, "deterministic backward");
     EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
   }
+}
+
+// Gemma 2's soft caps (50 on the scores; with and without its sliding
+// window of 4096, at its head dim of 256), and on the kernel tests' shapes.
+TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForSoftCaps) {
+  const AttentionDims shapes[] = {{1, 8, 4, 8192, 256, 0, 50.f},
+                                  {1, 8, 4, 8192, 256, 4096, 50.f},
+                                  {4, 32, 4, 2048, 64, 0, 50.f},
+                                  {1, 2, 1, 150, 64, 40, 30.f}};
+  for (const AttentionDims &d : shapes) {
+    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
+                 "forward");
+    const Planned nondet = plan(d, true, CudnnBackward::Nondeterministic);
+    if (!mtrt::cuda::cudnn_withholds(d, true).empty()) {
+      EXPECT_NE(nondet.refused, "");
+      continue;
+    }
+    expect_flash(nondet, "bprop", d, "nondeterministic backward");
+    if (!CudnnAttention::deterministic_backward_fits(d, int64_t(1) << 62))
+      continue;
+    const Planned det = plan(d, true, CudnnBackward::Deterministic);
+    expect_flash(det, "bprop", d, "deterministic backward");
+    EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
+  }
+}
+
+// Sinks: gpt-oss's (64 query heads over 8 at head dim 64, its sliding
+// window of 128 and full causal layers), and on a kernel test's shape. The
+// backward's graph is the one without sinks (they are in the forward's
+// log-sum-exp it takes); only the forward's changes.
+TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForSinks) {
+  const AttentionDims shapes[] = {{1, 64, 8, 4096, 64, 128, 0.f, true},
+                                  {1, 64, 8, 4096, 64, 0, 0.f, true},
+                                  {1, 2, 1, 150, 64, 40, 0.f, true}};
+  for (const AttentionDims &d : shapes)
+    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
+                 "forward");
 }
 
 } // namespace

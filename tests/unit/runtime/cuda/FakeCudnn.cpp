@@ -6,8 +6,10 @@
 // is tested on machines without a GPU. Each operation graph finalized takes
 // the next answer the test queued (fake_cudnn_answer), an engine when none
 // is queued; nothing runs (cudnnBackendExecute fails, saying whether the
-// plan's engine configuration was still alive, and keeping the by-value
-// scalars it was passed). The version it reports is the test's to set.
+// plan's engine configuration was still alive and whether the call bound
+// exactly the graph's tensors that are not virtual, as cuDNN checks, and
+// keeping the by-value scalars it was passed). The version it reports is
+// the test's to set.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,6 +31,7 @@ struct Descriptor {
   std::vector<int64_t> uids;            // a variant pack's
   std::vector<void *> pointers;
   int64_t uid = 0; // a tensor's
+  bool is_virtual = false;
 };
 
 std::set<const Descriptor *> alive;
@@ -46,6 +49,17 @@ std::string last_word;
 cudnnStatus_t refuse(const char *word) {
   last_word = word;
   return CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+/// The unique ids of the tensors, not virtual, that `d` reaches.
+void bound_tensors(const Descriptor *d, std::set<const Descriptor *> &seen,
+                   std::set<int64_t> &uids) {
+  if (!alive.count(d) || !seen.insert(d).second)
+    return;
+  if (d->type == CUDNN_BACKEND_TENSOR_DESCRIPTOR && !d->is_virtual)
+    uids.insert(d->uid);
+  for (const Descriptor *r : d->refs)
+    bound_tensors(r, seen, uids);
 }
 
 } // namespace
@@ -122,6 +136,9 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d,
       self->refs.push_back(static_cast<const Descriptor *const *>(values)[i]);
   if (name == CUDNN_ATTR_TENSOR_UNIQUE_ID)
     self->uid = *static_cast<const int64_t *>(values);
+  if (name == CUDNN_ATTR_TENSOR_IS_VIRTUAL &&
+      *static_cast<const bool *>(values))
+    self->is_virtual = true;
   if (name == CUDNN_ATTR_TENSOR_IS_BY_VALUE &&
       *static_cast<const bool *>(values))
     by_value.insert(self->uid); // set after the id (CudnnAttention.cpp)
@@ -153,13 +170,21 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
   }
 }
 
-cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const,
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d,
                                        cudnnBackendAttributeName_t name,
                                        cudnnBackendAttributeType_t, int64_t,
                                        int64_t *count, void *elements) {
   *count = 1; // one engine configuration; the caller made its descriptor
   if (name == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)
     *static_cast<int64_t *>(elements) = fake_cudnn_workspace();
+  // The configuration is of the heuristic's operation graph: a plan made
+  // of it reaches the graph's tensors.
+  if (name == CUDNN_ATTR_ENGINEHEUR_RESULTS && elements) {
+    auto *config = *static_cast<Descriptor **>(elements);
+    const auto *heur = reinterpret_cast<const Descriptor *>(d);
+    config->refs.insert(config->refs.end(), heur->refs.begin(),
+                        heur->refs.end());
+  }
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -169,6 +194,20 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t plan,
     if (!alive.count(r))
       return refuse("fake cuDNN: the plan's engine configuration is gone");
   const auto *p = reinterpret_cast<Descriptor *>(pack);
+  std::set<const Descriptor *> seen;
+  std::set<int64_t> wanted;
+  bound_tensors(reinterpret_cast<Descriptor *>(plan), seen, wanted);
+  const std::set<int64_t> given(p->uids.begin(), p->uids.end());
+  if (given != wanted || given.size() != p->uids.size()) {
+    std::string word = "fake cuDNN: the graph's tensors are";
+    for (int64_t uid : wanted)
+      word += " " + std::to_string(uid);
+    word += "; the call bound";
+    for (int64_t uid : p->uids)
+      word += " " + std::to_string(uid);
+    refuse(word.c_str());
+    return CUDNN_STATUS_BAD_PARAM;
+  }
   scalars.clear(); // every by-value tensor is a float here
   for (size_t i = 0; i < p->uids.size() && i < p->pointers.size(); ++i)
     if (by_value.count(p->uids[i]))

@@ -467,12 +467,19 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   if (mtrt::MT_KNS::on_cudnn(family) &&
       mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S,
                                         s.softcap, s.alibi, s.sinks)) {
-    const mtrt::cuda::AttentionDims d{
-        s.B,   s.H,
-        s.Hkv, s.S,
-        s.D,   mtrt::cuda::CudnnAttention::window_of({s.window, s.chunk}, s.S)};
+    // The backward's graph has no sinks (they are in the forward's lse).
+    mtrt::cuda::AttentionDims d{
+        s.B,
+        s.H,
+        s.Hkv,
+        s.S,
+        s.D,
+        mtrt::cuda::CudnnAttention::window_of({s.window, s.chunk}, s.S),
+        s.softcap,
+        s.sinks};
     if (mtrt::cuda::cudnn_withholds(d, false).empty())
       EXPECT_TRUE(k_->cudnn_has_forward(d)) << "no engine for the forward";
+    d.sinks = false;
     const bool given = mtrt::cuda::cudnn_withholds(d, true).empty();
     if (given && family == AttentionKernels::CudnnNondeterministic)
       EXPECT_TRUE(k_->cudnn_has_backward(
@@ -595,10 +602,10 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(AttentionKernels::CudaCores)));
 
 /// The shapes whose attention cuDNN is given (GQA, MQA, D from 16 to 256,
-/// one token, sliding windows shorter than the sequence and as long, whole
-/// tiles of 128 keys, which every cuDNN takes backwards too), and two it is
-/// not (chunks, D = 384), which stay on the tensor cores. The backward adds
-/// into random gradients, as a step's does.
+/// one token, sliding windows shorter than the sequence and as long, soft
+/// caps, sinks, whole tiles of 128 keys, which every cuDNN takes backwards
+/// too), and three it is not (chunks, D = 384, ALiBi), which stay on the
+/// tensor cores. The backward adds into random gradients, as a step's does.
 std::vector<AttentionShape> cudnn_shapes() {
   std::vector<AttentionShape> out;
   for (const AttentionShape &s : kAttentionShapes)
@@ -731,7 +738,8 @@ TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScoresAndTheRoomLeft) {
       CudnnAttention::deterministic_backward_fits({1, 1, 1, 64, 64}, 0));
 }
 
-TEST(CudnnAttention, TakesCausalAttentionInAWindowOrNotUpToHeadDim256) {
+TEST(CudnnAttention,
+     TakesCausalAttentionInAWindowSoftCapsAndSinksUpToHeadDim256) {
   using mtrt::cuda::CudnnAttention;
   const mtrt::KeyRange causal;
   EXPECT_TRUE(CudnnAttention::takes(128, causal, 64, 0.f, false, false));
@@ -741,9 +749,10 @@ TEST(CudnnAttention, TakesCausalAttentionInAWindowOrNotUpToHeadDim256) {
   EXPECT_FALSE(CudnnAttention::takes(20, causal, 64, 0.f, false, false));
   EXPECT_TRUE(CudnnAttention::takes(64, {40, 0}, 64, 0.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(64, {0, 8}, 64, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 2.f, false, false));
+  EXPECT_TRUE(CudnnAttention::takes(64, causal, 64, 2.f, false, false));
   EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 0.f, true, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 0.f, false, true));
+  EXPECT_TRUE(CudnnAttention::takes(64, causal, 64, 0.f, false, true));
+  EXPECT_TRUE(CudnnAttention::takes(64, {40, 0}, 64, 30.f, false, true));
   // A window or chunk as long as the sequence is none.
   EXPECT_TRUE(CudnnAttention::takes(64, {64, 0}, 64, 0.f, false, false));
   EXPECT_TRUE(CudnnAttention::takes(64, {4096, 8192}, 2048, 0.f, false, false));
