@@ -197,8 +197,7 @@ int main(int argc, char **argv) {
     // cuDNN's beside the tensor cores' (y holds their forward's now).
     char cudnn_cell[128] = "–", cudnn_fwd[32] = "null", cudnn_bwd[32] = "null",
          cudnn_any_bwd[32] = "null", cudnn_diff[32] = "null";
-    if (cudnn &&
-        mtrt::cuda::CudnnAttention::takes(s.D, range, s.S, 0.f, false, false)) {
+    if (cudnn && mtrt::cuda::CudnnAttention::takes(s.D, range, s.S)) {
       const std::vector<float> ref = download(y, nq);
       try {
         // A part cuDNN has no engine for runs on the tensor cores (said on

@@ -476,14 +476,14 @@ bool CudaKernels::cudnn_has_backward(const cuda::AttentionDims &,
 }
 void CudaKernels::cudnn_attention_forward(void *, float *, const void *,
                                           const void *, const void *,
-                                          const void *,
+                                          const void *, const float *,
                                           const cuda::AttentionDims &, float) {
   fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
 }
 void CudaKernels::cudnn_attention_backward(void *, void *, void *, const void *,
                                            const void *, const void *,
                                            const void *, const void *,
-                                           const float *,
+                                           const float *, const float *,
                                            const cuda::AttentionDims &, float,
                                            cuda::CudnnBackward) {
   fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
@@ -504,32 +504,64 @@ bool CudaKernels::cudnn_has_backward(const cuda::AttentionDims &d,
   return cudnn().has_backward(d, how);
 }
 
+namespace {
+/// Bytes of the per-head f32 arrays cuDNN binds for the form of `d`.
+int64_t head_terms_bytes(const cuda::AttentionDims &d) {
+  const int64_t each = (4 * d.H + 255) / 256 * 256;
+  return (int64_t(d.sinks) + int64_t(d.alibi)) * each;
+}
+} // namespace
+
+cuda::HeadTerms CudaKernels::cudnn_head_terms(void *at,
+                                              const cuda::AttentionDims &d,
+                                              const void *sinks,
+                                              const float *slopes) {
+  // cuDNN takes both in f32 in device memory: the sinks are a param's
+  // (bf16), the slopes the host's.
+  cuda::HeadTerms terms;
+  char *next = static_cast<char *>(at);
+  const int64_t each = (4 * d.H + 255) / 256 * 256;
+  if (d.sinks) {
+    float *f = reinterpret_cast<float *>(next);
+    zero_f32(f, d.H);
+    accumulate_f32(f, sinks, d.H);
+    terms.sinks = f;
+    next += each;
+  }
+  if (d.alibi) {
+    float *f = reinterpret_cast<float *>(next);
+    if (cudaMemcpyAsync(f, slopes, size_t(4 * d.H), cudaMemcpyHostToDevice,
+                        cudaStream_t(stream_)) != cudaSuccess)
+      fail("cuda: copying ALiBi's slopes for cuDNN failed");
+    terms.slopes = f;
+  }
+  return terms;
+}
+
 void CudaKernels::cudnn_attention_forward(void *y, float *lse, const void *q,
                                           const void *k, const void *v,
                                           const void *sinks,
+                                          const float *slopes,
                                           const cuda::AttentionDims &d,
                                           float scale) {
   cuda::CudnnAttention &c = cudnn();
-  // cuDNN takes the sinks in f32 (a param's are bf16): a copy ahead of
-  // cuDNN's own scratch.
-  const int64_t sink_bytes = sinks ? (4 * d.H + 255) / 256 * 256 : 0;
-  char *base =
-      static_cast<char *>(scratch(sink_bytes + c.forward_scratch_bytes(d)));
-  float *sinks_f32 = sinks ? reinterpret_cast<float *>(base) : nullptr;
-  if (sinks) {
-    zero_f32(sinks_f32, d.H);
-    accumulate_f32(sinks_f32, sinks, d.H);
-  }
-  c.forward(y, lse, q, k, v, sinks_f32, d, scale, base + sink_bytes, stream_);
+  const int64_t heads = head_terms_bytes(d);
+  char *base = static_cast<char *>(scratch(heads + c.forward_scratch_bytes(d)));
+  c.forward(y, lse, q, k, v, cudnn_head_terms(base, d, sinks, slopes), d, scale,
+            base + heads, stream_);
 }
 
 void CudaKernels::cudnn_attention_backward(
     void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
-    const void *v, const void *y, const float *lse,
+    const void *v, const void *y, const float *lse, const float *slopes,
     const cuda::AttentionDims &d, float scale, cuda::CudnnBackward how) {
   cuda::CudnnAttention &c = cudnn();
-  c.backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale, how,
-             scratch(c.backward_scratch_bytes(d, how)), stream_,
+  const int64_t heads = head_terms_bytes(d);
+  char *base =
+      static_cast<char *>(scratch(heads + c.backward_scratch_bytes(d, how)));
+  c.backward(dq, dk, dv, dy, q, k, v, y, lse,
+             cudnn_head_terms(base, d, nullptr, slopes), d, scale, how,
+             base + heads, stream_,
              [this](void *dst, const void *src, int64_t n) {
                // Flat: no scratch of its own (ours holds cuDNN's results).
                Broadcast flat{};
@@ -553,16 +585,15 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
   check_shape("attention_forward", H, Hkv, D);
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
-  const cuda::AttentionDims d{
-      Bn,      H,
-      Hkv,     S,
-      D,       cuda::CudnnAttention::window_of(range, S),
-      softcap, sinks != nullptr};
-  if (on_cudnn(attention_) &&
-      cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
-                                  sinks != nullptr) &&
+  cuda::AttentionDims d{Bn, H, Hkv, S, D};
+  d.window = cuda::CudnnAttention::window_of(range, S);
+  d.softcap = softcap;
+  d.sinks = sinks != nullptr;
+  d.alibi = alibi_slopes != nullptr;
+  if (on_cudnn(attention_) && cuda::CudnnAttention::takes(D, range, S) &&
       cudnn_has_forward(d))
-    return cudnn_attention_forward(y, lse, q, k, v, sinks, d, scale);
+    return cudnn_attention_forward(y, lse, q, k, v, sinks, alibi_slopes, d,
+                                   scale);
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores)
     attn::tensor_core_forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D,
@@ -607,12 +638,13 @@ void CudaKernels::attention_backward(
     fail("cuda attention_backward: dsinks without sinks");
   // The backward's graph is the same with sinks or without (they are in
   // the forward's lse); dsinks is ours, after it, as after our kernels.
-  const cuda::AttentionDims d{
-      Bn, H, Hkv, S, D, cuda::CudnnAttention::window_of(range, S), softcap};
+  cuda::AttentionDims d{Bn, H, Hkv, S, D};
+  d.window = cuda::CudnnAttention::window_of(range, S);
+  d.softcap = softcap;
+  d.alibi = alibi_slopes != nullptr;
   const cudaStream_t s = cudaStream_t(stream_);
   if (on_cudnn(attention_) && dq && dk && dv &&
-      cuda::CudnnAttention::takes(D, range, S, softcap, alibi_slopes != nullptr,
-                                  sinks != nullptr)) {
+      cuda::CudnnAttention::takes(D, range, S)) {
     // Past its bound on dS (or the room the plan's budget leaves), or
     // where cuDNN has no engine, the tensor-core backward below runs: it
     // reads either forward's y and lse alike, as cuDNN's backward does.
@@ -623,7 +655,8 @@ void CudaKernels::attention_backward(
     if ((how == cuda::CudnnBackward::Nondeterministic ||
          cuda::CudnnAttention::deterministic_backward_fits(d, scratch_room_)) &&
         cudnn_has_backward(d, how)) {
-      cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, d, scale, how);
+      cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, alibi_slopes, d,
+                               scale, how);
       if (dsinks)
         attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
       return;

@@ -296,14 +296,21 @@ private:
                          const Broadcast &bc, bool lhs);
   /// The attention forward and backward on cuDNN (forms
   /// CudnnAttention::takes, shapes cuDNN has an engine for).
+  /// `sinks` (bf16, on the device) and `slopes` (ALiBi's, host floats) as
+  /// the attention interface passes them.
   void cudnn_attention_forward(void *y, float *lse, const void *q,
                                const void *k, const void *v, const void *sinks,
+                               const float *slopes,
                                const cuda::AttentionDims &d, float scale);
   void cudnn_attention_backward(void *dq, void *dk, void *dv, const void *dy,
                                 const void *q, const void *k, const void *v,
                                 const void *y, const float *lse,
+                                const float *slopes,
                                 const cuda::AttentionDims &d, float scale,
                                 cuda::CudnnBackward how);
+  /// The sinks and slopes in f32 at `at` (their bytes: the form's).
+  cuda::HeadTerms cudnn_head_terms(void *at, const cuda::AttentionDims &d,
+                                   const void *sinks, const float *slopes);
 
   void *stream_ = nullptr;
   void *scratch_ = nullptr;

@@ -7,6 +7,8 @@
 //   S0 = Q·Kᵀ            matmul, f32         Q (B,H,S,D), Kᵀ (B,Hkv,D,S)
 //   S1 = S0 · scale      scale by value
 //   S1 = c·tanh(S1 / c)  a soft cap c (by value): DIV, TANH_FWD, MUL
+//   S1 += m_h·(col − row) ALiBi, slopes m (1,H,1,1) f32: GEN_INDEX ×2,
+//                        SUB (int32), MUL, ADD
 //   S2 = row ≥ col ? S1 : −∞                 GEN_INDEX ×2 (int32), CMP_GE,
 //                                            select (before cuDNN 9.10 the
 //                                            lowest float instead)
@@ -23,7 +25,7 @@
 // The backward, from the forward's Y and stats (the caller's y and lse):
 //
 //   δ = Σ_d dY ∘ Y       (B,H,S,1) f32, bound to memory
-//   P = exp(mask(scale·Q·Kᵀ − stats))
+//   P = exp(mask(S1 − stats))  S1 as the forward's
 //   dV = Pᵀ·dY           Pᵀ a reshape of P; summed over a KV head's group
 //   dS = scale · P ∘ (dY·Vᵀ − δ)
 //                        with a soft cap, P ∘ (dY·Vᵀ − δ) times
@@ -234,7 +236,8 @@ enum Uid : int64_t {
   kDqSum,   // and the backward's
   kWindow,  // both's, with a sliding window
   kSoftcap, // both's, with a soft cap
-  kSink     // the forward's, with sinks
+  kSink,    // the forward's, with sinks
+  kSlopes   // both's, with ALiBi
 };
 
 /// One graph's tensors and operations, built without a device.
@@ -430,6 +433,34 @@ struct Graph {
     return binary(CUDNN_POINTWISE_DIV, dx, cap, dims);
   }
 
+  /// ALiBi's bias added to the scores: slope_h · (col − row), the slopes
+  /// (1, H, 1, 1) f32, as cuDNN's frontend spells its alibi mask.
+  const Desc &alibi(const Desc &scores, Dims dims, const Desc &slopes) {
+    const auto [row, col] = indices(scores, dims);
+    const Desc &distance = virtual_like(dims, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_SUB, *col, row, nullptr, distance,
+              CUDNN_DATA_INT32);
+    const Desc &bias = binary(CUDNN_POINTWISE_MUL, distance, slopes, dims);
+    return binary(CUDNN_POINTWISE_ADD, scores, bias, dims);
+  }
+  /// The scaled scores as the form of `d` has them: soft-capped (its
+  /// `*cap` and `*before_tanh` set for the backward), then ALiBi's bias.
+  const Desc &score_form(const Desc &scaled, Dims dims, const AttentionDims &d,
+                         const Desc **cap, const Desc **before_tanh) {
+    const Desc *out = &scaled;
+    if (d.softcap > 0) {
+      *cap = &scalar(kSoftcap);
+      out = &softcap(*out, dims, **cap, before_tanh);
+    }
+    if (d.alibi) {
+      const Dims heads{1, dims[1], 1, 1};
+      const Desc &slopes =
+          tensor(kSlopes, heads, contiguous(heads), CUDNN_DATA_FLOAT, false);
+      out = &alibi(*out, dims, slopes);
+    }
+    return *out;
+  }
+
   /// The causal mask, and the window's where `d` has one.
   const Desc &masks(const Desc &scores, Dims dims, const Desc &lowest,
                     const AttentionDims &d) {
@@ -467,12 +498,10 @@ Graph forward_graph(const AttentionDims &d) {
   const Dims sDims{B, H, S, S};
   const Desc &s0 = g.virtual_like(sDims);
   g.matmul(q, kt, s0);
-  const Desc *s1 = &g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
-  if (d.softcap > 0) {
-    const Desc *before_tanh = nullptr;
-    s1 = &g.softcap(*s1, sDims, g.scalar(kSoftcap), &before_tanh);
-  }
-  const Desc &s2 = g.masks(*s1, sDims, lowest, d);
+  const Desc *cap = nullptr, *before_tanh = nullptr;
+  const Desc &s1 = g.score_form(g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims),
+                                sDims, d, &cap, &before_tanh);
+  const Desc &s2 = g.masks(s1, sDims, lowest, d);
   // A head's sink is one more logit in each row's softmax, weighing no
   // value: in the max and the sum, as the frontend's softmax takes it.
   const Desc *sink = nullptr;
@@ -540,13 +569,10 @@ Graph backward_graph(const AttentionDims &d, CudnnBackward how) {
   // P = exp(mask(scale·Q·Kᵀ − stats)), and dV = Pᵀ·dY.
   const Desc &s0 = g.virtual_like(sDims);
   g.matmul(q, kt, s0);
-  const Desc *s1 = &g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims);
   const Desc *cap = nullptr, *before_tanh = nullptr;
-  if (d.softcap > 0) {
-    cap = &g.scalar(kSoftcap);
-    s1 = &g.softcap(*s1, sDims, *cap, &before_tanh);
-  }
-  const Desc &s2 = g.binary(CUDNN_POINTWISE_SUB, *s1, stats, sDims);
+  const Desc &s1 = g.score_form(g.binary(CUDNN_POINTWISE_MUL, s0, scale, sDims),
+                                sDims, d, &cap, &before_tanh);
+  const Desc &s2 = g.binary(CUDNN_POINTWISE_SUB, s1, stats, sDims);
   const Desc &s3 = g.masks(s2, sDims, lowest, d);
   const Desc &p = g.virtual_like(sDims);
   g.pointwise(CUDNN_POINTWISE_EXP, s3, nullptr, nullptr, p);
@@ -706,7 +732,7 @@ Pass backward_pass(CudnnBackward how) {
 }
 
 using Key = std::tuple<Pass, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, float, bool>;
+                       int64_t, float, bool, bool>;
 
 /// Bytes rounded up to 256, so that what follows them stays aligned.
 int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -746,7 +772,7 @@ std::string shape_name(const AttentionDims &d) {
          " D=" + std::to_string(d.D) +
          (d.window > 0 ? " window=" + std::to_string(d.window) : "") +
          (d.softcap > 0 ? " softcap=" + std::to_string(d.softcap) : "") +
-         (d.sinks ? " sinks" : "");
+         (d.sinks ? " sinks" : "") + (d.alibi ? " ALiBi" : "");
 }
 
 /// The graph of `pass` over `d`.
@@ -762,9 +788,15 @@ Graph graph_of(Pass pass, const AttentionDims &d) {
   fail("cuda: no such cuDNN attention pass");
 }
 
-/// Binds the scalars only some graphs have: the window's and the soft cap's.
+/// Binds what only some graphs have: the window and the soft cap (by
+/// value), ALiBi's slopes.
 void add_form(const AttentionDims &d, float *window, float *cap,
-              std::vector<int64_t> &uids, std::vector<void *> &pointers) {
+              const HeadTerms &heads, std::vector<int64_t> &uids,
+              std::vector<void *> &pointers) {
+  if (d.alibi != (heads.slopes != nullptr))
+    fail("cuda: cuDNN's attention of ", shape_name(d),
+         d.alibi ? " without its ALiBi slopes"
+                 : " given ALiBi slopes it has no place for");
   if (d.window > 0) {
     uids.push_back(kWindow);
     pointers.push_back(window);
@@ -772,6 +804,10 @@ void add_form(const AttentionDims &d, float *window, float *cap,
   if (d.softcap > 0) {
     uids.push_back(kSoftcap);
     pointers.push_back(cap);
+  }
+  if (d.alibi) {
+    uids.push_back(kSlopes);
+    pointers.push_back(const_cast<float *>(heads.slopes));
   }
 }
 
@@ -795,7 +831,7 @@ std::string cudnn_withholds(const AttentionDims &d, bool backward) {
   if (v == 91000 || v == 91001)
     return name + " has known faults in its fused attention";
   // The frontend's score modifiers (the soft cap's) from 9.4, its sinks
-  // from 9.13.
+  // from 9.13 (its ALiBi from 8.9, before any cuDNN 9).
   if (d.softcap > 0 && v < 90400)
     return name + " takes no soft cap (9.4 and later do)";
   if (d.sinks && v < 91300)
@@ -821,9 +857,9 @@ struct CudnnAttention::Impl {
   /// The plan for `pass` over `d`, built at the first ask, refused or not;
   /// a refusal is said on stderr then, once.
   Plan &plan(Pass pass, const AttentionDims &d) {
-    auto [it, fresh] =
-        plans.try_emplace(Key{pass, d.B, d.H, d.Hkv, d.S, d.D, d.window,
-                              d.softcap, d.sinks && pass == Pass::Forward});
+    auto [it, fresh] = plans.try_emplace(
+        Key{pass, d.B, d.H, d.Hkv, d.S, d.D, d.window, d.softcap,
+            d.sinks && pass == Pass::Forward, d.alibi});
     if (fresh) {
       try {
         const std::string why = cudnn_withholds(d, pass != Pass::Forward);
@@ -854,8 +890,9 @@ struct CudnnAttention::Impl {
   }
 
   void forward(void *y, void *stats, void *ws, const void *q, const void *k,
-               const void *v, const float *sinks, const AttentionDims &d,
+               const void *v, const HeadTerms &heads, const AttentionDims &d,
                float scale, void *stream) {
+    const float *sinks = heads.sinks;
     if (d.sinks != (sinks != nullptr))
       fail("cuda: cuDNN's attention forward of ", shape_name(d),
            d.sinks ? " without its sinks" : " given sinks it has no place for");
@@ -868,7 +905,7 @@ struct CudnnAttention::Impl {
                                     stats,
                                     &scale,
                                     &lowest};
-    add_form(d, &window, &cap, uids, pointers);
+    add_form(d, &window, &cap, heads, uids, pointers);
     if (sinks) {
       uids.push_back(kSink);
       pointers.push_back(const_cast<float *>(sinks));
@@ -903,12 +940,12 @@ int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &d) {
 }
 
 void CudnnAttention::forward(void *y, float *lse, const void *q, const void *k,
-                             const void *v, const float *sinks,
+                             const void *v, const HeadTerms &heads,
                              const AttentionDims &d, float scale, void *scratch,
                              void *stream) {
   char *own = static_cast<char *>(scratch);
   impl_->forward(y, lse ? static_cast<void *>(lse) : own,
-                 own + aligned(4 * d.B * d.H * d.S), q, k, v, sinks, d, scale,
+                 own + aligned(4 * d.B * d.H * d.S), q, k, v, heads, d, scale,
                  stream);
 }
 
@@ -922,9 +959,9 @@ int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &d,
 void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
                               const void *q, const void *k, const void *v,
                               const void *y, const float *lse,
-                              const AttentionDims &d, float scale,
-                              CudnnBackward how, void *scratch, void *stream,
-                              const AddInto &add) {
+                              const HeadTerms &heads, const AttentionDims &d,
+                              float scale, CudnnBackward how, void *scratch,
+                              void *stream, const AddInto &add) {
   Plan &bwd = impl_->runnable(backward_pass(how), d);
   const BackwardScratch at(d, how, bwd.workspace);
   char *base = static_cast<char *>(scratch);
@@ -956,7 +993,7 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
     uids.push_back(kDqSum);
     pointers.push_back(base + at.dq_sum);
   }
-  add_form(d, &window, &cap, uids, pointers);
+  add_form(d, &window, &cap, heads, uids, pointers);
   bwd.run(impl_->handle, stream, int64_t(uids.size()), uids.data(),
           pointers.data(), base + at.workspace,
           "running the attention backward");
@@ -1047,8 +1084,8 @@ int64_t CudnnAttention::forward_scratch_bytes(const AttentionDims &) {
   fail("cuda: ", kLeftOut);
 }
 void CudnnAttention::forward(void *, float *, const void *, const void *,
-                             const void *, const float *, const AttentionDims &,
-                             float, void *, void *) {
+                             const void *, const HeadTerms &,
+                             const AttentionDims &, float, void *, void *) {
   fail("cuda: ", kLeftOut);
 }
 int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &,
@@ -1057,7 +1094,7 @@ int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &,
 }
 void CudnnAttention::backward(void *, void *, void *, const void *,
                               const void *, const void *, const void *,
-                              const void *, const float *,
+                              const void *, const float *, const HeadTerms &,
                               const AttentionDims &, float, CudnnBackward,
                               void *, void *, const AddInto &) {
   fail("cuda: ", kLeftOut);

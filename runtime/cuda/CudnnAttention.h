@@ -4,16 +4,17 @@
 // Q·Kᵀ, the scale, the causal mask (and a sliding window's), a softmax that
 // also yields each row's log-sum-exp, and P·V, and the backward as the graph of
 // its gradients, each of which cuDNN runs as a fused flash-attention kernel of
-// its own; soft caps (Gemma 2's) and sinks (one more logit a head) go into the
-// graphs too, as cuDNN's frontend puts them. MEGATRAIN_CUDA_ATTENTION=cudnn
-// asks for them with the deterministic backward, =cudnn-nondeterministic with
-// the other (CudaKernels). The forms they are not given (chunks shorter than
-// the sequence, ALiBi, head dims past 256 or not a multiple of 8, a backward
-// that leaves a gradient out, a deterministic backward whose dS would pass its
-// bound, what cuDNN's frontend would not hand over as it stands (a backward
-// over S not a multiple of 128 up to cuDNN 9.15, or S = 1; soft caps before
-// 9.4, sinks before 9.13), and any shape cuDNN has no engine for) stay on the
-// tensor-core kernels. The sinks' gradient is always the runtime's own.
+// its own; soft caps (Gemma 2's), ALiBi (BLOOM's) and sinks (one more logit a
+// head) go into the graphs too, as cuDNN's frontend puts them.
+// MEGATRAIN_CUDA_ATTENTION=cudnn asks for them with the deterministic
+// backward, =cudnn-nondeterministic with the other (CudaKernels). The forms
+// they are not given (chunks shorter than the sequence, head dims past 256 or
+// not a multiple of 8, a backward that leaves a gradient out, a deterministic
+// backward whose dS would pass its bound, what cuDNN's frontend would not hand
+// over as it stands (a backward over S not a multiple of 128 up to cuDNN
+// 9.15, or S = 1; soft caps before 9.4, sinks before 9.13), and any shape
+// cuDNN has no engine for) stay on the tensor-core kernels. The sinks'
+// gradient is always the runtime's own.
 //
 // cuDNN is loaded with dlopen at first use ($MEGATRAIN_CUDNN, then
 // libcudnn.so.9 on the loader's path), so that the runtime builds and runs
@@ -41,10 +42,18 @@ namespace mtrt::cuda {
 /// turns each scaled score s into softcap · tanh(s / softcap); 0 for none.
 /// With sinks, each query head's softmax has one more logit (H floats the
 /// forward is given), weighing no value; the backward is the same graph.
+/// With ALiBi, query head h adds slope_h · (j − i) to its scores.
 struct AttentionDims {
   int64_t B = 0, H = 0, Hkv = 0, S = 0, D = 0, window = 0;
   float softcap = 0;
-  bool sinks = false;
+  bool sinks = false, alibi = false;
+};
+
+/// The per-head arrays some forms bind, H floats each in device memory:
+/// the sinks (the forward's, where AttentionDims::sinks) and ALiBi's slopes
+/// (where AttentionDims::alibi); null where the form has none.
+struct HeadTerms {
+  const float *sinks = nullptr, *slopes = nullptr;
 };
 
 /// Which of cuDNN's attention backwards runs. The deterministic one (the
@@ -64,12 +73,11 @@ public:
   CudnnAttention &operator=(const CudnnAttention &) = delete;
 
   /// Whether cuDNN is given the attention of this form over S positions
-  /// (the file comment): causal, in a sliding window or not, soft-capped or
-  /// not, with sinks or not; a chunk as long as the sequence is none.
-  static bool takes(int64_t D, const KeyRange &range, int64_t S,
-                    float /*softcap*/, bool alibi, bool /*sinks*/) {
+  /// (the file comment): causal, in a sliding window or not, soft-capped,
+  /// with sinks, with ALiBi or not; a chunk as long as the sequence is none.
+  static bool takes(int64_t D, const KeyRange &range, int64_t S) {
     return D > 0 && D <= 256 && D % 8 == 0 &&
-           (range.chunk <= 0 || range.chunk >= S) && !alibi;
+           (range.chunk <= 0 || range.chunk >= S);
   }
   /// The window of AttentionDims for `range` over S positions: 0 where it
   /// is as long as the sequence.
@@ -92,10 +100,10 @@ public:
 
   /// y = softmax(scale·q·kᵀ, causal)·v on `stream` (a cudaStream_t), and
   /// each row's log-sum-exp into lse (B·H·S floats) unless it is null;
-  /// `sinks`: the H sink logits, f32 in device memory, where d.sinks (else
-  /// null); `scratch` holds forward_scratch_bytes(d) bytes of device memory.
+  /// `heads` as the form of `d` asks; `scratch` holds
+  /// forward_scratch_bytes(d) bytes of device memory.
   void forward(void *y, float *lse, const void *q, const void *k, const void *v,
-               const float *sinks, const AttentionDims &d, float scale,
+               const HeadTerms &heads, const AttentionDims &d, float scale,
                void *scratch, void *stream);
 
   /// Adds n bf16 values at src into dst, on the stream.
@@ -133,8 +141,9 @@ public:
   /// scratch, then `add` into each gradient.
   void backward(void *dq, void *dk, void *dv, const void *dy, const void *q,
                 const void *k, const void *v, const void *y, const float *lse,
-                const AttentionDims &d, float scale, CudnnBackward how,
-                void *scratch, void *stream, const AddInto &add);
+                const HeadTerms &heads, const AttentionDims &d, float scale,
+                CudnnBackward how, void *scratch, void *stream,
+                const AddInto &add);
 
   /// Builds every tensor and operation descriptor of the forward's and both
   /// backwards' graphs for `d`, all that needs no device; throws Error

@@ -26,6 +26,7 @@ namespace {
 using mtrt::cuda::AttentionDims;
 using mtrt::cuda::CudnnAttention;
 using mtrt::cuda::CudnnBackward;
+using mtrt::cuda::HeadTerms;
 
 /// The fake's controls, from the library the runtime loaded.
 struct Fake {
@@ -77,10 +78,10 @@ constexpr AttentionDims kShape{1, 2, 1, 96, 64};
 /// Runs the forward of `d` (nothing runs: the fake says so) and returns
 /// the error's text.
 std::string run_forward(CudnnAttention &cudnn, const AttentionDims &d = kShape,
-                        const float *sinks = nullptr) {
+                        const HeadTerms &heads = {}) {
   std::vector<char> scratch(size_t(cudnn.forward_scratch_bytes(d)));
   try {
-    cudnn.forward(nullptr, nullptr, nullptr, nullptr, nullptr, sinks, d, 0.125f,
+    cudnn.forward(nullptr, nullptr, nullptr, nullptr, nullptr, heads, d, 0.125f,
                   scratch.data(), nullptr);
   } catch (const mtrt::Error &e) {
     return e.what();
@@ -90,12 +91,13 @@ std::string run_forward(CudnnAttention &cudnn, const AttentionDims &d = kShape,
 
 /// The same for the deterministic backward (the other clears a sum on the
 /// device first, which needs a GPU).
-std::string run_backward(CudnnAttention &cudnn, const AttentionDims &d) {
+std::string run_backward(CudnnAttention &cudnn, const AttentionDims &d,
+                         const HeadTerms &heads = {}) {
   std::vector<char> scratch(
       size_t(cudnn.backward_scratch_bytes(d, CudnnBackward::Deterministic)));
   try {
     cudnn.backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                   nullptr, nullptr, nullptr, d, 0.125f,
+                   nullptr, nullptr, nullptr, heads, d, 0.125f,
                    CudnnBackward::Deterministic, scratch.data(), nullptr,
                    [](void *, const void *, int64_t) {});
   } catch (const mtrt::Error &e) {
@@ -218,27 +220,36 @@ TEST_F(CudnnFallback, ASlidingWindowIsPassedByValue) {
 // virtual), as cuDNN does: each form's forward and backward bind theirs.
 TEST_F(CudnnFallback, EachFormBindsItsGraphsTensors) {
   CudnnAttention cudnn;
-  const float sinks[2] = {0.5f, -1.f};
+  const float sinks[2] = {0.5f, -1.f}, slopes[2] = {0.25f, 0.0625f};
+  AttentionDims alibi = kShape, all{1, 2, 1, 96, 64, 40, 30.f, true};
+  alibi.alibi = all.alibi = true;
   const AttentionDims forms[] = {kShape,
                                  {1, 2, 1, 96, 64, 40},
                                  {1, 2, 1, 96, 64, 0, 30.f},
                                  {1, 2, 1, 96, 64, 0, 0.f, true},
-                                 {1, 2, 1, 96, 64, 40, 30.f, true}};
+                                 alibi,
+                                 all};
   for (const AttentionDims &d : forms) {
+    const HeadTerms heads{d.sinks ? sinks : nullptr,
+                          d.alibi ? slopes : nullptr};
     ASSERT_TRUE(cudnn.has_forward(d));
-    std::string e = run_forward(cudnn, d, d.sinks ? sinks : nullptr);
+    std::string e = run_forward(cudnn, d, heads);
     EXPECT_NE(e.find("runs nothing"), std::string::npos) << e;
     AttentionDims backward = d;
     backward.sinks = false; // its graph has none
     ASSERT_TRUE(cudnn.has_backward(backward, CudnnBackward::Deterministic));
-    e = run_backward(cudnn, backward);
+    e = run_backward(cudnn, backward, heads);
     EXPECT_NE(e.find("runs nothing"), std::string::npos) << e;
   }
-  // A forward with sinks and none given, or the other way, is refused
-  // before cuDNN sees it.
+  // A form's arrays missing, or given to a form without them, are refused
+  // before cuDNN sees them.
   EXPECT_NE(run_forward(cudnn, forms[3]).find("without its sinks"),
             std::string::npos);
-  EXPECT_NE(run_forward(cudnn, kShape, sinks).find("no place for"),
+  EXPECT_NE(run_forward(cudnn, kShape, {sinks, nullptr}).find("no place for"),
+            std::string::npos);
+  EXPECT_NE(run_backward(cudnn, alibi).find("without its ALiBi slopes"),
+            std::string::npos);
+  EXPECT_NE(run_backward(cudnn, kShape, {nullptr, slopes}).find("no place for"),
             std::string::npos);
 }
 

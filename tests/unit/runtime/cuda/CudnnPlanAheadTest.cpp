@@ -124,7 +124,7 @@ protected:
         " D=" + std::to_string(d.D) +
         (d.window ? " window=" + std::to_string(d.window) : "") +
         (d.softcap > 0 ? " softcap=" + std::to_string(d.softcap) : "") +
-        (d.sinks ? " sinks" : "");
+        (d.sinks ? " sinks" : "") + (d.alibi ? " ALiBi" : "");
     EXPECT_EQ(p.refused, "") << which << " of " << shape;
     bool flash = false;
     for (const std::string &k : p.kernels)
@@ -224,6 +224,27 @@ TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForSinks) {
   for (const AttentionDims &d : shapes)
     expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
                  "forward");
+}
+
+// ALiBi: BLOOM 7B's heads (32 of 128) at 2048 tokens, and on the kernel
+// tests' shapes (one in a window, soft-capped).
+TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForAlibi) {
+  AttentionDims shapes[] = {
+      {4, 32, 32, 2048, 128}, {2, 4, 2, 256, 64, 9, 2.f}, {1, 2, 1, 70, 64}};
+  for (AttentionDims &d : shapes) {
+    d.alibi = true;
+    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
+                 "forward");
+    const Planned nondet = plan(d, true, CudnnBackward::Nondeterministic);
+    if (!mtrt::cuda::cudnn_withholds(d, true).empty()) {
+      EXPECT_NE(nondet.refused, "");
+      continue;
+    }
+    expect_flash(nondet, "bprop", d, "nondeterministic backward");
+    const Planned det = plan(d, true, CudnnBackward::Deterministic);
+    expect_flash(det, "bprop", d, "deterministic backward");
+    EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
+  }
 }
 
 } // namespace

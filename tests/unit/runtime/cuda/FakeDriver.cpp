@@ -5,12 +5,17 @@
 // turn the kernels they compile (with NVRTC, on the CPU) into modules. This
 // one keeps each cubin's SM and each kernel's name, and runs nothing, so
 // that a test sees which kernels cuDNN would run on the GPU it plans for
-// ahead of time (CudnnAttention::plan_ahead). Every entry point cuDNN 9
-// looks up is here; those that would need a device fail.
+// ahead of time (CudnnAttention::plan_ahead). With MEGATRAIN_FAKE_DRIVER_DUMP
+// naming a folder, it also writes each cubin there (N.cubin, in the order
+// loaded), for cuobjdump to read. Every entry point cuDNN 9 looks up is
+// here; those that would need a device fail.
 //
 //===----------------------------------------------------------------------===//
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -34,6 +39,36 @@ int sm_of(const void *image) {
   uint32_t flags;
   std::memcpy(&flags, c + 0x30, sizeof flags);
   return int(flags >> 8 & 0xff);
+}
+
+/// Writes an ELF64 cubin to $MEGATRAIN_FAKE_DRIVER_DUMP/N.cubin, where set:
+/// its bytes end with its section or its program headers, the later.
+void dump(const void *image, size_t n) {
+  const char *dir = std::getenv("MEGATRAIN_FAKE_DRIVER_DUMP");
+  const auto *c = static_cast<const unsigned char *>(image);
+  if (!dir ||
+      std::memcmp(c,
+                  "\x7f"
+                  "ELF",
+                  4) != 0 ||
+      c[4] != 2)
+    return;
+  auto table_end = [&](int off, int entsize, int num) {
+    uint64_t at;
+    uint16_t size, count;
+    std::memcpy(&at, c + off, sizeof at);
+    std::memcpy(&size, c + entsize, sizeof size);
+    std::memcpy(&count, c + num, sizeof count);
+    return at + uint64_t(size) * count;
+  };
+  const uint64_t bytes = std::max(table_end(0x28, 0x3a, 0x3c),  // sections
+                                  table_end(0x20, 0x36, 0x38)); // program
+  const std::string path =
+      std::string(dir) + "/" + std::to_string(n) + ".cubin";
+  if (FILE *f = std::fopen(path.c_str(), "wb")) {
+    std::fwrite(c, 1, size_t(bytes), f);
+    std::fclose(f);
+  }
 }
 
 } // namespace
@@ -62,6 +97,7 @@ int cuGetErrorName(int, const char **text) {
 }
 int cuLibraryLoadData(void **lib, const void *image, void *, void *, unsigned,
                       void *, void *, unsigned) {
+  dump(image, sms.size());
   sms.push_back(sm_of(image));
   *lib = &library;
   return kSuccess;

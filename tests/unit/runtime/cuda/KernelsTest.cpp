@@ -465,8 +465,7 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   // would pass here on the tensor cores. The runtime withholds some
   // backwards from some versions, as cuDNN's frontend does.
   if (mtrt::MT_KNS::on_cudnn(family) &&
-      mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S,
-                                        s.softcap, s.alibi, s.sinks)) {
+      mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S)) {
     // The backward's graph has no sinks (they are in the forward's lse).
     mtrt::cuda::AttentionDims d{
         s.B,
@@ -476,7 +475,8 @@ TEST_P(AttentionTest, ForwardAndBackward) {
         s.D,
         mtrt::cuda::CudnnAttention::window_of({s.window, s.chunk}, s.S),
         s.softcap,
-        s.sinks};
+        s.sinks,
+        s.alibi};
     if (mtrt::cuda::cudnn_withholds(d, false).empty())
       EXPECT_TRUE(k_->cudnn_has_forward(d)) << "no engine for the forward";
     d.sinks = false;
@@ -603,14 +603,13 @@ INSTANTIATE_TEST_SUITE_P(
 
 /// The shapes whose attention cuDNN is given (GQA, MQA, D from 16 to 256,
 /// one token, sliding windows shorter than the sequence and as long, soft
-/// caps, sinks, whole tiles of 128 keys, which every cuDNN takes backwards
-/// too), and three it is not (chunks, D = 384, ALiBi), which stay on the
+/// caps, sinks, ALiBi, whole tiles of 128 keys, which every cuDNN takes
+/// backwards too), and two it is not (chunks, D = 384), which stay on the
 /// tensor cores. The backward adds into random gradients, as a step's does.
 std::vector<AttentionShape> cudnn_shapes() {
   std::vector<AttentionShape> out;
   for (const AttentionShape &s : kAttentionShapes)
-    if (mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S,
-                                          s.softcap, s.alibi, s.sinks))
+    if (mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S))
       out.push_back(s);
   out.push_back(AttentionShape{1, 2, 1, 150, 64, false, 40});
   out.push_back(AttentionShape{1, 2, 1, 150, 64, false, 0, 0.f, false, 64});
@@ -738,27 +737,22 @@ TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScoresAndTheRoomLeft) {
       CudnnAttention::deterministic_backward_fits({1, 1, 1, 64, 64}, 0));
 }
 
-TEST(CudnnAttention,
-     TakesCausalAttentionInAWindowSoftCapsAndSinksUpToHeadDim256) {
+TEST(CudnnAttention, TakesCausalAttentionInAWindowOrNotUpToHeadDim256) {
   using mtrt::cuda::CudnnAttention;
   const mtrt::KeyRange causal;
-  EXPECT_TRUE(CudnnAttention::takes(128, causal, 64, 0.f, false, false));
-  EXPECT_TRUE(CudnnAttention::takes(16, causal, 64, 0.f, false, false));
-  EXPECT_TRUE(CudnnAttention::takes(256, causal, 64, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(264, causal, 64, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(20, causal, 64, 0.f, false, false));
-  EXPECT_TRUE(CudnnAttention::takes(64, {40, 0}, 64, 0.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, {0, 8}, 64, 0.f, false, false));
-  EXPECT_TRUE(CudnnAttention::takes(64, causal, 64, 2.f, false, false));
-  EXPECT_FALSE(CudnnAttention::takes(64, causal, 64, 0.f, true, false));
-  EXPECT_TRUE(CudnnAttention::takes(64, causal, 64, 0.f, false, true));
-  EXPECT_TRUE(CudnnAttention::takes(64, {40, 0}, 64, 30.f, false, true));
+  EXPECT_TRUE(CudnnAttention::takes(128, causal, 64));
+  EXPECT_TRUE(CudnnAttention::takes(16, causal, 64));
+  EXPECT_TRUE(CudnnAttention::takes(256, causal, 64));
+  EXPECT_FALSE(CudnnAttention::takes(264, causal, 64));
+  EXPECT_FALSE(CudnnAttention::takes(20, causal, 64));
+  EXPECT_TRUE(CudnnAttention::takes(64, {40, 0}, 64));
+  EXPECT_FALSE(CudnnAttention::takes(64, {0, 8}, 64));
   // A window or chunk as long as the sequence is none.
-  EXPECT_TRUE(CudnnAttention::takes(64, {64, 0}, 64, 0.f, false, false));
-  EXPECT_TRUE(CudnnAttention::takes(64, {4096, 8192}, 2048, 0.f, false, false));
+  EXPECT_TRUE(CudnnAttention::takes(64, {64, 0}, 64));
+  EXPECT_TRUE(CudnnAttention::takes(64, {4096, 8192}, 2048));
   EXPECT_EQ(CudnnAttention::window_of({63, 0}, 64), 63);
   EXPECT_EQ(CudnnAttention::window_of({64, 0}, 64), 0);
-  EXPECT_FALSE(CudnnAttention::takes(64, {0, 63}, 64, 0.f, false, false));
+  EXPECT_FALSE(CudnnAttention::takes(64, {0, 63}, 64));
 }
 
 #ifndef MEGATRAIN_CUDA_EMULATION
