@@ -143,9 +143,9 @@ int main(int argc, char **argv) {
              bwd_tflops = 0;
       bool finite = true;
     };
-    const mtrt::cuda::AttentionDims dims{
-        s.B, s.H, s.Hkv,
-        s.S, s.D, mtrt::cuda::CudnnAttention::window_of(range, s.S)};
+    mtrt::cuda::AttentionDims dims{s.B, s.H, s.Hkv, s.S, s.D};
+    dims.window = mtrt::cuda::CudnnAttention::window_of(range, s.S);
+    dims.chunk = mtrt::cuda::CudnnAttention::chunk_of(range, s.S);
     auto measure = [&](mtrt::cuda::AttentionKernels family, int n,
                        bool dq_pass = true) {
       k.set_attention_kernels(family);
@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
     // cuDNN's beside the tensor cores' (y holds their forward's now).
     char cudnn_cell[128] = "–", cudnn_fwd[32] = "null", cudnn_bwd[32] = "null",
          cudnn_any_bwd[32] = "null", cudnn_diff[32] = "null";
-    if (cudnn && mtrt::cuda::CudnnAttention::takes(s.D, range, s.S)) {
+    if (cudnn && mtrt::cuda::CudnnAttention::takes(s.D)) {
       const std::vector<float> ref = download(y, nq);
       try {
         // A part cuDNN has no engine for runs on the tensor cores (said on

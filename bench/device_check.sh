@@ -17,8 +17,8 @@
 #      soft caps and vocabulary pieces, one Qwen3.5 with gated DeltaNet
 #      layers, one Bamba with Mamba-2 mixers, one Kimi Linear with a decay
 #      per key channel, one gpt-oss with sinks; tiny-llama, tiny-window,
-#      tiny-gemma2, tiny-gpt_oss and tiny-bloom again with attention on
-#      cuDNN), CUDA bf16 vs CPU fp32, one step, --dump-grads;
+#      tiny-gemma2, tiny-gpt_oss, tiny-bloom and tiny-llama4 again with
+#      attention on cuDNN), CUDA bf16 vs CPU fp32, one step, --dump-grads;
 #      and CUDA --stress against a normal CUDA run, bit for bit
 #   attention. the attention kernels' TFLOPS (bench/attention_bench.cpp)
 #      beside cuDNN's fused kernels and torch's scaled_dot_product_attention
@@ -316,7 +316,8 @@ parity() {
   local rc=0 m models=(tiny-llama tiny-gpt2 tiny-bloom tiny-window tiny-gemma2 tiny-gpt_oss
                        tiny-mixtral tiny-llama4 tiny-qwen3_5 tiny-bamba tiny-kimi_linear
                        tiny-jamba tiny-llama-bf16master tiny-llama+cudnn tiny-window+cudnn
-                       tiny-gemma2+cudnn tiny-gpt_oss+cudnn tiny-bloom+cudnn)
+                       tiny-gemma2+cudnn tiny-gpt_oss+cudnn tiny-bloom+cudnn
+                       tiny-llama4+cudnn)
   for m in "${models[@]}"; do
     parity_runs $m > "$WORK/parity-$m.txt" 2>&1 &
     while (( $(jobs -rp | wc -l) >= 4 )); do wait -n; done

@@ -587,10 +587,11 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
   a.sinks = B(sinks);
   cuda::AttentionDims d{Bn, H, Hkv, S, D};
   d.window = cuda::CudnnAttention::window_of(range, S);
+  d.chunk = cuda::CudnnAttention::chunk_of(range, S);
   d.softcap = softcap;
   d.sinks = sinks != nullptr;
   d.alibi = alibi_slopes != nullptr;
-  if (on_cudnn(attention_) && cuda::CudnnAttention::takes(D, range, S) &&
+  if (on_cudnn(attention_) && cuda::CudnnAttention::takes(D) &&
       cudnn_has_forward(d))
     return cudnn_attention_forward(y, lse, q, k, v, sinks, alibi_slopes, d,
                                    scale);
@@ -640,11 +641,12 @@ void CudaKernels::attention_backward(
   // the forward's lse); dsinks is ours, after it, as after our kernels.
   cuda::AttentionDims d{Bn, H, Hkv, S, D};
   d.window = cuda::CudnnAttention::window_of(range, S);
+  d.chunk = cuda::CudnnAttention::chunk_of(range, S);
   d.softcap = softcap;
   d.alibi = alibi_slopes != nullptr;
   const cudaStream_t s = cudaStream_t(stream_);
   if (on_cudnn(attention_) && dq && dk && dv &&
-      cuda::CudnnAttention::takes(D, range, S)) {
+      cuda::CudnnAttention::takes(D)) {
     // Past its bound on dS (or the room the plan's budget leaves), or
     // where cuDNN has no engine, the tensor-core backward below runs: it
     // reads either forward's y and lse alike, as cuDNN's backward does.

@@ -15,6 +15,9 @@
 //   S2 = col + W > row ? S2 : −∞             a sliding window W shorter than
 //                                            the sequence: GEN_INDEX ×2, ADD
 //                                            W (f32), CMP_GT, select
+//   S2 = col ≥ row − row mod C ? S2 : −∞     chunks of C shorter than the
+//                                            sequence: GEN_INDEX ×2, MOD C
+//                                            and SUB in int32, CMP_GE, select
 //   M = max_j S2, E = exp(S2 − M), Z = Σ_j E
 //                        with sinks (1,H,1,1) f32: M = max(M, sink),
 //                        Z += exp(sink − M)
@@ -237,7 +240,8 @@ enum Uid : int64_t {
   kWindow,  // both's, with a sliding window
   kSoftcap, // both's, with a soft cap
   kSink,    // the forward's, with sinks
-  kSlopes   // both's, with ALiBi
+  kSlopes,  // both's, with ALiBi
+  kChunk    // both's, with chunks
 };
 
 /// One graph's tensors and operations, built without a device.
@@ -267,10 +271,10 @@ struct Graph {
   const Desc &io(int64_t uid, Dims dims, Dims strides) {
     return tensor(uid, dims, strides, CUDNN_DATA_BFLOAT16, false);
   }
-  /// A float passed by value.
-  const Desc &scalar(int64_t uid) {
+  /// A scalar passed by value (a float, unless `type` says otherwise).
+  const Desc &scalar(int64_t uid, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
     const Dims one{1, 1, 1, 1};
-    return tensor(uid, one, one, CUDNN_DATA_FLOAT, false, /*by_value=*/true);
+    return tensor(uid, one, one, type, false, /*by_value=*/true);
   }
   const Desc &virtual_like(Dims dims, Dims strides,
                            cudnnDataType_t type = CUDNN_DATA_FLOAT) {
@@ -462,22 +466,43 @@ struct Graph {
   }
 
   /// The causal mask, and the window's where `d` has one.
+  /// Scores masked again to the keys of their query's chunk of C: col ≥
+  /// row − row mod C (C a float by value).
+  const Desc &chunks(const Desc &scores, Dims dims, const Desc &lowest,
+                     const Desc &c) {
+    const auto [row, col] = indices(scores, dims);
+    const Desc &offset = virtual_like(dims, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_MOD, *row, &c, nullptr, offset, CUDNN_DATA_INT32);
+    const Desc &start = virtual_like(dims, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_SUB, *row, &offset, nullptr, start,
+              CUDNN_DATA_INT32);
+    const Desc &seen = virtual_like(dims, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_CMP_GE, *col, &start, nullptr, seen,
+              CUDNN_DATA_BOOLEAN);
+    return select(scores, dims, lowest, seen);
+  }
+  /// The causal mask, and the window's and the chunks' where `d` has them.
   const Desc &masks(const Desc &scores, Dims dims, const Desc &lowest,
                     const AttentionDims &d) {
-    const Desc &causal_only = causal(scores, dims, lowest);
-    return d.window > 0 ? window(causal_only, dims, lowest, scalar(kWindow))
-                        : causal_only;
+    const Desc *out = &causal(scores, dims, lowest);
+    if (d.window > 0)
+      out = &window(*out, dims, lowest, scalar(kWindow));
+    if (d.chunk > 0)
+      out = &chunks(*out, dims, lowest, scalar(kChunk, CUDNN_DATA_INT32));
+    return *out;
   }
 };
 
 void check_dims(const AttentionDims &d) {
   // cuDNN divides by these unchecked (a zero is a SIGFPE).
   if (d.B <= 0 || d.H <= 0 || d.Hkv <= 0 || d.S <= 0 || d.D <= 0 ||
-      d.H % d.Hkv != 0 || d.window < 0 || !(d.softcap >= 0))
+      d.H % d.Hkv != 0 || d.window < 0 || !(d.softcap >= 0) || d.chunk < 0 ||
+      d.chunk > INT32_MAX)
     fail("cuda: no attention of B=", d.B, " H=", d.H, " Hkv=", d.Hkv,
          " S=", d.S, " D=", d.D, " window=", d.window, " softcap=", d.softcap,
-         " for cuDNN: every dim positive, Hkv dividing H, no negative window "
-         "or soft cap");
+         " chunk=", d.chunk,
+         " for cuDNN: every dim positive, Hkv dividing H, no negative window, "
+         "soft cap or chunk, chunks within int32");
 }
 
 /// The forward (the file comment).
@@ -732,7 +757,7 @@ Pass backward_pass(CudnnBackward how) {
 }
 
 using Key = std::tuple<Pass, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, float, bool, bool>;
+                       int64_t, float, bool, bool, int64_t>;
 
 /// Bytes rounded up to 256, so that what follows them stays aligned.
 int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -772,7 +797,8 @@ std::string shape_name(const AttentionDims &d) {
          " D=" + std::to_string(d.D) +
          (d.window > 0 ? " window=" + std::to_string(d.window) : "") +
          (d.softcap > 0 ? " softcap=" + std::to_string(d.softcap) : "") +
-         (d.sinks ? " sinks" : "") + (d.alibi ? " ALiBi" : "");
+         (d.sinks ? " sinks" : "") + (d.alibi ? " ALiBi" : "") +
+         (d.chunk > 0 ? " chunk=" + std::to_string(d.chunk) : "");
 }
 
 /// The graph of `pass` over `d`.
@@ -788,9 +814,18 @@ Graph graph_of(Pass pass, const AttentionDims &d) {
   fail("cuda: no such cuDNN attention pass");
 }
 
-/// Binds what only some graphs have: the window and the soft cap (by
-/// value), ALiBi's slopes.
-void add_form(const AttentionDims &d, float *window, float *cap,
+/// Binds what only some graphs have: the window, the chunk and the soft
+/// cap (by value), ALiBi's slopes.
+/// The by-value scalars of a form's graphs, which a call's bindings point
+/// at (so they live as long as the call).
+struct FormScalars {
+  explicit FormScalars(const AttentionDims &d)
+      : window(float(d.window)), cap(d.softcap), chunk(int32_t(d.chunk)) {}
+  float window, cap;
+  int32_t chunk;
+};
+
+void add_form(const AttentionDims &d, FormScalars &values,
               const HeadTerms &heads, std::vector<int64_t> &uids,
               std::vector<void *> &pointers) {
   if (d.alibi != (heads.slopes != nullptr))
@@ -799,11 +834,15 @@ void add_form(const AttentionDims &d, float *window, float *cap,
                  : " given ALiBi slopes it has no place for");
   if (d.window > 0) {
     uids.push_back(kWindow);
-    pointers.push_back(window);
+    pointers.push_back(&values.window);
+  }
+  if (d.chunk > 0) {
+    uids.push_back(kChunk);
+    pointers.push_back(&values.chunk);
   }
   if (d.softcap > 0) {
     uids.push_back(kSoftcap);
-    pointers.push_back(cap);
+    pointers.push_back(&values.cap);
   }
   if (d.alibi) {
     uids.push_back(kSlopes);
@@ -859,7 +898,7 @@ struct CudnnAttention::Impl {
   Plan &plan(Pass pass, const AttentionDims &d) {
     auto [it, fresh] = plans.try_emplace(
         Key{pass, d.B, d.H, d.Hkv, d.S, d.D, d.window, d.softcap,
-            d.sinks && pass == Pass::Forward, d.alibi});
+            d.sinks && pass == Pass::Forward, d.alibi, d.chunk});
     if (fresh) {
       try {
         const std::string why = cudnn_withholds(d, pass != Pass::Forward);
@@ -896,7 +935,8 @@ struct CudnnAttention::Impl {
     if (d.sinks != (sinks != nullptr))
       fail("cuda: cuDNN's attention forward of ", shape_name(d),
            d.sinks ? " without its sinks" : " given sinks it has no place for");
-    float lowest = masked_score(), window = float(d.window), cap = d.softcap;
+    float lowest = masked_score();
+    FormScalars values(d);
     std::vector<int64_t> uids = {kQ, kK, kV, kY, kStats, kScale, kLowest};
     std::vector<void *> pointers = {const_cast<void *>(q),
                                     const_cast<void *>(k),
@@ -905,7 +945,7 @@ struct CudnnAttention::Impl {
                                     stats,
                                     &scale,
                                     &lowest};
-    add_form(d, &window, &cap, heads, uids, pointers);
+    add_form(d, values, heads, uids, pointers);
     if (sinks) {
       uids.push_back(kSink);
       pointers.push_back(const_cast<float *>(sinks));
@@ -971,8 +1011,8 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
   if (sums && cudaMemsetAsync(base + at.dq_sum, 0, size_t(4 * q_elems),
                               static_cast<cudaStream_t>(stream)) != cudaSuccess)
     fail("cuda: clearing cuDNN's dQ sum failed");
-  float lowest = masked_score(), one = 1.f, window = float(d.window),
-        cap = d.softcap;
+  float lowest = masked_score(), one = 1.f;
+  FormScalars values(d);
   std::vector<int64_t> uids = {kQ,  kK,  kV,     kY,   kDy,     kStats, kDq,
                                kDk, kDv, kScale, kOne, kLowest, kRowDot};
   std::vector<void *> pointers = {const_cast<void *>(q),
@@ -993,7 +1033,7 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
     uids.push_back(kDqSum);
     pointers.push_back(base + at.dq_sum);
   }
-  add_form(d, &window, &cap, heads, uids, pointers);
+  add_form(d, values, heads, uids, pointers);
   bwd.run(impl_->handle, stream, int64_t(uids.size()), uids.data(),
           pointers.data(), base + at.workspace,
           "running the attention backward");

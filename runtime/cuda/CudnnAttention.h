@@ -5,11 +5,11 @@
 // also yields each row's log-sum-exp, and P·V, and the backward as the graph of
 // its gradients, each of which cuDNN runs as a fused flash-attention kernel of
 // its own; soft caps (Gemma 2's), ALiBi (BLOOM's) and sinks (one more logit a
-// head) go into the graphs too, as cuDNN's frontend puts them.
-// MEGATRAIN_CUDA_ATTENTION=cudnn asks for them with the deterministic
-// backward, =cudnn-nondeterministic with the other (CudaKernels). The forms
-// they are not given (chunks shorter than the sequence, head dims past 256 or
-// not a multiple of 8, a backward that leaves a gradient out, a deterministic
+// head) go into the graphs too, as cuDNN's frontend puts them, and chunks
+// (Llama 4's) as a third mask. MEGATRAIN_CUDA_ATTENTION=cudnn asks for them
+// with the deterministic backward, =cudnn-nondeterministic with the other
+// (CudaKernels). What they are not given (head dims past 256 or not a
+// multiple of 8, a backward that leaves a gradient out, a deterministic
 // backward whose dS would pass its bound, what cuDNN's frontend would not hand
 // over as it stands (a backward over S not a multiple of 128 up to cuDNN
 // 9.15, or S = 1; soft caps before 9.4, sinks before 9.13), and any shape
@@ -42,11 +42,13 @@ namespace mtrt::cuda {
 /// turns each scaled score s into softcap · tanh(s / softcap); 0 for none.
 /// With sinks, each query head's softmax has one more logit (H floats the
 /// forward is given), weighing no value; the backward is the same graph.
-/// With ALiBi, query head h adds slope_h · (j − i) to its scores.
+/// With ALiBi, query head h adds slope_h · (j − i) to its scores. Chunks
+/// shorter than the sequence keep keys j ≥ i − i mod chunk; 0 for none.
 struct AttentionDims {
   int64_t B = 0, H = 0, Hkv = 0, S = 0, D = 0, window = 0;
   float softcap = 0;
   bool sinks = false, alibi = false;
+  int64_t chunk = 0;
 };
 
 /// The per-head arrays some forms bind, H floats each in device memory:
@@ -72,17 +74,17 @@ public:
   CudnnAttention(const CudnnAttention &) = delete;
   CudnnAttention &operator=(const CudnnAttention &) = delete;
 
-  /// Whether cuDNN is given the attention of this form over S positions
-  /// (the file comment): causal, in a sliding window or not, soft-capped,
-  /// with sinks, with ALiBi or not; a chunk as long as the sequence is none.
-  static bool takes(int64_t D, const KeyRange &range, int64_t S) {
-    return D > 0 && D <= 256 && D % 8 == 0 &&
-           (range.chunk <= 0 || range.chunk >= S);
-  }
-  /// The window of AttentionDims for `range` over S positions: 0 where it
-  /// is as long as the sequence.
+  /// Whether cuDNN is given attention at head dim D: every form the
+  /// runtime has (causal, in a window or in chunks, soft-capped, with sinks
+  /// or ALiBi) goes into its graphs.
+  static bool takes(int64_t D) { return D > 0 && D <= 256 && D % 8 == 0; }
+  /// The window and the chunk of AttentionDims for `range` over S
+  /// positions: 0 where they are as long as the sequence.
   static int64_t window_of(const KeyRange &range, int64_t S) {
     return range.window > 0 && range.window < S ? range.window : 0;
+  }
+  static int64_t chunk_of(const KeyRange &range, int64_t S) {
+    return range.chunk > 0 && range.chunk < S ? range.chunk : 0;
   }
 
   /// Whether cuDNN has an engine for the forward over this shape, or for

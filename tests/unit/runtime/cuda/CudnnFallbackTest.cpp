@@ -221,13 +221,16 @@ TEST_F(CudnnFallback, ASlidingWindowIsPassedByValue) {
 TEST_F(CudnnFallback, EachFormBindsItsGraphsTensors) {
   CudnnAttention cudnn;
   const float sinks[2] = {0.5f, -1.f}, slopes[2] = {0.25f, 0.0625f};
-  AttentionDims alibi = kShape, all{1, 2, 1, 96, 64, 40, 30.f, true};
+  AttentionDims alibi = kShape, chunks = kShape,
+                all{1, 2, 1, 96, 64, 40, 30.f, true};
   alibi.alibi = all.alibi = true;
+  chunks.chunk = all.chunk = 32;
   const AttentionDims forms[] = {kShape,
                                  {1, 2, 1, 96, 64, 40},
                                  {1, 2, 1, 96, 64, 0, 30.f},
                                  {1, 2, 1, 96, 64, 0, 0.f, true},
                                  alibi,
+                                 chunks,
                                  all};
   for (const AttentionDims &d : forms) {
     const HeadTerms heads{d.sinks ? sinks : nullptr,

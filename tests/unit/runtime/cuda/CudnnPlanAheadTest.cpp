@@ -18,6 +18,7 @@
 
 #include <dlfcn.h>
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -124,7 +125,8 @@ protected:
         " D=" + std::to_string(d.D) +
         (d.window ? " window=" + std::to_string(d.window) : "") +
         (d.softcap > 0 ? " softcap=" + std::to_string(d.softcap) : "") +
-        (d.sinks ? " sinks" : "") + (d.alibi ? " ALiBi" : "");
+        (d.sinks ? " sinks" : "") + (d.alibi ? " ALiBi" : "") +
+        (d.chunk ? " chunk=" + std::to_string(d.chunk) : "");
     EXPECT_EQ(p.refused, "") << which << " of " << shape;
     bool flash = false;
     for (const std::string &k : p.kernels)
@@ -241,6 +243,31 @@ TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForAlibi) {
       continue;
     }
     expect_flash(nondet, "bprop", d, "nondeterministic backward");
+    const Planned det = plan(d, true, CudnnBackward::Deterministic);
+    expect_flash(det, "bprop", d, "deterministic backward");
+    EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
+  }
+}
+
+// Chunks: Llama 4 Scout's (40 query heads over 8 at D = 128, chunks of
+// 8192 in 16K tokens), and on the kernel tests' shapes (under a shorter
+// window, with sinks, soft-capped at D = 256).
+TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForChunks) {
+  AttentionDims shapes[] = {{1, 40, 8, 16384, 128},
+                            {1, 4, 2, 130, 128, 9},
+                            {1, 4, 2, 130, 64, 0, 0.f, true},
+                            {1, 4, 2, 100, 256, 0, 2.f}};
+  const int64_t chunks[] = {8192, 50, 40, 33};
+  for (size_t i = 0; i < std::size(shapes); ++i) {
+    AttentionDims &d = shapes[i];
+    d.chunk = chunks[i];
+    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
+                 "forward");
+    d.sinks = false; // the backward's graph has none
+    expect_flash(plan(d, true, CudnnBackward::Nondeterministic), "bprop", d,
+                 "nondeterministic backward");
+    if (!CudnnAttention::deterministic_backward_fits(d, int64_t(1) << 62))
+      continue;
     const Planned det = plan(d, true, CudnnBackward::Deterministic);
     expect_flash(det, "bprop", d, "deterministic backward");
     EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));

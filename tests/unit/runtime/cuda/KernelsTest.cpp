@@ -465,7 +465,7 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   // would pass here on the tensor cores. The runtime withholds some
   // backwards from some versions, as cuDNN's frontend does.
   if (mtrt::MT_KNS::on_cudnn(family) &&
-      mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S)) {
+      mtrt::cuda::CudnnAttention::takes(s.D)) {
     // The backward's graph has no sinks (they are in the forward's lse).
     mtrt::cuda::AttentionDims d{
         s.B,
@@ -476,7 +476,8 @@ TEST_P(AttentionTest, ForwardAndBackward) {
         mtrt::cuda::CudnnAttention::window_of({s.window, s.chunk}, s.S),
         s.softcap,
         s.sinks,
-        s.alibi};
+        s.alibi,
+        mtrt::cuda::CudnnAttention::chunk_of({s.window, s.chunk}, s.S)};
     if (mtrt::cuda::cudnn_withholds(d, false).empty())
       EXPECT_TRUE(k_->cudnn_has_forward(d)) << "no engine for the forward";
     d.sinks = false;
@@ -602,17 +603,16 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(AttentionKernels::CudaCores)));
 
 /// The shapes whose attention cuDNN is given (GQA, MQA, D from 16 to 256,
-/// one token, sliding windows shorter than the sequence and as long, soft
-/// caps, sinks, ALiBi, whole tiles of 128 keys, which every cuDNN takes
-/// backwards too), and two it is not (chunks, D = 384), which stay on the
+/// one token, sliding windows and chunks shorter than the sequence and as
+/// long, soft caps, sinks, ALiBi, whole tiles of 128 keys, which every cuDNN
+/// takes backwards too), and one it is not (D = 384), which stays on the
 /// tensor cores. The backward adds into random gradients, as a step's does.
 std::vector<AttentionShape> cudnn_shapes() {
   std::vector<AttentionShape> out;
   for (const AttentionShape &s : kAttentionShapes)
-    if (mtrt::cuda::CudnnAttention::takes(s.D, {s.window, s.chunk}, s.S))
+    if (mtrt::cuda::CudnnAttention::takes(s.D))
       out.push_back(s);
   out.push_back(AttentionShape{1, 2, 1, 150, 64, false, 40});
-  out.push_back(AttentionShape{1, 2, 1, 150, 64, false, 0, 0.f, false, 64});
   out.push_back(AttentionShape{1, 2, 1, 21, 384});
   // Taken: a window as long as the sequence.
   out.push_back(AttentionShape{1, 4, 2, 100, 64, false, 100});
@@ -737,22 +737,21 @@ TEST(CudnnAttention, DeterministicBackwardFitsUpTo2GiBOfScoresAndTheRoomLeft) {
       CudnnAttention::deterministic_backward_fits({1, 1, 1, 64, 64}, 0));
 }
 
-TEST(CudnnAttention, TakesCausalAttentionInAWindowOrNotUpToHeadDim256) {
+TEST(CudnnAttention, TakesHeadDimsUpTo256AndWindowsAndChunksShorterThanS) {
   using mtrt::cuda::CudnnAttention;
-  const mtrt::KeyRange causal;
-  EXPECT_TRUE(CudnnAttention::takes(128, causal, 64));
-  EXPECT_TRUE(CudnnAttention::takes(16, causal, 64));
-  EXPECT_TRUE(CudnnAttention::takes(256, causal, 64));
-  EXPECT_FALSE(CudnnAttention::takes(264, causal, 64));
-  EXPECT_FALSE(CudnnAttention::takes(20, causal, 64));
-  EXPECT_TRUE(CudnnAttention::takes(64, {40, 0}, 64));
-  EXPECT_FALSE(CudnnAttention::takes(64, {0, 8}, 64));
+  EXPECT_TRUE(CudnnAttention::takes(128));
+  EXPECT_TRUE(CudnnAttention::takes(16));
+  EXPECT_TRUE(CudnnAttention::takes(256));
+  EXPECT_FALSE(CudnnAttention::takes(264));
+  EXPECT_FALSE(CudnnAttention::takes(20));
+  EXPECT_FALSE(CudnnAttention::takes(0));
   // A window or chunk as long as the sequence is none.
-  EXPECT_TRUE(CudnnAttention::takes(64, {64, 0}, 64));
-  EXPECT_TRUE(CudnnAttention::takes(64, {4096, 8192}, 2048));
   EXPECT_EQ(CudnnAttention::window_of({63, 0}, 64), 63);
   EXPECT_EQ(CudnnAttention::window_of({64, 0}, 64), 0);
-  EXPECT_FALSE(CudnnAttention::takes(64, {0, 63}, 64));
+  EXPECT_EQ(CudnnAttention::window_of({4096, 8192}, 2048), 0);
+  EXPECT_EQ(CudnnAttention::chunk_of({0, 63}, 64), 63);
+  EXPECT_EQ(CudnnAttention::chunk_of({0, 64}, 64), 0);
+  EXPECT_EQ(CudnnAttention::chunk_of({40, 0}, 64), 0);
 }
 
 #ifndef MEGATRAIN_CUDA_EMULATION
