@@ -7,9 +7,9 @@
 # Stages, each under its own timeout and skipped when the overall budget
 # (BUDGET_S, default 470 s) cannot fit it, in priority order:
 #   a. configure and build the runtime-only tree for sm_90 (CUDA on)
-#   b. the runtime tests' CUDA suites (the CUDA kernel and conformance
-#      tests run there; the CPU's at the very end, tests-cpu; the emulated
-#      CUDA suites nowhere: CPU work that CI runs already)
+#   b. the runtime's GPU tests (the CUDA kernel tests, ctest label gpu, and
+#      the conformance suite on cuda; the CPU's at the very end, tests-cpu;
+#      the emulated CUDA suites nowhere: CPU work that CI runs already)
 #   c. build the trainers of bench/device/plans/* (bench/device/make_plans.sh
 #      writes them on the CPU machine): tiny-llama from source, the rest
 #      against the tree of (a)
@@ -209,22 +209,28 @@ build_runtime() {
 stage build 60 300 build_runtime || { log "no build: nothing else can run"; }
 
 # ---- b. tests ----------------------------------------------------------------
-# The CUDA suites here; the CPU's (every other runtime test, which CI runs
-# already) in the tests-cpu stage at the end, where they cost the
-# benchmarks nothing. The emulated ones (emu.*, cudaemu, CudaBackendEmu)
-# run nowhere here: CPU work of about a minute (the emulated MoE test
-# alone) that CI does.
+# The GPU's tests here: the CUDA kernel tests (ctest label gpu: against
+# naive loops, cuDNN's among them) and the conformance suite's cases on the
+# cuda backend. The CPU's (every other runtime test, which CI runs already)
+# in the tests-cpu stage at the end, where they cost the benchmarks
+# nothing. The emulated CUDA suites (emu.*, cudaemu, CudaBackendEmu) run
+# nowhere here: CPU work of about a minute (the emulated MoE test alone)
+# that CI does.
 EMULATED='^emu[.]|cudaemu|CudaBackendEmu'
 run_tests() {
-  ctest --test-dir "$WORK/build" -R "[Cc]uda|CuBlas|Conformance" -E "$EMULATED" -j "$JOBS" \
-    --timeout 150 > "$WORK/ctest-cuda.log" 2>&1
-  local rc=$?
+  local rc1 rc2
+  {
+    ctest --test-dir "$WORK/build" -L gpu -j "$JOBS" --timeout 150
+    rc1=$?
+    ctest --test-dir "$WORK/build" -R '/cuda$' -j "$JOBS" --timeout 150
+    rc2=$?
+  } > "$WORK/ctest-cuda.log" 2>&1
   python3 "$DEV/devcheck.py" tests "$WORK"
-  tail -3 "$WORK/ctest-cuda.log"
-  return $rc
+  grep -E "tests passed|tests failed" "$WORK/ctest-cuda.log"
+  [ "$rc1" -eq 0 ] && [ "$rc2" -eq 0 ]
 }
 run_cpu_tests() {
-  ctest --test-dir "$WORK/build" -E "[Cc]uda|CuBlas|Conformance|$EMULATED" -j "$JOBS" \
+  ctest --test-dir "$WORK/build" -LE gpu -E "/cuda\$|$EMULATED" -j "$JOBS" \
     --timeout 120 > "$WORK/ctest-cpu.log" 2>&1
   local rc=$?
   python3 "$DEV/devcheck.py" tests "$WORK"
