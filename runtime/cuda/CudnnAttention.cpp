@@ -467,7 +467,7 @@ struct Graph {
 
   /// The causal mask, and the window's where `d` has one.
   /// Scores masked again to the keys of their query's chunk of C: col ≥
-  /// row − row mod C (C a float by value).
+  /// row − row mod C, in int32 (C by value; cuDNN has no MOD in f32 here).
   const Desc &chunks(const Desc &scores, Dims dims, const Desc &lowest,
                      const Desc &c) {
     const auto [row, col] = indices(scores, dims);
@@ -814,8 +814,6 @@ Graph graph_of(Pass pass, const AttentionDims &d) {
   fail("cuda: no such cuDNN attention pass");
 }
 
-/// Binds what only some graphs have: the window, the chunk and the soft
-/// cap (by value), ALiBi's slopes.
 /// The by-value scalars of a form's graphs, which a call's bindings point
 /// at (so they live as long as the call).
 struct FormScalars {
@@ -825,6 +823,8 @@ struct FormScalars {
   int32_t chunk;
 };
 
+/// Binds what only some graphs have: the window, the chunk and the soft
+/// cap (by value), ALiBi's slopes.
 void add_form(const AttentionDims &d, FormScalars &values,
               const HeadTerms &heads, std::vector<int64_t> &uids,
               std::vector<void *> &pointers) {
