@@ -112,7 +112,7 @@ print(max(1, int(p['prediction'].get('suggested_micro_batches') or 1)))" "$1/pla
 # 2.11's wheels bring; benchmark/sdpa_benchmark_training, Llama 3.1's 64
 # heads over 8 at D = 128, causal, 2048 tokens: 484 TFLOPS forward, 370
 # backward) come to 0.51 of the simulator's 790 TFLOPS at that length; at
-# D = 64 (gpt-oss, 4096 tokens) to 0.39.
+# D = 64 (gpt-oss, its window of 1024 in 4096 tokens) to 0.38.
 CUDNN_EFFICIENCY=0.5
 compile_structure() { # name, attention efficiency to choose micro-batches at
                       # (0: ours), compile flags
