@@ -18,8 +18,8 @@
 
 #include <dlfcn.h>
 
-#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -143,6 +143,27 @@ protected:
       EXPECT_EQ(sm, 90) << which << " of " << shape;
   }
 
+  /// Plans the forward over `d` and each backward cuDNN is given, and
+  /// checks each as above: a backward the runtime withholds is refused, the
+  /// deterministic one is asked where its dS fits and its workspace is
+  /// within the room the runtime sets aside for it.
+  void expect_every_pass(AttentionDims d) {
+    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
+                 "forward");
+    d.sinks = false; // the backward's graph has none (they are in its lse)
+    const Planned nondet = plan(d, true, CudnnBackward::Nondeterministic);
+    if (!mtrt::cuda::cudnn_withholds(d, true).empty()) {
+      EXPECT_NE(nondet.refused, ""); // withheld, not planned
+      return;
+    }
+    expect_flash(nondet, "bprop", d, "nondeterministic backward");
+    if (!CudnnAttention::deterministic_backward_fits(d, int64_t(1) << 62))
+      return;
+    const Planned det = plan(d, true, CudnnBackward::Deterministic);
+    expect_flash(det, "bprop", d, "deterministic backward");
+    EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
+  }
+
   int seen_cubins_ = 0, seen_kernels_ = 0;
 };
 
@@ -150,102 +171,53 @@ protected:
 // 1B's GQA at head dim 64, the 3B's at 128, the 7B's MHA (no group sum), and
 // one 32K-token sequence, whose dS passes the deterministic backward's bound.
 TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForTheBenchmarksShapes) {
-  const AttentionDims shapes[] = {{4, 32, 4, 2048, 64},
-                                  {4, 24, 8, 2048, 128},
-                                  {4, 32, 32, 2048, 128},
-                                  {1, 32, 4, 32768, 64}};
-  for (const AttentionDims &d : shapes) {
-    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
-                 "forward");
-    expect_flash(plan(d, true, CudnnBackward::Nondeterministic), "bprop", d,
-                 "nondeterministic backward");
-    if (!CudnnAttention::deterministic_backward_fits(d, int64_t(1) << 62))
-      continue;
-    const Planned det = plan(d, true, CudnnBackward::Deterministic);
-    expect_flash(det, "bprop", d, "deterministic backward");
-    // The room the runtime sets aside for it is enough.
-    EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
-  }
+  for (const AttentionDims &d :
+       {AttentionDims{4, 32, 4, 2048, 64}, AttentionDims{4, 24, 8, 2048, 128},
+        AttentionDims{4, 32, 32, 2048, 128},
+        AttentionDims{1, 32, 4, 32768, 64}})
+    expect_every_pass(d);
 }
 
 // Shapes the kernel tests give cuDNN: sequences not a multiple of 128 and
 // one of 128, narrow heads and wide ones (160, 256: Gemma's), MQA, sliding
 // windows (of one key, and across tiles).
 TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForTheKernelTestsShapes) {
-  const AttentionDims shapes[] = {{2, 4, 2, 37, 16},     {1, 2, 1, 70, 64},
-                                  {2, 4, 2, 256, 64},    {1, 1, 1, 40, 160},
-                                  {1, 4, 2, 100, 256},   {1, 2, 2, 70, 80, 1},
-                                  {1, 2, 1, 150, 64, 40}};
-  for (const AttentionDims &d : shapes) {
-    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
-                 "forward");
-    const Planned nondet = plan(d, true, CudnnBackward::Nondeterministic);
-    if (!mtrt::cuda::cudnn_withholds(d, true).empty()) {
-      EXPECT_NE(nondet.refused, ""); // withheld, not planned
-      continue;
-    }
-    expect_flash(nondet, "bprop", d, "nondeterministic backward");
-    const Planned det = plan(d, true, CudnnBackward::Deterministic);
-    expect_flash(det, "bprop", d, "deterministic backward");
-    EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
-  }
+  for (const AttentionDims &d :
+       {AttentionDims{2, 4, 2, 37, 16}, AttentionDims{1, 2, 1, 70, 64},
+        AttentionDims{2, 4, 2, 256, 64}, AttentionDims{1, 1, 1, 40, 160},
+        AttentionDims{1, 4, 2, 100, 256}, AttentionDims{1, 2, 2, 70, 80, 1},
+        AttentionDims{1, 2, 1, 150, 64, 40}})
+    expect_every_pass(d);
 }
 
 // Gemma 2's soft caps (50 on the scores; with and without its sliding
 // window of 4096, at its head dim of 256), and on the kernel tests' shapes.
 TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForSoftCaps) {
-  const AttentionDims shapes[] = {{1, 8, 4, 8192, 256, 0, 50.f},
-                                  {1, 8, 4, 8192, 256, 4096, 50.f},
-                                  {4, 32, 4, 2048, 64, 0, 50.f},
-                                  {1, 2, 1, 150, 64, 40, 30.f}};
-  for (const AttentionDims &d : shapes) {
-    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
-                 "forward");
-    const Planned nondet = plan(d, true, CudnnBackward::Nondeterministic);
-    if (!mtrt::cuda::cudnn_withholds(d, true).empty()) {
-      EXPECT_NE(nondet.refused, "");
-      continue;
-    }
-    expect_flash(nondet, "bprop", d, "nondeterministic backward");
-    if (!CudnnAttention::deterministic_backward_fits(d, int64_t(1) << 62))
-      continue;
-    const Planned det = plan(d, true, CudnnBackward::Deterministic);
-    expect_flash(det, "bprop", d, "deterministic backward");
-    EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
-  }
+  for (const AttentionDims &d : {AttentionDims{1, 8, 4, 8192, 256, 0, 50.f},
+                                 AttentionDims{1, 8, 4, 8192, 256, 4096, 50.f},
+                                 AttentionDims{4, 32, 4, 2048, 64, 0, 50.f},
+                                 AttentionDims{1, 2, 1, 150, 64, 40, 30.f}})
+    expect_every_pass(d);
 }
 
 // Sinks: gpt-oss's (64 query heads over 8 at head dim 64, its sliding
-// window of 128 and full causal layers), and on a kernel test's shape. The
-// backward's graph is the one without sinks (they are in the forward's
-// log-sum-exp it takes); only the forward's changes.
+// window of 128 and full causal layers), and on a kernel test's shape.
 TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForSinks) {
-  const AttentionDims shapes[] = {{1, 64, 8, 4096, 64, 128, 0.f, true},
-                                  {1, 64, 8, 4096, 64, 0, 0.f, true},
-                                  {1, 2, 1, 150, 64, 40, 0.f, true}};
-  for (const AttentionDims &d : shapes)
-    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
-                 "forward");
+  for (const AttentionDims &d :
+       {AttentionDims{1, 64, 8, 4096, 64, 128, 0.f, true},
+        AttentionDims{1, 64, 8, 4096, 64, 0, 0.f, true},
+        AttentionDims{1, 2, 1, 150, 64, 40, 0.f, true}})
+    expect_every_pass(d);
 }
 
 // ALiBi: BLOOM 7B's heads (32 of 128) at 2048 tokens, and on the kernel
 // tests' shapes (one in a window, soft-capped).
 TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForAlibi) {
-  AttentionDims shapes[] = {
-      {4, 32, 32, 2048, 128}, {2, 4, 2, 256, 64, 9, 2.f}, {1, 2, 1, 70, 64}};
-  for (AttentionDims &d : shapes) {
+  for (AttentionDims d : {AttentionDims{4, 32, 32, 2048, 128},
+                          AttentionDims{2, 4, 2, 256, 64, 9, 2.f},
+                          AttentionDims{1, 2, 1, 70, 64}}) {
     d.alibi = true;
-    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
-                 "forward");
-    const Planned nondet = plan(d, true, CudnnBackward::Nondeterministic);
-    if (!mtrt::cuda::cudnn_withholds(d, true).empty()) {
-      EXPECT_NE(nondet.refused, "");
-      continue;
-    }
-    expect_flash(nondet, "bprop", d, "nondeterministic backward");
-    const Planned det = plan(d, true, CudnnBackward::Deterministic);
-    expect_flash(det, "bprop", d, "deterministic backward");
-    EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
+    expect_every_pass(d);
   }
 }
 
@@ -253,24 +225,14 @@ TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForAlibi) {
 // 8192 in 16K tokens), and on the kernel tests' shapes (under a shorter
 // window, with sinks, soft-capped at D = 256).
 TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForChunks) {
-  AttentionDims shapes[] = {{1, 40, 8, 16384, 128},
-                            {1, 4, 2, 130, 128, 9},
-                            {1, 4, 2, 130, 64, 0, 0.f, true},
-                            {1, 4, 2, 100, 256, 0, 2.f}};
-  const int64_t chunks[] = {8192, 50, 40, 33};
-  for (size_t i = 0; i < std::size(shapes); ++i) {
-    AttentionDims &d = shapes[i];
-    d.chunk = chunks[i];
-    expect_flash(plan(d, false, CudnnBackward::Deterministic), "fprop", d,
-                 "forward");
-    d.sinks = false; // the backward's graph has none
-    expect_flash(plan(d, true, CudnnBackward::Nondeterministic), "bprop", d,
-                 "nondeterministic backward");
-    if (!CudnnAttention::deterministic_backward_fits(d, int64_t(1) << 62))
-      continue;
-    const Planned det = plan(d, true, CudnnBackward::Deterministic);
-    expect_flash(det, "bprop", d, "deterministic backward");
-    EXPECT_LE(det.workspace, CudnnAttention::deterministic_workspace_bytes(d));
+  const std::pair<AttentionDims, int64_t> chunked[] = {
+      {{1, 40, 8, 16384, 128}, 8192},
+      {{1, 4, 2, 130, 128, 9}, 50},
+      {{1, 4, 2, 130, 64, 0, 0.f, true}, 40},
+      {{1, 4, 2, 100, 256, 0, 2.f}, 33}};
+  for (auto [d, chunk] : chunked) {
+    d.chunk = chunk;
+    expect_every_pass(d);
   }
 }
 
