@@ -476,16 +476,14 @@ bool CudaKernels::cudnn_has_backward(const cuda::AttentionDims &,
 }
 void CudaKernels::cudnn_attention_forward(void *, float *, const void *,
                                           const void *, const void *,
-                                          const void *, const float *,
+                                          const attn::ScoreForm &,
                                           const cuda::AttentionDims &, float) {
   fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
 }
-void CudaKernels::cudnn_attention_backward(void *, void *, void *, const void *,
-                                           const void *, const void *,
-                                           const void *, const void *,
-                                           const float *, const float *,
-                                           const cuda::AttentionDims &, float,
-                                           cuda::CudnnBackward) {
+void CudaKernels::cudnn_attention_backward(
+    void *, void *, void *, const void *, const void *, const void *,
+    const void *, const void *, const float *, const attn::ScoreForm &,
+    const cuda::AttentionDims &, float, cuda::CudnnBackward) {
   fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
 }
 #else
@@ -510,58 +508,61 @@ int64_t head_terms_bytes(const cuda::AttentionDims &d) {
   const int64_t each = (4 * d.H + 255) / 256 * 256;
   return (int64_t(d.sinks) + int64_t(d.alibi)) * each;
 }
+
+/// The sinks widened to f32 and ALiBi's slopes (by value in the form), for
+/// the heads where either is asked for.
+__global__ void head_terms_kernel(float *sinks, float *slopes,
+                                  attn::ScoreForm form, int64_t H) {
+  const int64_t h = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (h >= H)
+    return;
+  if (sinks)
+    sinks[h] = bf2f(form.sinks[h]);
+  if (slopes)
+    slopes[h] = form.slope_of(h);
+}
 } // namespace
 
 cuda::HeadTerms CudaKernels::cudnn_head_terms(void *at,
                                               const cuda::AttentionDims &d,
-                                              const void *sinks,
-                                              const float *slopes) {
-  // cuDNN takes both in f32 in device memory: the sinks are a param's
-  // (bf16), the slopes the host's.
-  cuda::HeadTerms terms;
+                                              const attn::ScoreForm &form) {
   char *next = static_cast<char *>(at);
   const int64_t each = (4 * d.H + 255) / 256 * 256;
-  if (d.sinks) {
-    float *f = reinterpret_cast<float *>(next);
-    zero_f32(f, d.H);
-    accumulate_f32(f, sinks, d.H);
-    terms.sinks = f;
-    next += each;
+  float *sinks = d.sinks ? reinterpret_cast<float *>(next) : nullptr;
+  float *slopes =
+      d.alibi ? reinterpret_cast<float *>(next + (sinks ? each : 0)) : nullptr;
+  if (sinks || slopes) {
+    constexpr int kThreads = 256;
+    launch_kernel("attention_head_terms_kernel", head_terms_kernel,
+                  dim3(unsigned((d.H + kThreads - 1) / kThreads)),
+                  dim3(kThreads), cudaStream_t(stream_), sinks, slopes, form,
+                  d.H);
   }
-  if (d.alibi) {
-    float *f = reinterpret_cast<float *>(next);
-    if (cudaMemcpyAsync(f, slopes, size_t(4 * d.H), cudaMemcpyHostToDevice,
-                        cudaStream_t(stream_)) != cudaSuccess)
-      fail("cuda: copying ALiBi's slopes for cuDNN failed");
-    terms.slopes = f;
-  }
-  return terms;
+  return {sinks, slopes};
 }
 
 void CudaKernels::cudnn_attention_forward(void *y, float *lse, const void *q,
                                           const void *k, const void *v,
-                                          const void *sinks,
-                                          const float *slopes,
+                                          const attn::ScoreForm &form,
                                           const cuda::AttentionDims &d,
                                           float scale) {
   cuda::CudnnAttention &c = cudnn();
   const int64_t heads = head_terms_bytes(d);
   char *base = static_cast<char *>(scratch(heads + c.forward_scratch_bytes(d)));
-  c.forward(y, lse, q, k, v, cudnn_head_terms(base, d, sinks, slopes), d, scale,
+  c.forward(y, lse, q, k, v, cudnn_head_terms(base, d, form), d, scale,
             base + heads, stream_);
 }
 
 void CudaKernels::cudnn_attention_backward(
     void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
-    const void *v, const void *y, const float *lse, const float *slopes,
+    const void *v, const void *y, const float *lse, const attn::ScoreForm &form,
     const cuda::AttentionDims &d, float scale, cuda::CudnnBackward how) {
   cuda::CudnnAttention &c = cudnn();
   const int64_t heads = head_terms_bytes(d);
   char *base =
       static_cast<char *>(scratch(heads + c.backward_scratch_bytes(d, how)));
-  c.backward(dq, dk, dv, dy, q, k, v, y, lse,
-             cudnn_head_terms(base, d, nullptr, slopes), d, scale, how,
-             base + heads, stream_,
+  c.backward(dq, dk, dv, dy, q, k, v, y, lse, cudnn_head_terms(base, d, form),
+             d, scale, how, base + heads, stream_,
              [this](void *dst, const void *src, int64_t n) {
                // Flat: no scratch of its own (ours holds cuDNN's results).
                Broadcast flat{};
@@ -593,8 +594,7 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
   d.alibi = alibi_slopes != nullptr;
   if (on_cudnn(attention_) && cuda::CudnnAttention::takes(D) &&
       cudnn_has_forward(d))
-    return cudnn_attention_forward(y, lse, q, k, v, sinks, alibi_slopes, d,
-                                   scale);
+    return cudnn_attention_forward(y, lse, q, k, v, a, d, scale);
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores)
     attn::tensor_core_forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D,
@@ -657,8 +657,8 @@ void CudaKernels::attention_backward(
     if ((how == cuda::CudnnBackward::Nondeterministic ||
          cuda::CudnnAttention::deterministic_backward_fits(d, scratch_room_)) &&
         cudnn_has_backward(d, how)) {
-      cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, alibi_slopes, d,
-                               scale, how);
+      cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, a, d, scale,
+                               how);
       if (dsinks)
         attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
       return;

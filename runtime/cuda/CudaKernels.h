@@ -35,6 +35,10 @@
 
 namespace mtrt::MT_KNS {
 
+namespace attn {
+struct ScoreForm; // AttentionCommon.cuh
+} // namespace attn
+
 /// A column-major GEMM in cuBLAS terms: D = alpha·op(A)·op(B) + beta·C (+
 /// bias over rows), D = C in place. A and B are bf16; C is f32 or bf16.
 /// `batch` such GEMMs, the i-th on A, B and C advanced by i times their
@@ -296,21 +300,22 @@ private:
                          const Broadcast &bc, bool lhs);
   /// The attention forward and backward on cuDNN (forms
   /// CudnnAttention::takes, shapes cuDNN has an engine for).
-  /// `sinks` (bf16, on the device) and `slopes` (ALiBi's, host floats) as
-  /// the attention interface passes them.
+  /// `form` as our kernels take it: its sinks (bf16, on the device) and
+  /// ALiBi's slopes (by value) are what cuDNN's graphs bind, in f32.
   void cudnn_attention_forward(void *y, float *lse, const void *q,
-                               const void *k, const void *v, const void *sinks,
-                               const float *slopes,
+                               const void *k, const void *v,
+                               const attn::ScoreForm &form,
                                const cuda::AttentionDims &d, float scale);
   void cudnn_attention_backward(void *dq, void *dk, void *dv, const void *dy,
                                 const void *q, const void *k, const void *v,
                                 const void *y, const float *lse,
-                                const float *slopes,
+                                const attn::ScoreForm &form,
                                 const cuda::AttentionDims &d, float scale,
                                 cuda::CudnnBackward how);
-  /// The sinks and slopes in f32 at `at` (their bytes: the form's).
+  /// The sinks and slopes `d` has, in f32 at `at` (their bytes: the
+  /// form's), written by one kernel on the stream.
   cuda::HeadTerms cudnn_head_terms(void *at, const cuda::AttentionDims &d,
-                                   const void *sinks, const float *slopes);
+                                   const attn::ScoreForm &form);
 
   void *stream_ = nullptr;
   void *scratch_ = nullptr;
