@@ -3,11 +3,14 @@
 // Straight-line code: each op becomes one kernel call on the launch's
 // DeviceKernels with its shapes spelled out, reading and writing the places
 // planTemplate chose. Backward kernels accumulate, so their scratch results
-// are zeroed first; param gradients accumulate straight into the gradient
-// slot (zeroed by the runtime on a unit's first micro-batch), which also
-// sums them over micro-batches. The stretch a `row_chunk` names becomes a
-// loop over chunks of token rows (RowChunk.h): row values held whole are
-// addressed at the chunk's first row, and local ones take one chunk.
+// are zeroed first, except linear_grad's dx: its kernel writes it, or adds
+// it into the sum of dx planTemplate placed it in (that sum's adds and the
+// reshapes planTemplate made views run nothing). Param gradients accumulate
+// straight into the gradient slot (zeroed by the runtime on a unit's first
+// micro-batch), which also sums them over micro-batches. The stretch a
+// `row_chunk` names becomes a loop over chunks of token rows (RowChunk.h):
+// row values held whole are addressed at the chunk's first row, and local
+// ones take one chunk.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/TemplateCodegen.h"
@@ -266,10 +269,12 @@ private:
       auto dw = paramGrad(&op, g.getDw()), db = paramGrad(&op, g.getDb());
       if (failed(dw) || failed(db))
         return failure();
+      // dx is written, or added into the sum it is part of: never zeroed.
       os_ << llvm::formatv("  k.linear_backward({0}, {1}, {2}, {3}, {4}, {5}, "
-                           "{6}, {7}, {8}, {9});\n",
-                           grad(g.getDx()), *dw, *db, ref(g.getDy()),
-                           ref(g.getX()), ref(g.getW()), M, K, N, inOut);
+                           "{6}, {7}, {8}, {9}, {10});\n",
+                           ref(g.getDx()), *dw, *db, ref(g.getDy()),
+                           ref(g.getX()), ref(g.getW()), M, K, N, inOut,
+                           plan_.addsInto.count(g.getDx()) != 0);
     } else if (auto n = dyn_cast<RmsNormOp>(op)) {
       int64_t D = shapeOf(n.getX()).back();
       os_ << llvm::formatv(
@@ -497,6 +502,10 @@ private:
                            ref(s.getY()), ref(s.getX()), count(s.getX()),
                            lit(s.getFactor().convertToDouble()));
     } else if (auto s = dyn_cast<AddOp>(op)) {
+      if (plan_.summedInPlace.count(s.getY())) {
+        os_ << "  // summed in place by its operands' kernels\n";
+        return success();
+      }
       std::string bc = broadcast(s.getLhs(), s.getRhs());
       os_ << llvm::formatv("  k.add_forward({0}, {1}, {2}, {3});\n",
                            ref(s.getY()), ref(s.getLhs()), ref(s.getRhs()), bc);
@@ -606,8 +615,11 @@ private:
                            count(g.getIds()), t[0], t[1], g.getVocabOffset(),
                            lit(g.getScale().convertToDouble()));
     } else if (auto r = dyn_cast<ReshapeOp>(op)) {
-      os_ << llvm::formatv("  k.copy({0}, {1}, {2});\n", ref(r.getY()),
-                           ref(r.getX()), count(r.getX()));
+      if (plan_.views.count(r.getY()))
+        os_ << "  // a view of its operand's memory\n";
+      else
+        os_ << llvm::formatv("  k.copy({0}, {1}, {2});\n", ref(r.getY()),
+                             ref(r.getX()), count(r.getX()));
     } else if (auto t = dyn_cast<TransposeOp>(op)) {
       auto x = shapeOf(t.getX());
       os_ << "  { static const int64_t shape[] = " << ints(x)

@@ -29,8 +29,9 @@
 
 #include "ir/MtOps.h"
 #include "passes/Accesses.h"
-#include "passes/RowChunk.h"
 #include "passes/ModelInfo.h"
+#include "passes/RowChunk.h"
+#include "passes/TemplateMemory.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
@@ -229,12 +230,17 @@ struct ComputeSplit {
 
 ComputeSplit templateSeconds(TemplateOp t, const Machine &m) {
   std::optional<RowChunking> chunking = rowChunkingOf(t);
+  const TemplatePlan memory = planTemplate(t);
   ComputeSplit split;
   int64_t position = 0;
   for (Operation &op : t.getBlock()) {
     bool chunked = chunking && chunking->contains(position++);
     if (isa<YieldOp>(op))
       continue;
+    if (op.getNumResults() == 1 &&
+        (memory.views.count(op.getResult(0)) ||
+         memory.summedInPlace.count(op.getResult(0))))
+      continue; // no kernel: a view, or a sum its operands' kernels made
     // Each chunk reads and writes the param gradients again.
     double s = chunked ? opSeconds(&op, m, &*chunking) * chunking->chunks()
                        : opSeconds(&op, m, nullptr);

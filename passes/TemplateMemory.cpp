@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/TemplateMemory.h"
 
+#include <functional>
 #include <map>
 
 using namespace mlir;
@@ -123,27 +124,120 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
     }
   }
 
+  // Values placed in another's memory (below) are not where a chunked
+  // stretch touches them: there a row value's place depends on its shape.
+  const std::optional<RowChunking> &chunks = plan.chunking;
+  auto touchedByChunks = [&](Value v) {
+    if (!chunks)
+      return false;
+    Operation *def = v.getDefiningOp();
+    return (def && chunks->contains(position[def])) ||
+           llvm::any_of(v.getUsers(), [&](Operation *user) {
+             return chunks->contains(position[user]);
+           });
+  };
+  llvm::DenseMap<Value, Value> memoryOf; // a view or summand -> its memory
+
+  // The gradient of a value several projections read is a sum of their
+  // linear_grad dx: a tree of single-use mt.add ops whose leaves are those
+  // dx. Its kernels add it up in one buffer, the root's: the first leaf's
+  // kernel writes it, the others add into it, and the adds run nothing.
+  auto isLeaf = [&](Value v) {
+    auto g = v.getDefiningOp<LinearGradOp>();
+    return g && v == g.getDx() && v.hasOneUse() && !plan.values.count(v) &&
+           !touchedByChunks(v);
+  };
+  llvm::DenseSet<Operation *> summable;
+  for (Operation &op : body) {
+    auto add = dyn_cast<AddOp>(op);
+    if (!add || plan.values.count(add.getY()) || touchedByChunks(add.getY()))
+      continue;
+    if (llvm::all_of(add->getOperands(), [&](Value v) {
+          auto inner = v.getDefiningOp<AddOp>();
+          return v.getType() == add.getY().getType() &&
+                 (isLeaf(v) ||
+                  (inner && summable.count(inner) && v.hasOneUse()));
+        }))
+      summable.insert(add);
+  }
+  llvm::DenseMap<Value, int64_t> firstSummand; // a root -> its first leaf's op
+  for (Operation &op : llvm::reverse(body)) {  // a root before its inner adds
+    auto add = dyn_cast<AddOp>(op);
+    if (!add || !summable.count(add) || memoryOf.count(add.getY()))
+      continue;
+    Value root = add.getY();
+    plan.summedInPlace.insert(root);
+    SmallVector<Value> work(add->getOperands()), leaves;
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      memoryOf[v] = root;
+      auto inner = v.getDefiningOp<AddOp>();
+      if (inner && summable.count(inner)) {
+        plan.summedInPlace.insert(v);
+        work.append(inner->operand_begin(), inner->operand_end());
+      } else {
+        leaves.push_back(v);
+      }
+    }
+    auto producer = [&](Value v) { return position[v.getDefiningOp()]; };
+    llvm::sort(leaves,
+               [&](Value a, Value b) { return producer(a) < producer(b); });
+    firstSummand[root] = producer(leaves.front());
+    plan.addsInto.insert(leaves.begin() + 1, leaves.end());
+  }
+
+  // A reshape moves no bytes: where its operand lives in an input, a param
+  // or scratch, its result is the same memory (a view), and that memory
+  // then lives until the last read of either.
+  for (Operation &op : body) {
+    auto reshape = dyn_cast<ReshapeOp>(op);
+    if (!reshape || plan.values.count(reshape.getY()))
+      continue;
+    Value x = reshape.getX();
+    if (plan.views.count(x))
+      x = memoryOf[x];
+    auto placed = plan.values.find(x);
+    bool addressable = placed == plan.values.end()
+                           ? cast<RankedTensorType>(x.getType()).getRank() > 0
+                           : placed->second.kind == Placement::Input ||
+                                 placed->second.kind == Placement::Param;
+    if (!addressable || storageWidth(x) != 1 ||
+        touchedByChunks(reshape.getX()) || touchedByChunks(reshape.getY()))
+      continue;
+    memoryOf[reshape.getY()] = x;
+    plan.views.insert(reshape.getY());
+  }
+  // The last op that reads v, or any view of v.
+  std::function<int64_t(Value)> lastRead = [&](Value v) {
+    int64_t end = -1;
+    for (Operation *user : v.getUsers()) {
+      end = std::max(end, position[user]);
+      if (auto r = dyn_cast<ReshapeOp>(user); r && plan.views.count(r.getY()))
+        end = std::max(end, lastRead(r.getY()));
+    }
+    return end;
+  };
+
   // Scratch for every other result, by liveness.
   struct Interval {
     Value v;
     int64_t start, end, size;
   };
   std::vector<Interval> intervals;
-  const std::optional<RowChunking> &chunks = plan.chunking;
   for (Operation &op : body)
     for (Value r : op.getResults()) {
-      if (plan.values.count(r))
+      if (plan.values.count(r) || memoryOf.count(r))
         continue;
       auto type = cast<RankedTensorType>(r.getType());
       if (type.getRank() == 0) {
         plan.values[r] = {Placement::Loss};
         continue;
       }
-      int64_t end = position[&op];
-      for (Operation *user : r.getUsers())
-        end = std::max(end, position[user]);
-      Interval iv{r, position[&op], end,
-                  type.getNumElements() * storageWidth(r)};
+      int64_t end = std::max(position[&op], lastRead(r));
+      auto summed = firstSummand.find(r);
+      Interval iv{r,
+                  summed == firstSummand.end() ? position[&op] : summed->second,
+                  end, type.getNumElements() * storageWidth(r)};
       if (chunks) {
         iv.size = chunks->scratchElements(r) * storageWidth(r);
         // A value the chunked stretch touches but does not hold locally is
@@ -182,6 +276,11 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
     used[at] = iv.size;
     active.emplace(iv.end, &iv);
     plan.workspaceElems = std::max(plan.workspaceElems, at + iv.size);
+  }
+  for (auto [v, memory] : memoryOf) {
+    // A copy first: inserting v may grow the map under a reference.
+    const Placement where = plan.values.find(memory)->second;
+    plan.values[v] = where;
   }
   return plan;
 }

@@ -7,6 +7,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 
 namespace mt {
 
@@ -40,6 +41,14 @@ struct Placement {
 /// chunk's worth of scratch.
 struct TemplatePlan {
   llvm::DenseMap<mlir::Value, Placement> values;
+  /// Reshape results placed where their operand is: no kernel runs for them.
+  llvm::DenseSet<mlir::Value> views;
+  /// mt.add results summed by their operands' kernels (linear_grad dx, each
+  /// placed where the tree's root is): no kernel runs for them.
+  llvm::DenseSet<mlir::Value> summedInPlace;
+  /// linear_grad dx results whose kernel adds into that sum; the first one
+  /// (in op order) of each tree writes it.
+  llvm::DenseSet<mlir::Value> addsInto;
   int64_t workspaceElems = 0;
   std::optional<RowChunking> chunking;
 };

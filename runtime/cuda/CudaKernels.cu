@@ -41,10 +41,12 @@ GemmSpec linear_forward_gemm(void *y, const void *x, const void *w,
 }
 
 GemmSpec linear_dx_gemm(void *dx, const void *dy, const void *w, int64_t M,
-                        int64_t K, int64_t N, bool w_in_out) {
-  // dxᵀ (K, M) += Wₖₙ (K, N) · dyᵀ (N, M).
-  return {w_in_out, false, K,  M, N,     w,   w_in_out ? N : K,
-          dy,       N,     dx, K, false, 1.f, nullptr};
+                        int64_t K, int64_t N, bool w_in_out, bool accumulate) {
+  // dxᵀ (K, M) (+)= Wₖₙ (K, N) · dyᵀ (N, M).
+  GemmSpec g{w_in_out, false, K,  M, N,     w,   w_in_out ? N : K,
+             dy,       N,     dx, K, false, 1.f, nullptr};
+  g.beta = accumulate ? 1.f : 0.f;
+  return g;
 }
 
 GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
@@ -80,9 +82,9 @@ void CudaKernels::linear_forward(void *y, const void *x, const void *w,
 void CudaKernels::linear_backward(void *dx, float *dw, float *db,
                                   const void *dy, const void *x, const void *w,
                                   int64_t M, int64_t K, int64_t N,
-                                  bool w_in_out) {
+                                  bool w_in_out, bool accumulate_dx) {
   if (dx)
-    gemm(linear_dx_gemm(dx, dy, w, M, K, N, w_in_out));
+    gemm(linear_dx_gemm(dx, dy, w, M, K, N, w_in_out, accumulate_dx));
   if (dw)
     gemm(linear_dw_gemm(dw, dy, x, M, K, N, w_in_out));
   if (db && M > 0 && N > 0) {

@@ -65,7 +65,7 @@ GemmSpec linear_forward_gemm(void *y, const void *x, const void *w,
                              const void *b, int64_t M, int64_t K, int64_t N,
                              bool w_in_out);
 GemmSpec linear_dx_gemm(void *dx, const void *dy, const void *w, int64_t M,
-                        int64_t K, int64_t N, bool w_in_out);
+                        int64_t K, int64_t N, bool w_in_out, bool accumulate);
 GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
                         int64_t K, int64_t N, bool w_in_out);
 /// dq += scale · dS·K over the tensor-core dK/dV pass's dSᵀ (B·Hkv blocks
@@ -154,7 +154,7 @@ public:
                       int64_t M, int64_t K, int64_t N, bool w_in_out) override;
   void linear_backward(void *dx, float *dw, float *db, const void *dy,
                        const void *x, const void *w, int64_t M, int64_t K,
-                       int64_t N, bool w_in_out) override;
+                       int64_t N, bool w_in_out, bool accumulate_dx) override;
   void rms_norm_forward(void *y, const void *x, const void *w, int64_t M,
                         int64_t D, float eps) override;
   void rms_norm_backward(void *dx, float *dw, const void *dy, const void *x,

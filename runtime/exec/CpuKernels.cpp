@@ -66,8 +66,10 @@ void CpuKernels::linear_forward(void *y, const void *x, const void *w,
 }
 void CpuKernels::linear_backward(void *dx, float *dw, float *db, const void *dy,
                                  const void *x, const void *w, int64_t M,
-                                 int64_t K, int64_t N, bool w_in_out) {
-  cpu::linear_backward(F(dx), dw, db, F(dy), F(x), F(w), M, K, N, w_in_out);
+                                 int64_t K, int64_t N, bool w_in_out,
+                                 bool accumulate_dx) {
+  cpu::linear_backward(F(dx), dw, db, F(dy), F(x), F(w), M, K, N, w_in_out,
+                       accumulate_dx);
   store(dx, M * K);
 }
 void CpuKernels::rms_norm_forward(void *y, const void *x, const void *w,

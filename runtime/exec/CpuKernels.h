@@ -30,7 +30,7 @@ public:
                       int64_t M, int64_t K, int64_t N, bool w_in_out) override;
   void linear_backward(void *dx, float *dw, float *db, const void *dy,
                        const void *x, const void *w, int64_t M, int64_t K,
-                       int64_t N, bool w_in_out) override;
+                       int64_t N, bool w_in_out, bool accumulate_dx) override;
   void rms_norm_forward(void *y, const void *x, const void *w, int64_t M,
                         int64_t D, float eps) override;
   void rms_norm_backward(void *dx, float *dw, const void *dy, const void *x,

@@ -8,7 +8,8 @@
 // Types: activations, activation gradients and weights are in the storage
 // type (void*); param gradients are f32 (the gradient slot); token ids and
 // targets are i32. Backward kernels accumulate (+=) into every gradient, as
-// in runtime/kernels/Kernels.h; generated code zeroes what must start at 0.
+// in runtime/kernels/Kernels.h (linear_backward's dx where it is asked to);
+// generated code zeroes what must start at 0.
 // Param gradients of add and mul go through storage scratch and
 // accumulate_f32, since those operands may be activations or params.
 //
@@ -56,9 +57,11 @@ public:
   virtual void linear_forward(void *y, const void *x, const void *w,
                               const void *b, int64_t M, int64_t K, int64_t N,
                               bool w_in_out) = 0;
+  /// dx is written, or added into where accumulate_dx (cpu::linear_backward).
   virtual void linear_backward(void *dx, float *dw, float *db, const void *dy,
                                const void *x, const void *w, int64_t M,
-                               int64_t K, int64_t N, bool w_in_out) = 0;
+                               int64_t K, int64_t N, bool w_in_out,
+                               bool accumulate_dx) = 0;
   virtual void rms_norm_forward(void *y, const void *x, const void *w,
                                 int64_t M, int64_t D, float eps) = 0;
   virtual void rms_norm_backward(void *dx, float *dw, const void *dy,

@@ -8,8 +8,10 @@
 //
 // Conventions every kernel follows:
 //  - Backward kernels ACCUMULATE (+=) into every gradient they write, so
-//  fan-out
-//    and gradient accumulation need no extra adds; callers zero buffers first.
+//    fan-out and gradient accumulation need no extra adds; callers zero
+//    buffers first. linear_backward's dx alone is written (=) unless
+//    accumulate_dx: a GEMM writes it as cheaply, and zeroing it would cost
+//    a pass over it.
 //  - A null gradient pointer means "not needed" and is skipped.
 //  - Backward kernels get the forward's inputs and recompute what they need
 //    (norm statistics, softmax): nothing is saved between the two.
@@ -33,7 +35,7 @@ void linear_forward(float *y, const float *x, const float *w, const float *b,
                     int64_t M, int64_t K, int64_t N, bool w_in_out);
 void linear_backward(float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *w, int64_t M, int64_t K,
-                     int64_t N, bool w_in_out);
+                     int64_t N, bool w_in_out, bool accumulate_dx);
 
 // ---- norms over the last dim ----------------------------------------------
 // x, y (M, D); w, b (D) or null.

@@ -22,10 +22,11 @@ void linear_forward(float *y, const float *x, const float *w, const float *b,
 
 void linear_backward(float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *w, int64_t M, int64_t K,
-                     int64_t N, bool w_in_out) {
-  // dx (M, K) += dy (M, N) · op(w)ᵀ, op(w) being the (K, N) view of w.
+                     int64_t N, bool w_in_out, bool accumulate_dx) {
+  // dx (M, K) (+)= dy (M, N) · op(w)ᵀ, op(w) being the (K, N) view of w.
   if (dx)
-    gemm(false, w_in_out, M, K, N, 1.f, dy, N, w, w_in_out ? N : K, 1.f, dx, K);
+    gemm(false, w_in_out, M, K, N, 1.f, dy, N, w, w_in_out ? N : K,
+         accumulate_dx ? 1.f : 0.f, dx, K);
   // dw (K, N) += xᵀ · dy when in_out; dw (N, K) += dyᵀ · x otherwise.
   if (dw) {
     if (w_in_out)

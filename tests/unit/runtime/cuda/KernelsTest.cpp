@@ -269,13 +269,22 @@ TEST_P(LinearTest, ForwardAndBackward) {
   Tensor dx = Tensor::grad(M * K, 14);
   Tensor dw = Tensor::f32(K * N, 15), db = Tensor::f32(N, 16);
   k_->linear_backward(dx.dev(), dw.dev_f32(), bias ? db.dev_f32() : nullptr,
-                      dy.dev(), x.dev(), w.dev(), M, K, N, in_out);
+                      dy.dev(), x.dev(), w.dev(), M, K, N, in_out, true);
   cpu_.linear_backward(dx.host(), dw.host(), bias ? db.host() : nullptr,
-                       dy.host(), x.host(), w.host(), M, K, N, in_out);
+                       dy.host(), x.host(), w.host(), M, K, N, in_out, true);
   sync();
   EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx";
   EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5)) << "dw";
   EXPECT_TRUE(near(db.fetch(), db.h, 1e-4, 1e-5)) << "db";
+
+  // Written, not added: over NaN.
+  Tensor written = Tensor::output(M * K);
+  k_->linear_backward(written.dev(), nullptr, nullptr, dy.dev(), x.dev(),
+                      w.dev(), M, K, N, in_out, false);
+  cpu_.linear_backward(written.host(), nullptr, nullptr, dy.host(), x.host(),
+                       w.host(), M, K, N, in_out, false);
+  sync();
+  EXPECT_TRUE(near(written.fetch(), written.h, kUlp, kSums)) << "dx written";
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, LinearTest,
@@ -287,9 +296,9 @@ TEST_F(CudaKernelsTest, LinearWithoutDxOrDw) {
   Tensor x = Tensor::random(M * K, 20), w = Tensor::random(N * K, 21);
   Tensor dy = Tensor::random(M * N, 22), dw = Tensor::f32(N * K, 23);
   k_->linear_backward(nullptr, dw.dev_f32(), nullptr, dy.dev(), x.dev(),
-                      w.dev(), M, K, N, false);
+                      w.dev(), M, K, N, false, false);
   cpu_.linear_backward(nullptr, dw.host(), nullptr, dy.host(), x.host(),
-                       w.host(), M, K, N, false);
+                       w.host(), M, K, N, false, false);
   sync();
   EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5));
 }

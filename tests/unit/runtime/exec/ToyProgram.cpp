@@ -68,7 +68,8 @@ void layer_bwd(const LaunchArgs &a) {
   a.k->copy(dx, dy, N * D); // the residual path
   a.k->linear_backward(dx, a.grads + a.param_offsets[0],
                        a.grads + a.param_offsets[1], dy, x,
-                       a.k->at(a.weights, a.param_offsets[0]), N, D, D, true);
+                       a.k->at(a.weights, a.param_offsets[0]), N, D, D, true,
+                       /*accumulate_dx=*/true);
 }
 
 // Forward, loss and backward of the head in one launch.
@@ -89,10 +90,9 @@ void head_bwd(const LaunchArgs &a) {
   a.k->cross_entropy_forward(loss, logits, targets, N, V, N, false);
   a.k->zero(dlogits, N * V);
   a.k->cross_entropy_backward(dlogits, logits, targets, N, V, a.dloss);
-  a.k->zero(dh, N * D);
   a.k->linear_backward(dh, a.grads + a.param_offsets[0],
                        a.grads + a.param_offsets[1], dlogits, h, w, N, D, V,
-                       true);
+                       true, /*accumulate_dx=*/false);
   a.k->zero(dx, N * D);
   a.k->mul_backward(dx, nullptr, dh, x, scale, rows_by_vector());
 }

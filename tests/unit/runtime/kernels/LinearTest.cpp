@@ -85,7 +85,8 @@ void check_kernels(const Dims &d) {
          db = random_floats(d.N, 18);
   const Floats dx0 = dx, dw0 = dw, db0 = db;
   linear_backward(dx.data(), dw.data(), d.bias ? db.data() : nullptr, dy.data(),
-                  in[0].data(), in[1].data(), d.M, d.K, d.N, d.in_out);
+                  in[0].data(), in[1].data(), d.M, d.K, d.N, d.in_out,
+                  /*accumulate_dx=*/true);
   // Increments are compared in double; the priors' rounding (≤ 2^-24 of 1)
   // stays well inside the tolerance.
   EXPECT_TRUE(close(added(dx, dx0), want[0], 1e-5));
@@ -112,7 +113,7 @@ TEST(Linear, AccumulatesAndSkipsNullGradients) {
   Floats dx(d.M * d.K), dw(d.K * d.N), db(d.N);
   const auto backward = [&](float *gx, float *gw, float *gb) {
     linear_backward(gx, gw, gb, dy.data(), in[0].data(), in[1].data(), d.M, d.K,
-                    d.N, d.in_out);
+                    d.N, d.in_out, /*accumulate_dx=*/true);
   };
   expect_accumulates({&dx, &dw, &db},
                      [&] { backward(dx.data(), dw.data(), db.data()); });
@@ -132,6 +133,22 @@ TEST(Linear, AccumulatesAndSkipsNullGradients) {
   }
 }
 
+// Without accumulate_dx, dx is written whatever it held (NaN here); dw
+// still adds.
+TEST(Linear, WritesDxUnlessAskedToAccumulate) {
+  for (const Dims &d : kLayouts) {
+    const std::vector<Floats> in = inputs(d);
+    const Floats dy = random_floats(d.M * d.N, 21);
+    const std::vector<Doubles> want = ref_backward(widen(dy), widen(in), d);
+    Floats dx(d.M * d.K, std::nanf("")), dw = random_floats(d.K * d.N, 22);
+    const Floats dw0 = dw;
+    linear_backward(dx.data(), dw.data(), nullptr, dy.data(), in[0].data(),
+                    in[1].data(), d.M, d.K, d.N, d.in_out, false);
+    EXPECT_TRUE(close(dx, want[0], 1e-5));
+    EXPECT_TRUE(close(added(dw, dw0), want[1], 1e-5));
+  }
+}
+
 TEST(Linear, Deterministic) {
   const Dims d = {64, 96, 80, true, true};
   const std::vector<Floats> in = inputs(d);
@@ -142,7 +159,7 @@ TEST(Linear, Deterministic) {
     linear_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.M, d.K,
                    d.N, d.in_out);
     linear_backward(dx.data(), dw.data(), db.data(), dy.data(), in[0].data(),
-                    in[1].data(), d.M, d.K, d.N, d.in_out);
+                    in[1].data(), d.M, d.K, d.N, d.in_out, false);
     for (Floats *f : {&y, &dx, &dw, &db})
       runs.push_back(*f);
   }
