@@ -3,9 +3,10 @@
 // Straight-line code: each op becomes one kernel call on the launch's
 // DeviceKernels with its shapes spelled out, reading and writing the places
 // planTemplate chose. Backward kernels accumulate, so their scratch results
-// are zeroed first, except linear_grad's dx: its kernel writes it, or adds
-// it into the sum of dx planTemplate placed it in (that sum's adds and the
-// reshapes planTemplate made views run nothing). Param gradients accumulate
+// are zeroed first, except swiglu_grad's, which its kernel writes, and
+// linear_grad's dx: its kernel writes it, or adds it into the sum of dx
+// planTemplate placed it in (that sum's adds and the reshapes planTemplate
+// made views run nothing). Param gradients accumulate
 // straight into the gradient slot (zeroed by the runtime on a unit's first
 // micro-batch), which also sums them over micro-batches. The stretch a
 // `row_chunk` names becomes a loop over chunks of token rows (RowChunk.h):
@@ -493,10 +494,11 @@ private:
           ref(op.getOperand(5)),
           gatedScanDims(q, v, op.getOperand(4), isa<GatedDeltaGradOp>(&op)));
     } else if (auto s = dyn_cast<SwigluGradOp>(op)) {
+      // Written, never zeroed first.
       os_ << llvm::formatv(
-          "  k.swiglu_backward({0}, {1}, {2}, {3}, {4}, {5});\n",
-          grad(s.getDgate()), grad(s.getDup()), ref(s.getDy()),
-          ref(s.getGate()), ref(s.getUp()), count(s.getGate()));
+          "  k.swiglu_backward({0}, {1}, {2}, {3}, {4}, {5}, false);\n",
+          ref(s.getDgate()), ref(s.getDup()), ref(s.getDy()), ref(s.getGate()),
+          ref(s.getUp()), count(s.getGate()));
     } else if (auto s = dyn_cast<ScaleOp>(op)) {
       os_ << llvm::formatv("  k.scale_forward({0}, {1}, {2}, {3});\n",
                            ref(s.getY()), ref(s.getX()), count(s.getX()),

@@ -240,7 +240,7 @@ public:
   void swiglu_forward(void *y, const void *gate, const void *up,
                       int64_t n) override;
   void swiglu_backward(void *dgate, void *dup, const void *dy, const void *gate,
-                       const void *up, int64_t n) override;
+                       const void *up, int64_t n, bool accumulate) override;
   void scale_forward(void *y, const void *x, int64_t n, float factor) override;
   void add_forward(void *y, const void *a, const void *b,
                    const Broadcast &bc) override;

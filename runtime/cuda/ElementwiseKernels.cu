@@ -177,13 +177,23 @@ __global__ void swiglu_forward_kernel(bf16 *y, const bf16 *gate, const bf16 *up,
 
 __global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const bf16 *dy,
                                        const bf16 *gate, const bf16 *up,
-                                       int64_t n) {
+                                       int64_t n, bool accumulate) {
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const float g = bf2f(gate[i]), u = bf2f(up[i]), d = bf2f(dy[i]);
-    if (dgate)
-      add_store(dgate, i, d * u * silu_grad(g));
-    if (dup)
-      add_store(dup, i, d * silu(g));
+    if (dgate) {
+      const float v = d * u * silu_grad(g);
+      if (accumulate)
+        add_store(dgate, i, v);
+      else
+        dgate[i] = f2bf(v);
+    }
+    if (dup) {
+      const float v = d * silu(g);
+      if (accumulate)
+        add_store(dup, i, v);
+      else
+        dup[i] = f2bf(v);
+    }
   }
 }
 
@@ -784,10 +794,11 @@ void CudaKernels::swiglu_forward(void *y, const void *gate, const void *up,
               B(up), n);
 }
 void CudaKernels::swiglu_backward(void *dgate, void *dup, const void *dy,
-                                  const void *gate, const void *up, int64_t n) {
+                                  const void *gate, const void *up, int64_t n,
+                                  bool accumulate) {
   if (n > 0 && (dgate || dup))
     MT_LAUNCH(swiglu_backward_kernel, blocks_for(n), kBlock, S_, B(dgate),
-              B(dup), B(dy), B(gate), B(up), n);
+              B(dup), B(dy), B(gate), B(up), n, accumulate);
 }
 void CudaKernels::scale_forward(void *y, const void *x, int64_t n,
                                 float factor) {

@@ -295,8 +295,9 @@ void CpuKernels::swiglu_forward(void *y, const void *gate, const void *up,
   store(y, n);
 }
 void CpuKernels::swiglu_backward(void *dgate, void *dup, const void *dy,
-                                 const void *gate, const void *up, int64_t n) {
-  cpu::swiglu_backward(F(dgate), F(dup), F(dy), F(gate), F(up), n);
+                                 const void *gate, const void *up, int64_t n,
+                                 bool accumulate) {
+  cpu::swiglu_backward(F(dgate), F(dup), F(dy), F(gate), F(up), n, accumulate);
   store(dgate, n);
   store(dup, n);
 }

@@ -8,7 +8,8 @@
 // Types: activations, activation gradients and weights are in the storage
 // type (void*); param gradients are f32 (the gradient slot); token ids and
 // targets are i32. Backward kernels accumulate (+=) into every gradient, as
-// in runtime/kernels/Kernels.h (linear_backward's dx where it is asked to);
+// in runtime/kernels/Kernels.h (linear_backward's dx and swiglu_backward's
+// results where they are asked to);
 // generated code zeroes what must start at 0.
 // Param gradients of add and mul go through storage scratch and
 // accumulate_f32, since those operands may be activations or params.
@@ -181,8 +182,10 @@ public:
                               bool softplus) = 0;
   virtual void swiglu_forward(void *y, const void *gate, const void *up,
                               int64_t n) = 0;
+  /// dgate and dup are written, or added into where accumulate.
   virtual void swiglu_backward(void *dgate, void *dup, const void *dy,
-                               const void *gate, const void *up, int64_t n) = 0;
+                               const void *gate, const void *up, int64_t n,
+                               bool accumulate) = 0;
   virtual void scale_forward(void *y, const void *x, int64_t n,
                              float factor) = 0;
   virtual void add_forward(void *y, const void *a, const void *b,

@@ -171,13 +171,15 @@ void swiglu_forward(float *y, const float *gate, const float *up, int64_t n) {
 }
 
 void swiglu_backward(float *dgate, float *dup, const float *dy,
-                     const float *gate, const float *up, int64_t n) {
+                     const float *gate, const float *up, int64_t n,
+                     bool accumulate) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     if (dgate)
-      dgate[i] += dy[i] * up[i] * silu_grad(gate[i]);
+      dgate[i] =
+          (accumulate ? dgate[i] : 0.f) + dy[i] * up[i] * silu_grad(gate[i]);
     if (dup)
-      dup[i] += dy[i] * silu(gate[i]);
+      dup[i] = (accumulate ? dup[i] : 0.f) + dy[i] * silu(gate[i]);
   }
 }
 

@@ -9,9 +9,9 @@
 // Conventions every kernel follows:
 //  - Backward kernels ACCUMULATE (+=) into every gradient they write, so
 //    fan-out and gradient accumulation need no extra adds; callers zero
-//    buffers first. linear_backward's dx alone is written (=) unless
-//    accumulate_dx: a GEMM writes it as cheaply, and zeroing it would cost
-//    a pass over it.
+//    buffers first. linear_backward's dx and swiglu_backward's results are
+//    written (=) unless asked to accumulate: zeroing them first would cost
+//    a pass over each, and the add a read of it.
 //  - A null gradient pointer means "not needed" and is skipped.
 //  - Backward kernels get the forward's inputs and recompute what they need
 //    (norm statistics, softmax): nothing is saved between the two.
@@ -226,8 +226,10 @@ void gated_scan_backward(float *dq, float *dk, float *dv, float *dg,
                          bool key_decay);
 // y = silu(gate) · up
 void swiglu_forward(float *y, const float *gate, const float *up, int64_t n);
+// dgate and dup are written (=) unless accumulate, as linear_backward's dx.
 void swiglu_backward(float *dgate, float *dup, const float *dy,
-                     const float *gate, const float *up, int64_t n);
+                     const float *gate, const float *up, int64_t n,
+                     bool accumulate);
 void scale_forward(float *y, const float *x, int64_t n, float factor);
 void scale_backward(float *dx, const float *dy, int64_t n, float factor);
 

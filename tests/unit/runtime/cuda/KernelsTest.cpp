@@ -1262,9 +1262,14 @@ TEST_F(CudaKernelsTest, Activations) {
   Tensor y = Tensor::output(n), dg = Tensor::grad(n, 84),
          du = Tensor::grad(n, 85);
   k_->swiglu_forward(y.dev(), x.dev(), u.dev(), n);
-  k_->swiglu_backward(dg.dev(), du.dev(), dy.dev(), x.dev(), u.dev(), n);
+  k_->swiglu_backward(dg.dev(), du.dev(), dy.dev(), x.dev(), u.dev(), n, true);
   cpu_.swiglu_forward(y.host(), x.host(), u.host(), n);
-  cpu_.swiglu_backward(dg.host(), du.host(), dy.host(), x.host(), u.host(), n);
+  cpu_.swiglu_backward(dg.host(), du.host(), dy.host(), x.host(), u.host(), n,
+                       true);
+  Tensor wg = Tensor::output(n), wu = Tensor::output(n); // written over NaN
+  k_->swiglu_backward(wg.dev(), wu.dev(), dy.dev(), x.dev(), u.dev(), n, false);
+  cpu_.swiglu_backward(wg.host(), wu.host(), dy.host(), x.host(), u.host(), n,
+                       false);
   Tensor e = Tensor::output(n);
   k_->exp_forward(e.dev(), x.dev(), n);
   cpu_.exp_forward(e.host(), x.host(), n);
@@ -1275,6 +1280,8 @@ TEST_F(CudaKernelsTest, Activations) {
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "swiglu";
   EXPECT_TRUE(near(dg.fetch(), dg.h, kUlp, kPointwise)) << "dgate";
   EXPECT_TRUE(near(du.fetch(), du.h, kUlp, kPointwise)) << "dup";
+  EXPECT_TRUE(near(wg.fetch(), wg.h, kUlp, kPointwise)) << "dgate written";
+  EXPECT_TRUE(near(wu.fetch(), wu.h, kUlp, kPointwise)) << "dup written";
   EXPECT_TRUE(near(e.fetch(), e.h, kUlp, kPointwise)) << "exp";
   EXPECT_TRUE(near(s.fetch(), s.h, 0, 0)) << "scale";
 }

@@ -298,7 +298,7 @@ TEST(Swiglu, MatchesReferenceAccumulatesSkipsNull) {
   Floats dg = random_floats(n, 74), du = random_floats(n, 75);
   const Floats dg0 = dg, du0 = du;
   const auto backward = [&](float *g, float *u) {
-    swiglu_backward(g, u, dy.data(), in[0].data(), in[1].data(), n);
+    swiglu_backward(g, u, dy.data(), in[0].data(), in[1].data(), n, true);
   };
   backward(dg.data(), du.data());
   EXPECT_TRUE(close(added(dg, dg0), want[0], 2e-6));
@@ -311,6 +311,13 @@ TEST(Swiglu, MatchesReferenceAccumulatesSkipsNull) {
   backward(nullptr, only_u.data());
   EXPECT_TRUE(bitwise_equal(only_g, full_g));
   EXPECT_TRUE(bitwise_equal(only_u, full_u));
+
+  // Not accumulating: written over whatever was there (NaN).
+  Floats wg(n, std::nanf("")), wu(n, std::nanf(""));
+  swiglu_backward(wg.data(), wu.data(), dy.data(), in[0].data(), in[1].data(),
+                  n, false);
+  EXPECT_TRUE(close(wg, want[0], 2e-6));
+  EXPECT_TRUE(close(wu, want[1], 2e-6));
 }
 
 } // namespace
