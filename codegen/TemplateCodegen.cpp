@@ -5,13 +5,13 @@
 // planTemplate chose. Backward kernels accumulate, so their scratch results
 // are zeroed first, except swiglu_grad's, which its kernel writes, and
 // linear_grad's dx: its kernel writes it, or adds it into the sum of dx
-// planTemplate placed it in (that sum's adds and the reshapes planTemplate
-// made views run nothing). Param gradients accumulate
-// straight into the gradient slot (zeroed by the runtime on a unit's first
-// micro-batch), which also sums them over micro-batches. The stretch a
-// `row_chunk` names becomes a loop over chunks of token rows (RowChunk.h):
-// row values held whole are addressed at the chunk's first row, and local
-// ones take one chunk.
+// planTemplate placed it in (that sum's adds, and the reshapes planTemplate
+// made views, run nothing). Param gradients accumulate straight into the
+// gradient slot (zeroed by the runtime on a unit's first micro-batch),
+// which also sums them over micro-batches. The stretch a `row_chunk` names
+// becomes a loop over chunks of token rows (RowChunk.h): row values held
+// whole are addressed at the chunk's first row, and local ones take one
+// chunk.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/TemplateCodegen.h"
