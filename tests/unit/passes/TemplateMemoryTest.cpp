@@ -56,6 +56,18 @@ module {
 )mlir";
   }
 
+  /// A layer over x (4x16) and one 16x16 weight w, yielding a 4x16 value:
+  /// `body` ends in its mt.yield.
+  static std::string layer(const std::string &body) {
+    return R"mlir(
+module {
+  mt.template @t kind "layer" (%x: tensor<4x16xf32>) params (%w: tensor<16x16xf32>) -> (tensor<4x16xf32>) {
+)mlir" + body +
+           R"mlir(  }
+}
+)mlir";
+  }
+
   MLIRContext ctx;
   OwningOpRef<ModuleOp> module;
   TemplateOp tmpl;
@@ -64,9 +76,7 @@ module {
 // %a's last direct reader is the reshape, but %r (its view) is read by the
 // add, after %b is made: %b must not take %a's memory.
 TEST_F(TemplateMemoryTest, AViewKeepsItsOperandsMemoryAliveUntilItsLastRead) {
-  TemplatePlan p = plan(R"mlir(
-module {
-  mt.template @t kind "layer" (%x: tensor<4x16xf32>) params (%w: tensor<16x16xf32>) -> (tensor<4x16xf32>) {
+  TemplatePlan p = plan(layer(R"mlir(
     %a = mt.linear %x, %w : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
     %r = mt.reshape %a : (tensor<4x16xf32>) -> tensor<64xf32>
     %b = mt.linear %x, %w : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
@@ -74,9 +84,7 @@ module {
     %c = mt.add %r, %s : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
     %y = mt.reshape %c : (tensor<64xf32>) -> tensor<4x16xf32>
     mt.yield %y : tensor<4x16xf32>
-  }
-}
-)mlir");
+)mlir"));
   ASSERT_TRUE(module);
   Value a = result(0), r = result(1), b = result(2), s = result(3);
   ASSERT_TRUE(p.views.count(r));
@@ -89,9 +97,7 @@ module {
 
 // A view of a view shows the first operand's memory.
 TEST_F(TemplateMemoryTest, AViewOfAViewShowsTheFirstOperand) {
-  TemplatePlan p = plan(R"mlir(
-module {
-  mt.template @t kind "layer" (%x: tensor<4x16xf32>) params (%w: tensor<16x16xf32>) -> (tensor<4x16xf32>) {
+  TemplatePlan p = plan(layer(R"mlir(
     %a = mt.linear %x, %w : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
     %r = mt.reshape %a : (tensor<4x16xf32>) -> tensor<64xf32>
     %q = mt.reshape %r : (tensor<64xf32>) -> tensor<8x8xf32>
@@ -100,9 +106,7 @@ module {
     %c = mt.add %q, %s : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
     %y = mt.reshape %c : (tensor<8x8xf32>) -> tensor<4x16xf32>
     mt.yield %y : tensor<4x16xf32>
-  }
-}
-)mlir");
+)mlir"));
   ASSERT_TRUE(module);
   Value a = result(0), q = result(2), b = result(3);
   ASSERT_TRUE(p.views.count(q));
@@ -123,17 +127,10 @@ TEST_F(TemplateMemoryTest, ManyViewsAllShowTheirOperandsMemory) {
     body += "    %v" + std::to_string(i) + " = mt.reshape %v" +
             std::to_string(i - 1) + " : (" + from + ") -> " + to + "\n";
   }
-  TemplatePlan p = plan(
-      R"mlir(
-module {
-  mt.template @t kind "layer" (%x: tensor<4x16xf32>) params (%w: tensor<16x16xf32>) -> (tensor<4x16xf32>) {
-)mlir" +
-      body +
-      R"mlir(    %y = mt.mul %v300, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  TemplatePlan p = plan(layer(body + R"mlir(
+    %y = mt.mul %v300, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
     mt.yield %y : tensor<4x16xf32>
-  }
-}
-)mlir");
+)mlir"));
   ASSERT_TRUE(module);
   const Placement first = p.values[result(0)];
   for (int i = 1; i <= views; ++i) {
@@ -146,9 +143,7 @@ module {
 
 // A reshape of a launch input or a param is that input or param.
 TEST_F(TemplateMemoryTest, AViewOfAnInputOrAParamIsThatInputOrParam) {
-  TemplatePlan p = plan(R"mlir(
-module {
-  mt.template @t kind "layer" (%x: tensor<4x16xf32>) params (%w: tensor<16x16xf32>) -> (tensor<4x16xf32>) {
+  TemplatePlan p = plan(layer(R"mlir(
     %r = mt.reshape %x : (tensor<4x16xf32>) -> tensor<8x8xf32>
     %v = mt.reshape %w : (tensor<16x16xf32>) -> tensor<8x32xf32>
     %c = mt.add %r, %r : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
@@ -156,9 +151,7 @@ module {
     %y = mt.reshape %c : (tensor<8x8xf32>) -> tensor<4x16xf32>
     %o = mt.linear %y, %u : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
     mt.yield %o : tensor<4x16xf32>
-  }
-}
-)mlir");
+)mlir"));
   ASSERT_TRUE(module);
   Value r = result(0), v = result(1), u = result(3);
   ASSERT_TRUE(p.views.count(r));
