@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
     void *dense_y = random_bf16(T * s.k * 3 * I, 1.f, 10);
     const double dense_ms = time_ms(stream, iters, [&] {
       k.linear_forward(dense_y, dense_x, dense_w, nullptr, T * s.k, H, 3 * I,
-                       false);
+                       false, false);
     });
     const double dense_tflops =
         2.0 * double(T * s.k) * double(3 * I * H) / (dense_ms * 1e-3) / 1e12;

@@ -4,10 +4,10 @@
 // DeviceKernels with its shapes spelled out, reading and writing the places
 // planTemplate chose. Backward kernels accumulate, so their scratch results
 // are zeroed first, except swiglu_grad's, which its kernel writes, and
-// linear_grad's dx: its kernel writes it, or adds it into the sum of dx
-// planTemplate placed it in (that sum's adds, and the reshapes planTemplate
-// made views, run nothing). Param gradients accumulate straight into the
-// gradient slot (zeroed by the runtime on a unit's first micro-batch),
+// those of kernelWritesOrAdds: each kernel writes its result, or adds it
+// into the sum planTemplate placed it in (that sum's adds, and the reshapes
+// planTemplate made views, run nothing). Param gradients accumulate straight
+// into the gradient slot (zeroed by the runtime on a unit's first micro-batch),
 // which also sums them over micro-batches. The stretch a `row_chunk` names
 // becomes a loop over chunks of token rows (RowChunk.h): row values held
 // whole are addressed at the chunk's first row, and local ones take one
@@ -210,6 +210,11 @@ private:
              failure();
     return "static_cast<float *>(" + ref(v) + ")";
   }
+  // Whether the kernelWritesOrAdds result v is added into its sum (else
+  // written).
+  const char *adds(Value v) const {
+    return plan_.addsInto.count(v) ? "true" : "false";
+  }
   // A gradient result the kernel accumulates into: zeroed first (in
   // scratch, or in the output buffer a layer's yielded sum is built in).
   std::string grad(Value v) {
@@ -261,21 +266,21 @@ private:
     if (auto l = dyn_cast<LinearOp>(op)) {
       auto [M, K, N] = linearDims(l.getX(), l.getW(), l.isInOut());
       os_ << llvm::formatv("  k.linear_forward({0}, {1}, {2}, {3}, {4}, {5}, "
-                           "{6}, {7});\n",
+                           "{6}, {7}, {8});\n",
                            ref(l.getY()), ref(l.getX()), ref(l.getW()),
-                           opt(l.getBias()), M, K, N, l.isInOut());
+                           opt(l.getBias()), M, K, N, l.isInOut(),
+                           adds(l.getY()));
     } else if (auto g = dyn_cast<LinearGradOp>(op)) {
       bool inOut = g.getWLayout() == "in_out";
       auto [M, K, N] = linearDims(g.getX(), g.getW(), inOut);
       auto dw = paramGrad(&op, g.getDw()), db = paramGrad(&op, g.getDb());
       if (failed(dw) || failed(db))
         return failure();
-      // dx is written, or added into the sum it is part of: never zeroed.
       os_ << llvm::formatv("  k.linear_backward({0}, {1}, {2}, {3}, {4}, {5}, "
                            "{6}, {7}, {8}, {9}, {10});\n",
                            ref(g.getDx()), *dw, *db, ref(g.getDy()),
                            ref(g.getX()), ref(g.getW()), M, K, N, inOut,
-                           plan_.addsInto.count(g.getDx()) != 0);
+                           adds(g.getDx()));
     } else if (auto n = dyn_cast<RmsNormOp>(op)) {
       int64_t D = shapeOf(n.getX()).back();
       os_ << llvm::formatv(
@@ -287,12 +292,12 @@ private:
       auto dw = paramGrad(&op, g.getWeight() ? g.getGrads()[1] : Value());
       if (failed(dw))
         return failure();
+      Value dx = g.getGrads()[0];
       os_ << llvm::formatv(
           "  k.rms_norm_backward({0}, {1}, {2}, {3}, {4}, {5}, "
-          "{6}, {7});\n",
-          grad(g.getGrads()[0]), *dw, ref(g.getDy()), ref(g.getX()),
-          opt(g.getWeight()), count(g.getX()) / D, D,
-          lit(g.getEps().convertToDouble()));
+          "{6}, {7}, {8});\n",
+          ref(dx), *dw, ref(g.getDy()), ref(g.getX()), opt(g.getWeight()),
+          count(g.getX()) / D, D, lit(g.getEps().convertToDouble()), adds(dx));
     } else if (auto n = dyn_cast<LayerNormOp>(op)) {
       int64_t D = shapeOf(n.getX()).back();
       os_ << llvm::formatv(
@@ -308,23 +313,24 @@ private:
       auto dwRef = paramGrad(&op, dw), dbRef = paramGrad(&op, db);
       if (failed(dwRef) || failed(dbRef))
         return failure();
+      Value dx = g.getGrads()[0];
       os_ << llvm::formatv("  k.layer_norm_backward({0}, {1}, {2}, {3}, {4}, "
-                           "{5}, {6}, {7}, {8});\n",
-                           grad(g.getGrads()[0]), *dwRef, *dbRef,
-                           ref(g.getDy()), ref(g.getX()), opt(g.getWeight()),
+                           "{5}, {6}, {7}, {8}, {9});\n",
+                           ref(dx), *dwRef, *dbRef, ref(g.getDy()),
+                           ref(g.getX()), opt(g.getWeight()),
                            count(g.getX()) / D, D,
-                           lit(g.getEps().convertToDouble()));
+                           lit(g.getEps().convertToDouble()), adds(dx));
     } else if (auto r = dyn_cast<RopeOp>(op)) {
       os_ << "  k.rope_forward(" << ref(r.getY()) << ", " << ref(r.getX())
           << ", " << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
           << ropeDims(r.getX(), r.getSeqAxis(), r.getRotaryDim()) << ", "
           << (r.getRotation() == "interleaved" ? "true" : "false") << ");\n";
     } else if (auto r = dyn_cast<RopeGradOp>(op)) {
-      std::string dx = grad(r.getDx());
-      os_ << "  k.rope_backward(" << dx << ", " << ref(r.getDy()) << ", "
-          << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
+      os_ << "  k.rope_backward(" << ref(r.getDx()) << ", " << ref(r.getDy())
+          << ", " << ref(r.getCos()) << ", " << ref(r.getSin()) << ", "
           << ropeDims(r.getDy(), r.getSeqAxis(), r.getRotaryDim()) << ", "
-          << (r.getRotation() == "interleaved" ? "true" : "false") << ");\n";
+          << (r.getRotation() == "interleaved" ? "true" : "false") << ", "
+          << adds(r.getDx()) << ");\n";
     } else if (auto at = dyn_cast<AttentionOp>(op)) {
       std::string slopes = alibiSlopes(at.getAlibiSlopes());
       Value lse = at.getLse();

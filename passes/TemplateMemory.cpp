@@ -26,6 +26,17 @@ bool writesParamGradient(Operation *op, unsigned i) {
   return isa<EmbedGradOp, PositionEmbedGradOp, EmbedPieceGradOp>(op);
 }
 
+bool kernelWritesOrAdds(Value v) {
+  auto r = dyn_cast<OpResult>(v);
+  if (!r)
+    return false;
+  Operation *op = r.getOwner();
+  if (isa<LinearOp>(op))
+    return true;
+  return isa<LinearGradOp, RmsNormGradOp, LayerNormGradOp, RopeGradOp>(op) &&
+         r.getResultNumber() == 0; // dx
+}
+
 int64_t storageWidth(Value v) {
   if (auto a = v.getDefiningOp<AttentionOp>(); a && v == a.getLse())
     return 2;
@@ -96,6 +107,10 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
   int64_t n = 0;
   for (Operation &op : body)
     position[&op] = n++;
+  auto madeAt = [&](Value v) { // a block argument: before every op
+    Operation *def = v.getDefiningOp();
+    return def ? position[def] : -1;
+  };
 
   // A layer's yielded sum is built in place in its output buffer (a layer
   // launch's outputs are never its inputs: mt-schedule alternates them),
@@ -110,7 +125,12 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
       auto add = v.getDefiningOp<AddOp>();
       if (!add || !v.hasOneUse() || plan.values.count(v))
         continue;
-      for (Value a : {add.getLhs(), add.getRhs()}) {
+      // The operand made first: the other, made later, can then be added
+      // into it by its kernel (below).
+      SmallVector<Value, 2> operands{add.getLhs(), add.getRhs()};
+      if (madeAt(operands[1]) < madeAt(operands[0]))
+        std::swap(operands[0], operands[1]);
+      for (Value a : operands) {
         bool readLater = llvm::any_of(a.getUsers(), [&](Operation *user) {
           return user != add && position[user] > position[add];
         });
@@ -138,52 +158,85 @@ TemplatePlan planTemplate(TemplateOp tmpl) {
   };
   llvm::DenseMap<Value, Value> memoryOf; // a view or summand -> its memory
 
-  // The gradient of a value several projections read is a sum of their
-  // linear_grad dx: a tree of single-use mt.add ops whose leaves are those
-  // dx. Its kernels add it up in one buffer, the root's: the first leaf's
-  // kernel writes it, the others add into it, and the adds run nothing.
-  auto isLeaf = [&](Value v) {
-    auto g = v.getDefiningOp<LinearGradOp>();
-    return g && v == g.getDx() && v.hasOneUse() && !plan.values.count(v) &&
-           !touchedByChunks(v);
+  // A sum is built in one buffer, the root's, by its terms' kernels: a tree
+  // of single-use mt.add ops whose terms, but for the first made, are
+  // results of kernels that add into their result when asked
+  // (kernelWritesOrAdds; the gradient of a value several projections read,
+  // or a residual's gradient). The first term writes the buffer, the others
+  // add into it, and the adds run nothing. That first term may be any
+  // single-use result, or the value a layer's yielded sum adds to (in the
+  // output buffer already) if no one reads it once the next term is made.
+  auto unplaced = [&](Value v) {
+    return isa<OpResult>(v) && v.hasOneUse() && !plan.values.count(v) &&
+           !touchedByChunks(v) && storageWidth(v) == 1;
   };
+  auto addsItself = [&](Value v) {
+    return kernelWritesOrAdds(v) && unplaced(v);
+  };
+  auto outputOf = [&](Value v) {
+    auto it = plan.values.find(v);
+    return it != plan.values.end() && it->second.kind == Placement::Output
+               ? it->second.index
+               : -1;
+  };
+  // Adds that can be part of such a tree: each operand a possible term or
+  // a single-use add that can be.
   llvm::DenseSet<Operation *> summable;
   for (Operation &op : body) {
     auto add = dyn_cast<AddOp>(op);
-    if (!add || plan.values.count(add.getY()) || touchedByChunks(add.getY()))
+    if (!add || touchedByChunks(add.getY()) ||
+        (plan.values.count(add.getY()) && outputOf(add.getY()) < 0))
       continue;
     if (llvm::all_of(add->getOperands(), [&](Value v) {
           auto inner = v.getDefiningOp<AddOp>();
           return v.getType() == add.getY().getType() &&
-                 (isLeaf(v) ||
+                 (unplaced(v) || outputOf(v) >= 0 ||
                   (inner && summable.count(inner) && v.hasOneUse()));
         }))
       summable.insert(add);
   }
-  llvm::DenseMap<Value, int64_t> firstSummand; // a root -> its first leaf's op
+  llvm::DenseMap<Value, int64_t> firstSummand; // a root -> its first term's op
   for (Operation &op : llvm::reverse(body)) {  // a root before its inner adds
     auto add = dyn_cast<AddOp>(op);
     if (!add || !summable.count(add) || memoryOf.count(add.getY()))
       continue;
     Value root = add.getY();
-    plan.summedInPlace.insert(root);
-    SmallVector<Value> work(add->getOperands()), leaves;
+    SmallVector<Value> work(add->getOperands()), terms, inners{root};
     while (!work.empty()) {
       Value v = work.pop_back_val();
-      memoryOf[v] = root;
       auto inner = v.getDefiningOp<AddOp>();
-      if (inner && summable.count(inner)) {
-        plan.summedInPlace.insert(v);
+      if (inner && summable.count(inner) && v.hasOneUse() &&
+          !plan.values.count(v)) {
+        inners.push_back(v);
         work.append(inner->operand_begin(), inner->operand_end());
       } else {
-        leaves.push_back(v);
+        terms.push_back(v);
       }
     }
-    auto producer = [&](Value v) { return position[v.getDefiningOp()]; };
-    llvm::sort(leaves,
-               [&](Value a, Value b) { return producer(a) < producer(b); });
-    firstSummand[root] = producer(leaves.front());
-    plan.addsInto.insert(leaves.begin() + 1, leaves.end());
+    llvm::stable_sort(terms,
+                      [&](Value a, Value b) { return madeAt(a) < madeAt(b); });
+    Value first = terms.front();
+    int64_t next = madeAt(terms[1]);
+    auto inTree = [&](Operation *user) {
+      return llvm::any_of(inners,
+                          [&](Value v) { return v.getDefiningOp() == user; });
+    };
+    bool firstWrites =
+        (unplaced(first) && !first.getDefiningOp<ReshapeOp>()) ||
+        (outputOf(first) >= 0 && outputOf(first) == outputOf(root) &&
+         llvm::all_of(first.getUsers(), [&](Operation *user) {
+           return inTree(user) || position[user] < next;
+         }));
+    if (!firstWrites || next == madeAt(first) ||
+        !llvm::all_of(llvm::drop_begin(terms), addsItself))
+      continue;
+    for (Value v : inners)
+      plan.summedInPlace.insert(v);
+    for (Value v : llvm::concat<Value>(terms, llvm::drop_begin(inners)))
+      memoryOf[v] = root;
+    if (!plan.values.count(root))
+      firstSummand[root] = madeAt(first);
+    plan.addsInto.insert(terms.begin() + 1, terms.end());
   }
 
   // A reshape moves no bytes: where its operand lives in an input, a param

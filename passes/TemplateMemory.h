@@ -43,11 +43,11 @@ struct TemplatePlan {
   llvm::DenseMap<mlir::Value, Placement> values;
   /// Reshape results placed where their operand is: no kernel runs for them.
   llvm::DenseSet<mlir::Value> views;
-  /// mt.add results summed by their operands' kernels (linear_grad dx, each
-  /// placed where the tree's root is): no kernel runs for them.
+  /// mt.add results summed by their operands' kernels (each term placed
+  /// where the tree's root is): no kernel runs for them.
   llvm::DenseSet<mlir::Value> summedInPlace;
-  /// linear_grad dx results whose kernel adds into that sum; the first one
-  /// (in op order) of each tree writes it.
+  /// Results of kernelWritesOrAdds kernels that add into such a sum; the
+  /// first term (in op order) of each tree writes it.
   llvm::DenseSet<mlir::Value> addsInto;
   int64_t workspaceElems = 0;
   std::optional<RowChunking> chunking;
@@ -67,6 +67,13 @@ int64_t launchScratchElems(mlir::ModuleOp module);
 /// in f32 (mt.attention_delta's δ, mt.attention's log-sum-exp) where
 /// storage is bf16 (the GPU), else 1.
 int64_t storageWidth(mlir::Value v);
+
+/// Whether v's kernel writes it or, as a flag of its own asks, adds into it
+/// (linear's y, the dx of linear_grad, the norms' grads and rope_grad): such
+/// a result needs no zeroing, and can be a term of a sum built in place
+/// (TemplatePlan::addsInto). swiglu_grad writes its two results too, under
+/// one flag.
+bool kernelWritesOrAdds(mlir::Value v);
 
 /// Whether op writes an f32 param gradient as its result #i (dw, db,
 /// dtable): such results can target the gradient slot directly.

@@ -1,10 +1,10 @@
 //===- CudaKernels.cu - the kernel object: GEMMs, scratch, launch checks --===//
 //
 // linear maps to cuBLASLt GEMMs (bf16 A and B, f32 compute; the forward and
-// dx write bf16, dW accumulates into f32 with beta = 1; bias as the BIAS
-// epilogue). A plan (descriptors and the heuristic's algorithm) is cached
-// per shape, layout and pointer alignment, so every call of a shape runs the
-// same algorithm and gives the same bits.
+// dx write bf16, or add into it with beta = 1 where asked; dW accumulates
+// into f32 with beta = 1; bias as the BIAS epilogue). A plan (descriptors and
+// the heuristic's algorithm) is cached per shape, layout and pointer alignment,
+// so every call of a shape runs the same algorithm and gives the same bits.
 //
 // cuBLASLt is loaded with dlopen when the first CudaKernels is made, not
 // linked: every binary of a CUDA build links mtrt_exec, and a CPU run
@@ -34,10 +34,22 @@ namespace mtrt::MT_KNS {
 
 GemmSpec linear_forward_gemm(void *y, const void *x, const void *w,
                              const void *b, int64_t M, int64_t K, int64_t N,
-                             bool w_in_out) {
-  // yᵀ (N, M) = op(w) (N, K) · xᵀ (K, M).
-  return {!w_in_out, false, N, M, K,     w,   w_in_out ? N : K,
-          x,         K,     y, N, false, 0.f, b};
+                             bool w_in_out, bool accumulate) {
+  // yᵀ (N, M) (+)= op(w) (N, K) · xᵀ (K, M).
+  return {!w_in_out,
+          false,
+          N,
+          M,
+          K,
+          w,
+          w_in_out ? N : K,
+          x,
+          K,
+          y,
+          N,
+          false,
+          accumulate ? 1.f : 0.f,
+          b};
 }
 
 GemmSpec linear_dx_gemm(void *dx, const void *dy, const void *w, int64_t M,
@@ -75,8 +87,8 @@ GemmSpec attention_dq_gemm(void *dq, const void *ds_t, const void *k,
 
 void CudaKernels::linear_forward(void *y, const void *x, const void *w,
                                  const void *b, int64_t M, int64_t K, int64_t N,
-                                 bool w_in_out) {
-  gemm(linear_forward_gemm(y, x, w, b, M, K, N, w_in_out));
+                                 bool w_in_out, bool accumulate) {
+  gemm(linear_forward_gemm(y, x, w, b, M, K, N, w_in_out, accumulate));
 }
 
 void CudaKernels::linear_backward(void *dx, float *dw, float *db,

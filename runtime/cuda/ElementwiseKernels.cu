@@ -180,20 +180,10 @@ __global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const bf16 *dy,
                                        int64_t n, bool accumulate) {
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const float g = bf2f(gate[i]), u = bf2f(up[i]), d = bf2f(dy[i]);
-    if (dgate) {
-      const float v = d * u * silu_grad(g);
-      if (accumulate)
-        add_store(dgate, i, v);
-      else
-        dgate[i] = f2bf(v);
-    }
-    if (dup) {
-      const float v = d * silu(g);
-      if (accumulate)
-        add_store(dup, i, v);
-      else
-        dup[i] = f2bf(v);
-    }
+    if (dgate)
+      write_or_add(dgate, i, d * u * silu_grad(g), accumulate);
+    if (dup)
+      write_or_add(dup, i, d * silu(g), accumulate);
   }
 }
 
@@ -443,12 +433,13 @@ __global__ void slice_kernel(bf16 *out, const bf16 *in, int64_t dim,
 // ---- rope -----------------------------------------------------------------
 
 /// Dims d and p rotate as a pair: (i, i + R/2), or (2i, 2i + 1) when
-/// interleaved; `first` is d's place in it.
+/// interleaved; `first` is d's place in it. `accumulate`: the backward adds
+/// into dx.
 template <bool Backward>
 __global__ void rope_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
                             const bf16 *sin, int64_t H, int64_t S, int64_t D,
                             int64_t R, int seq_axis, bool interleaved,
-                            int64_t total) {
+                            bool accumulate, int64_t total) {
   const int64_t half = R / 2;
   for (int64_t i = global_index(); i < total; i += global_stride()) {
     const int64_t d = i % D, row = i - d;
@@ -467,10 +458,7 @@ __global__ void rope_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
       v = bf2f(g[d]) * bf2f(c[d]) +
           sign * bf2f(g[p]) * bf2f(Backward ? sn[p] : sn[d]);
     }
-    if (Backward)
-      add_store(out, i, v);
-    else
-      out[i] = f2bf(v);
+    write_or_add(out, i, v, Backward && accumulate);
   }
 }
 
@@ -480,10 +468,10 @@ __global__ void rope_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
 /// interleaved). The index math is once per 8 elements and the accesses
 /// 16 bytes wide (every array 16-byte aligned).
 template <bool Backward>
-__global__ void rope_rows_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
-                                 const bf16 *sin, int64_t H, int64_t S,
-                                 int64_t D, int64_t R, int seq_axis,
-                                 bool interleaved, int64_t vectors) {
+__global__ void
+rope_rows_kernel(bf16 *out, const bf16 *in, const bf16 *cos, const bf16 *sin,
+                 int64_t H, int64_t S, int64_t D, int64_t R, int seq_axis,
+                 bool interleaved, bool accumulate, int64_t vectors) {
   const int64_t half = R / 2;
   for (int64_t v = global_index(); v < vectors; v += global_stride()) {
     const int64_t i = v * 8, d0 = i % D, row = i - d0;
@@ -512,7 +500,7 @@ __global__ void rope_rows_kernel(bf16 *out, const bf16 *in, const bf16 *cos,
         y[e] = x[e] * c[e] + sign * partner * sn;
       }
     }
-    if (Backward) {
+    if (Backward && accumulate) {
       const Bf16x8 o = load8(out + i);
 #pragma unroll
       for (int e = 0; e < 8; ++e)
@@ -975,7 +963,8 @@ namespace {
 template <bool Backward>
 void launch_rope(bf16 *out, const bf16 *in, const bf16 *cos, const bf16 *sin,
                  int64_t B_, int64_t H, int64_t S, int64_t D, int64_t R,
-                 int seq_axis, bool interleaved, cudaStream_t stream) {
+                 int seq_axis, bool interleaved, bool accumulate,
+                 cudaStream_t stream) {
   const int64_t total = B_ * H * S * D;
   if (total == 0)
     return;
@@ -984,10 +973,11 @@ void launch_rope(bf16 *out, const bf16 *in, const bf16 *cos, const bf16 *sin,
     rows = rows && reinterpret_cast<uintptr_t>(p) % 16 == 0;
   if (rows)
     MT_LAUNCH(rope_rows_kernel<Backward>, blocks_for(total / 8), kBlock, stream,
-              out, in, cos, sin, H, S, D, R, seq_axis, interleaved, total / 8);
+              out, in, cos, sin, H, S, D, R, seq_axis, interleaved, accumulate,
+              total / 8);
   else
     MT_LAUNCH(rope_kernel<Backward>, blocks_for(total), kBlock, stream, out, in,
-              cos, sin, H, S, D, R, seq_axis, interleaved, total);
+              cos, sin, H, S, D, R, seq_axis, interleaved, accumulate, total);
 }
 } // namespace
 
@@ -996,14 +986,14 @@ void CudaKernels::rope_forward(void *y, const void *x, const void *cos,
                                int64_t S, int64_t D, int64_t R, int seq_axis,
                                bool interleaved) {
   launch_rope<false>(B(y), B(x), B(cos), B(sin), B_, H, S, D, R, seq_axis,
-                     interleaved, S_);
+                     interleaved, false, S_);
 }
 void CudaKernels::rope_backward(void *dx, const void *dy, const void *cos,
                                 const void *sin, int64_t B_, int64_t H,
                                 int64_t S, int64_t D, int64_t R, int seq_axis,
-                                bool interleaved) {
+                                bool interleaved, bool accumulate) {
   launch_rope<true>(B(dx), B(dy), B(cos), B(sin), B_, H, S, D, R, seq_axis,
-                    interleaved, S_);
+                    interleaved, accumulate, S_);
 }
 
 void CudaKernels::embed_forward(void *y, const int32_t *ids, const void *table,

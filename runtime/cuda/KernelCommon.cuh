@@ -50,6 +50,12 @@ __device__ __forceinline__ void add_store(bf16 *x, int64_t i, float v) {
   x[i] = f2bf(bf2f(x[i]) + v);
 }
 
+/// x[i] = v, or x[i] += v where accumulate (a kernel's write flag).
+__device__ __forceinline__ void write_or_add(bf16 *x, int64_t i, float v,
+                                             bool accumulate) {
+  x[i] = f2bf(accumulate ? bf2f(x[i]) + v : v);
+}
+
 __device__ __forceinline__ float quiet_nan() {
   return __int_as_float(0x7fc00000);
 }

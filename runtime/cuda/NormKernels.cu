@@ -33,10 +33,10 @@ __global__ void rms_forward_kernel(bf16 *y, const bf16 *x, const bf16 *w,
     yr[j] = f2bf(bf2f(xr[j]) * rstd * weight(w, j));
 }
 
-/// dx += rstd·g − (rstd³/D)·(g·x)·x with g = dy ⊙ w; stats[m] = rstd.
+/// dx (+)= rstd·g − (rstd³/D)·(g·x)·x with g = dy ⊙ w; stats[m] = rstd.
 __global__ void rms_backward_kernel(bf16 *dx, float *stats, const bf16 *dy,
                                     const bf16 *x, const bf16 *w, int64_t D,
-                                    float eps) {
+                                    float eps, bool accumulate) {
   const int64_t row = blockIdx.x;
   const bf16 *xr = x + row * D, *g = dy + row * D;
   float ss = 0.f, dot = 0.f;
@@ -54,8 +54,9 @@ __global__ void rms_backward_kernel(bf16 *dx, float *stats, const bf16 *dy,
     return;
   const float c = rstd * rstd * rstd * dot / float(D);
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-    add_store(dx, row * D + j,
-              rstd * (bf2f(g[j]) * weight(w, j)) - c * bf2f(xr[j]));
+    write_or_add(dx, row * D + j,
+                 rstd * (bf2f(g[j]) * weight(w, j)) - c * bf2f(xr[j]),
+                 accumulate);
 }
 
 __global__ void layer_forward_kernel(bf16 *y, const bf16 *x, const bf16 *w,
@@ -77,10 +78,11 @@ __global__ void layer_forward_kernel(bf16 *y, const bf16 *x, const bf16 *w,
                  (b ? bf2f(b[j]) : 0.f));
 }
 
-/// dx += rstd·(g − mean(g) − x̂·mean(g⊙x̂)); stats[2m] = mean, [2m+1] = rstd.
+/// dx (+)= rstd·(g − mean(g) − x̂·mean(g⊙x̂)); stats[2m] = mean, [2m+1] =
+/// rstd.
 __global__ void layer_backward_kernel(bf16 *dx, float *stats, const bf16 *dy,
                                       const bf16 *x, const bf16 *w, int64_t D,
-                                      float eps) {
+                                      float eps, bool accumulate) {
   const int64_t row = blockIdx.x;
   const bf16 *xr = x + row * D, *g = dy + row * D;
   float sum = 0.f;
@@ -109,8 +111,9 @@ __global__ void layer_backward_kernel(bf16 *dx, float *stats, const bf16 *dy,
   const float mean_gx = block_sum(sgx) / float(D);
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
     const float xhat = (bf2f(xr[j]) - mean) * rstd;
-    add_store(dx, row * D + j,
-              rstd * (bf2f(g[j]) * weight(w, j) - mean_g - xhat * mean_gx));
+    write_or_add(dx, row * D + j,
+                 rstd * (bf2f(g[j]) * weight(w, j) - mean_g - xhat * mean_gx),
+                 accumulate);
   }
 }
 
@@ -158,14 +161,14 @@ void CudaKernels::rms_norm_forward(void *y, const void *x, const void *w,
 
 void CudaKernels::rms_norm_backward(void *dx, float *dw, const void *dy,
                                     const void *x, const void *w, int64_t M,
-                                    int64_t D, float eps) {
+                                    int64_t D, float eps, bool accumulate_dx) {
   if (M <= 0 || D <= 0 || (!dx && !dw))
     return;
   float *stats = static_cast<float *>(
       scratch((M + column_chunks(M) * D) * int64_t(sizeof(float))));
   float *partials = stats + M;
   MT_LAUNCH(rms_backward_kernel, dim3(unsigned(M)), dim3(row_threads(D)), S_,
-            B(dx), stats, B(dy), B(x), B(w), D, eps);
+            B(dx), stats, B(dy), B(x), B(w), D, eps, accumulate_dx);
   if (dw)
     column_sums(dw, partials, M, D, RmsWeightGrad{B(dy), B(x), stats, D}, S_);
 }
@@ -181,14 +184,14 @@ void CudaKernels::layer_norm_forward(void *y, const void *x, const void *w,
 void CudaKernels::layer_norm_backward(void *dx, float *dw, float *db,
                                       const void *dy, const void *x,
                                       const void *w, int64_t M, int64_t D,
-                                      float eps) {
+                                      float eps, bool accumulate_dx) {
   if (M <= 0 || D <= 0 || (!dx && !dw && !db))
     return;
   float *stats = static_cast<float *>(
       scratch((2 * M + column_chunks(M) * D) * int64_t(sizeof(float))));
   float *partials = stats + 2 * M;
   MT_LAUNCH(layer_backward_kernel, dim3(unsigned(M)), dim3(row_threads(D)), S_,
-            B(dx), stats, B(dy), B(x), B(w), D, eps);
+            B(dx), stats, B(dy), B(x), B(w), D, eps, accumulate_dx);
   if (dw)
     column_sums(dw, partials, M, D, LayerWeightGrad{B(dy), B(x), stats, D}, S_);
   if (db)

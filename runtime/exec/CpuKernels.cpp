@@ -60,8 +60,8 @@ void CpuKernels::accumulate_f32(float *g, const void *x, int64_t n) {
 
 void CpuKernels::linear_forward(void *y, const void *x, const void *w,
                                 const void *b, int64_t M, int64_t K, int64_t N,
-                                bool w_in_out) {
-  cpu::linear_forward(F(y), F(x), F(w), F(b), M, K, N, w_in_out);
+                                bool w_in_out, bool accumulate) {
+  cpu::linear_forward(F(y), F(x), F(w), F(b), M, K, N, w_in_out, accumulate);
   store(y, M * N);
 }
 void CpuKernels::linear_backward(void *dx, float *dw, float *db, const void *dy,
@@ -79,8 +79,9 @@ void CpuKernels::rms_norm_forward(void *y, const void *x, const void *w,
 }
 void CpuKernels::rms_norm_backward(void *dx, float *dw, const void *dy,
                                    const void *x, const void *w, int64_t M,
-                                   int64_t D, float eps) {
-  cpu::rms_norm_backward(F(dx), dw, F(dy), F(x), F(w), M, D, eps);
+                                   int64_t D, float eps, bool accumulate_dx) {
+  cpu::rms_norm_backward(F(dx), dw, F(dy), F(x), F(w), M, D, eps,
+                         accumulate_dx);
   store(dx, M * D);
 }
 void CpuKernels::layer_norm_forward(void *y, const void *x, const void *w,
@@ -92,8 +93,9 @@ void CpuKernels::layer_norm_forward(void *y, const void *x, const void *w,
 void CpuKernels::layer_norm_backward(void *dx, float *dw, float *db,
                                      const void *dy, const void *x,
                                      const void *w, int64_t M, int64_t D,
-                                     float eps) {
-  cpu::layer_norm_backward(F(dx), dw, db, F(dy), F(x), F(w), M, D, eps);
+                                     float eps, bool accumulate_dx) {
+  cpu::layer_norm_backward(F(dx), dw, db, F(dy), F(x), F(w), M, D, eps,
+                           accumulate_dx);
   store(dx, M * D);
 }
 void CpuKernels::rope_forward(void *y, const void *x, const void *cos,
@@ -107,9 +109,9 @@ void CpuKernels::rope_forward(void *y, const void *x, const void *cos,
 void CpuKernels::rope_backward(void *dx, const void *dy, const void *cos,
                                const void *sin, int64_t B, int64_t H, int64_t S,
                                int64_t D, int64_t R, int seq_axis,
-                               bool interleaved) {
+                               bool interleaved, bool accumulate) {
   cpu::rope_backward(F(dx), F(dy), F(cos), F(sin), B, H, S, D, R, seq_axis,
-                     interleaved);
+                     interleaved, accumulate);
   store(dx, B * H * S * D);
 }
 void CpuKernels::attention_forward(void *y, float *lse, const void *q,

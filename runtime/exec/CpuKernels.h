@@ -27,26 +27,27 @@ public:
   void accumulate_f32(float *g, const void *x, int64_t n) override;
 
   void linear_forward(void *y, const void *x, const void *w, const void *b,
-                      int64_t M, int64_t K, int64_t N, bool w_in_out) override;
+                      int64_t M, int64_t K, int64_t N, bool w_in_out,
+                      bool accumulate) override;
   void linear_backward(void *dx, float *dw, float *db, const void *dy,
                        const void *x, const void *w, int64_t M, int64_t K,
                        int64_t N, bool w_in_out, bool accumulate_dx) override;
   void rms_norm_forward(void *y, const void *x, const void *w, int64_t M,
                         int64_t D, float eps) override;
   void rms_norm_backward(void *dx, float *dw, const void *dy, const void *x,
-                         const void *w, int64_t M, int64_t D,
-                         float eps) override;
+                         const void *w, int64_t M, int64_t D, float eps,
+                         bool accumulate_dx) override;
   void layer_norm_forward(void *y, const void *x, const void *w, const void *b,
                           int64_t M, int64_t D, float eps) override;
   void layer_norm_backward(void *dx, float *dw, float *db, const void *dy,
                            const void *x, const void *w, int64_t M, int64_t D,
-                           float eps) override;
+                           float eps, bool accumulate_dx) override;
   void rope_forward(void *y, const void *x, const void *cos, const void *sin,
                     int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
                     int seq_axis, bool interleaved) override;
   void rope_backward(void *dx, const void *dy, const void *cos, const void *sin,
                      int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
-                     int seq_axis, bool interleaved) override;
+                     int seq_axis, bool interleaved, bool accumulate) override;
   void attention_forward(void *y, float *lse, const void *q, const void *k,
                          const void *v, int64_t B, int64_t H, int64_t Hkv,
                          int64_t S, int64_t D, float scale,

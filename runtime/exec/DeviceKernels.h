@@ -8,9 +8,9 @@
 // Types: activations, activation gradients and weights are in the storage
 // type (void*); param gradients are f32 (the gradient slot); token ids and
 // targets are i32. Backward kernels accumulate (+=) into every gradient, as
-// in runtime/kernels/Kernels.h (linear_backward's dx and swiglu_backward's
-// results where they are asked to);
-// generated code zeroes what must start at 0.
+// in runtime/kernels/Kernels.h (the dx of linear, the norms and rope and
+// swiglu_backward's results where they are asked to; linear_forward adds
+// into y where asked); generated code zeroes what must start at 0.
 // Param gradients of add and mul go through storage scratch and
 // accumulate_f32, since those operands may be activations or params.
 //
@@ -55,9 +55,10 @@ public:
   /// g += x, converting storage to f32.
   virtual void accumulate_f32(float *g, const void *x, int64_t n) = 0;
 
+  /// y is written, or added into where accumulate.
   virtual void linear_forward(void *y, const void *x, const void *w,
                               const void *b, int64_t M, int64_t K, int64_t N,
-                              bool w_in_out) = 0;
+                              bool w_in_out, bool accumulate) = 0;
   /// dx is written, or added into where accumulate_dx (cpu::linear_backward).
   virtual void linear_backward(void *dx, float *dw, float *db, const void *dy,
                                const void *x, const void *w, int64_t M,
@@ -65,15 +66,17 @@ public:
                                bool accumulate_dx) = 0;
   virtual void rms_norm_forward(void *y, const void *x, const void *w,
                                 int64_t M, int64_t D, float eps) = 0;
+  /// dx, as linear_backward's; dw added into.
   virtual void rms_norm_backward(void *dx, float *dw, const void *dy,
                                  const void *x, const void *w, int64_t M,
-                                 int64_t D, float eps) = 0;
+                                 int64_t D, float eps, bool accumulate_dx) = 0;
   virtual void layer_norm_forward(void *y, const void *x, const void *w,
                                   const void *b, int64_t M, int64_t D,
                                   float eps) = 0;
   virtual void layer_norm_backward(void *dx, float *dw, float *db,
                                    const void *dy, const void *x, const void *w,
-                                   int64_t M, int64_t D, float eps) = 0;
+                                   int64_t M, int64_t D, float eps,
+                                   bool accumulate_dx) = 0;
   virtual void rope_forward(void *y, const void *x, const void *cos,
                             const void *sin, int64_t B, int64_t H, int64_t S,
                             int64_t D, int64_t R, int seq_axis,
@@ -81,7 +84,7 @@ public:
   virtual void rope_backward(void *dx, const void *dy, const void *cos,
                              const void *sin, int64_t B, int64_t H, int64_t S,
                              int64_t D, int64_t R, int seq_axis,
-                             bool interleaved) = 0;
+                             bool interleaved, bool accumulate) = 0;
   // range: the keys j ≤ i that query i sees (a window, chunks; KeyRange.h).
   // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
   // alibi_slopes: H host floats (query head h adds m_h · (j − i) to its

@@ -9,9 +9,11 @@
 // Conventions every kernel follows:
 //  - Backward kernels ACCUMULATE (+=) into every gradient they write, so
 //    fan-out and gradient accumulation need no extra adds; callers zero
-//    buffers first. linear_backward's dx and swiglu_backward's results are
-//    written (=) unless asked to accumulate: zeroing them first would cost
-//    a pass over each, and the add a read of it.
+//    buffers first. The dx of linear, the norms and rope and swiglu's two
+//    results are written (=) unless asked to accumulate: zeroing them
+//    first would cost a pass over each, and the add a read of it.
+//    linear_forward too adds its product into y where asked (a residual
+//    built in place).
 //  - A null gradient pointer means "not needed" and is skipped.
 //  - Backward kernels get the forward's inputs and recompute what they need
 //    (norm statistics, softmax): nothing is saved between the two.
@@ -30,36 +32,40 @@ namespace mtrt::cpu {
 
 // ---- linear ---------------------------------------------------------------
 // x (M, K); w (N, K) when !w_in_out (y = x·wᵀ), (K, N) when w_in_out (y = x·w);
-// b (N) or null; y (M, N).
+// b (N) or null; y (M, N), written or, where accumulate, added into.
 void linear_forward(float *y, const float *x, const float *w, const float *b,
-                    int64_t M, int64_t K, int64_t N, bool w_in_out);
+                    int64_t M, int64_t K, int64_t N, bool w_in_out,
+                    bool accumulate);
 void linear_backward(float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *w, int64_t M, int64_t K,
                      int64_t N, bool w_in_out, bool accumulate_dx);
 
 // ---- norms over the last dim ----------------------------------------------
-// x, y (M, D); w, b (D) or null.
+// x, y (M, D); w, b (D) or null. dx is written, or added into where
+// accumulate_dx; dw, db are added into.
 void rms_norm_forward(float *y, const float *x, const float *w, int64_t M,
                       int64_t D, float eps);
 void rms_norm_backward(float *dx, float *dw, const float *dy, const float *x,
-                       const float *w, int64_t M, int64_t D, float eps);
+                       const float *w, int64_t M, int64_t D, float eps,
+                       bool accumulate_dx);
 void layer_norm_forward(float *y, const float *x, const float *w,
                         const float *b, int64_t M, int64_t D, float eps);
 void layer_norm_backward(float *dx, float *dw, float *db, const float *dy,
                          const float *x, const float *w, int64_t M, int64_t D,
-                         float eps);
+                         float eps, bool accumulate_dx);
 
 // ---- rotary embedding, full or partial -------------------------------------
 // x, y (B, H, S, D) when seq_axis == 2, (B, S, H, D) when seq_axis == 1;
 // cos, sin (S, R), R even, R <= D. Dims past R pass through. Dims a and b
 // of a pair rotate together: (i, i + R/2) (rotate-half), or (2i, 2i + 1)
-// when interleaved (GPT-J's rotate-every-two).
+// when interleaved (GPT-J's rotate-every-two). The backward writes dx, or
+// adds into it where accumulate.
 void rope_forward(float *y, const float *x, const float *cos, const float *sin,
                   int64_t B, int64_t H, int64_t S, int64_t D, int64_t R,
                   int seq_axis, bool interleaved);
 void rope_backward(float *dx, const float *dy, const float *cos,
                    const float *sin, int64_t B, int64_t H, int64_t S, int64_t D,
-                   int64_t R, int seq_axis, bool interleaved);
+                   int64_t R, int seq_axis, bool interleaved, bool accumulate);
 
 // ---- mixture of experts (T tokens of H; E experts of intermediate I) ------
 // docs/primitives.md, moe: router [E, H]; gate_up [E, 2I, H] and down

@@ -8,16 +8,24 @@
 namespace mtrt::cpu {
 
 void linear_forward(float *y, const float *x, const float *w, const float *b,
-                    int64_t M, int64_t K, int64_t N, bool w_in_out) {
-  // y (M, N) starts as the bias rows so the GEMM can add onto it.
+                    int64_t M, int64_t K, int64_t N, bool w_in_out,
+                    bool accumulate) {
+  // y (M, N) starts as the bias rows (or has them added) so the GEMM can
+  // add onto it.
   if (b) {
 #pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < M; ++m)
-      std::copy(b, b + N, y + m * N);
+    for (int64_t m = 0; m < M; ++m) {
+      float *row = y + m * N;
+      if (accumulate)
+        for (int64_t j = 0; j < N; ++j)
+          row[j] += b[j];
+      else
+        std::copy(b, b + N, row);
+    }
   }
   // w (K, N) when in_out, (N, K) otherwise.
-  gemm(false, !w_in_out, M, N, K, 1.f, x, K, w, w_in_out ? N : K, b ? 1.f : 0.f,
-       y, N);
+  gemm(false, !w_in_out, M, N, K, 1.f, x, K, w, w_in_out ? N : K,
+       b || accumulate ? 1.f : 0.f, y, N);
 }
 
 void linear_backward(float *dx, float *dw, float *db, const float *dy,

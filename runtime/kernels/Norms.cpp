@@ -84,7 +84,8 @@ void rms_norm_forward(float *y, const float *x, const float *w, int64_t M,
 }
 
 void rms_norm_backward(float *dx, float *dw, const float *dy, const float *x,
-                       const float *w, int64_t M, int64_t D, float eps) {
+                       const float *w, int64_t M, int64_t D, float eps,
+                       bool accumulate_dx) {
   std::vector<RowStats> stats(M); // (M)
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
@@ -100,8 +101,10 @@ void rms_norm_backward(float *dx, float *dw, const float *dy, const float *x,
       dot += double(g[j]) * (w ? w[j] : 1.f) * xr[j];
     const float c = float(double(rstd) * rstd * rstd * dot / D);
     float *dxr = dx + m * D;
-    for (int64_t j = 0; j < D; ++j)
-      dxr[j] += rstd * (g[j] * (w ? w[j] : 1.f)) - c * xr[j];
+    for (int64_t j = 0; j < D; ++j) {
+      const float v = rstd * (g[j] * (w ? w[j] : 1.f)) - c * xr[j];
+      dxr[j] = accumulate_dx ? dxr[j] + v : v;
+    }
   }
   if (dw)
     norm_param_grads(dw, nullptr, dy, x, stats, M, D);
@@ -121,7 +124,7 @@ void layer_norm_forward(float *y, const float *x, const float *w,
 
 void layer_norm_backward(float *dx, float *dw, float *db, const float *dy,
                          const float *x, const float *w, int64_t M, int64_t D,
-                         float eps) {
+                         float eps, bool accumulate_dx) {
   std::vector<RowStats> stats(M); // (M)
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
@@ -141,7 +144,9 @@ void layer_norm_backward(float *dx, float *dw, float *db, const float *dy,
     float *dxr = dx + m * D;
     for (int64_t j = 0; j < D; ++j) {
       const float xhat = (xr[j] - st.mean) * st.rstd;
-      dxr[j] += st.rstd * (g[j] * (w ? w[j] : 1.f) - mean_g - xhat * mean_gx);
+      const float v =
+          st.rstd * (g[j] * (w ? w[j] : 1.f) - mean_g - xhat * mean_gx);
+      dxr[j] = accumulate_dx ? dxr[j] + v : v;
     }
   }
   if (dw || db)

@@ -50,7 +50,7 @@ void rope_forward(float *y, const float *x, const float *cos, const float *sin,
 
 void rope_backward(float *dx, const float *dy, const float *cos,
                    const float *sin, int64_t B, int64_t H, int64_t S, int64_t D,
-                   int64_t R, int seq_axis, bool interleaved) {
+                   int64_t R, int seq_axis, bool interleaved, bool accumulate) {
   // The rotation's transpose: each output pair feeds back through the same
   // cos/sin entries it was produced with.
   for_each_row(B, H, S, D, seq_axis, [&](int64_t offset, int64_t s) {
@@ -58,11 +58,13 @@ void rope_backward(float *dx, const float *dy, const float *cos,
     float *dxr = dx + offset;
     for (int64_t i = 0; i < R / 2; ++i) {
       const auto [a, b] = pair(i, R, interleaved);
-      dxr[a] += g[a] * c[a] + g[b] * sn[b];
-      dxr[b] += g[b] * c[b] - g[a] * sn[a];
+      const float va = g[a] * c[a] + g[b] * sn[b];
+      const float vb = g[b] * c[b] - g[a] * sn[a];
+      dxr[a] = accumulate ? dxr[a] + va : va;
+      dxr[b] = accumulate ? dxr[b] + vb : vb;
     }
     for (int64_t i = R; i < D; ++i)
-      dxr[i] += g[i];
+      dxr[i] = accumulate ? dxr[i] + g[i] : g[i];
   });
 }
 

@@ -3,8 +3,9 @@
 //
 // A reshape is a view of its operand's memory: these check where the view
 // lives, that the memory it shows outlives every read of it, and which
-// reshapes stay copies. A sum of linear_grad dx is made by their kernels in
-// one buffer: which adds run nothing and which kernels add.
+// reshapes stay copies. A sum whose terms' kernels can add into their
+// result (a sum of linear_grad dx, a residual and its gradient) is made by
+// those kernels in one buffer: which adds run nothing and which kernels add.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/TemplateMemory.h"
@@ -227,6 +228,111 @@ TEST_F(TemplateMemoryTest, OnlySumsOfSingleUseDxAreMadeInPlace) {
   ASSERT_TRUE(module);
   EXPECT_TRUE(p.summedInPlace.empty());
   EXPECT_TRUE(p.addsInto.empty());
+}
+
+// The gradient of a layer's input is the residual's (%s, in the output
+// buffer, read by the next projection's backward) plus the norm's dx: the
+// norm's kernel adds its dx into the output buffer, and the add runs nothing.
+TEST_F(TemplateMemoryTest, AResidualsGradientIsAddedIntoByTheNormsKernel) {
+  TemplatePlan p = plan(R"mlir(
+module {
+  mt.template @t kind "layer" (%dy: tensor<4x16xf32>, %x: tensor<4x16xf32>) params (%w: tensor<16x16xf32>, %g: tensor<16xf32>) -> (tensor<4x16xf32>) {
+    %a, %da = mt.linear_grad %dy, %x, %w : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16x16xf32>) -> (tensor<4x16xf32>, tensor<16x16xf32>)
+    %s = mt.add %dy, %a : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    %b, %db = mt.linear_grad %s, %x, %w : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16x16xf32>) -> (tensor<4x16xf32>, tensor<16x16xf32>)
+    %n:2 = mt.rms_norm_grad %b, %x, %g {eps = 1.0e-5 : f64} : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<16xf32>)
+    %y = mt.add %n#0, %s : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    mt.yield %y : tensor<4x16xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  Value s = result(1), n = result(3), y = result(4);
+  EXPECT_TRUE(p.summedInPlace.count(y));
+  EXPECT_FALSE(p.summedInPlace.count(s));
+  EXPECT_TRUE(p.addsInto.count(n));
+  for (Value v : {s, n, y}) {
+    EXPECT_EQ(p.values[v].kind, Placement::Output);
+    EXPECT_EQ(p.values[v].index, 0);
+  }
+}
+
+// The same, but %s is read after the norm's kernel would have added into
+// it: the sum stays an add, over a dx the norm's kernel writes.
+TEST_F(TemplateMemoryTest, AResidualReadAfterTheNextTermIsMadeIsNotAddedInto) {
+  TemplatePlan p = plan(R"mlir(
+module {
+  mt.template @t kind "layer" (%dy: tensor<4x16xf32>, %x: tensor<4x16xf32>) params (%w: tensor<16x16xf32>, %g: tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
+    %a, %da = mt.linear_grad %dy, %x, %w : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16x16xf32>) -> (tensor<4x16xf32>, tensor<16x16xf32>)
+    %s = mt.add %dy, %a : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    %n:2 = mt.rms_norm_grad %a, %x, %g {eps = 1.0e-5 : f64} : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<16xf32>)
+    %m = mt.mul %s, %s : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    %y = mt.add %s, %n#0 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    mt.yield %y, %m : tensor<4x16xf32>, tensor<4x16xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  Value s = result(1), n = result(2);
+  EXPECT_TRUE(p.summedInPlace.empty());
+  EXPECT_TRUE(p.addsInto.empty());
+  EXPECT_EQ(p.values[s].kind, Placement::Output);
+  EXPECT_EQ(p.values[n].kind, Placement::Workspace);
+}
+
+// A forward's second residual: the MLP's last projection adds its product
+// into the output buffer that holds the first, whichever side of the add
+// each is on. A projection that read that buffer itself could not.
+TEST_F(TemplateMemoryTest, AResidualIsAddedIntoByTheProjectionsGemm) {
+  const char *sum = R"mlir(
+    %a = mt.linear %x, %w : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
+    %h = mt.add %x, %a : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    %n = mt.mul %h, %h : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    %m = mt.linear %IN, %w : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
+    %y = mt.add %m, %h : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    mt.yield %y : tensor<4x16xf32>
+)mlir";
+  auto body = [&](const char *in) {
+    std::string text = sum;
+    text.replace(text.find("%IN"), 3, in);
+    return layer(text);
+  };
+  TemplatePlan reads = plan(body("%h"));
+  ASSERT_TRUE(module);
+  EXPECT_TRUE(reads.summedInPlace.empty());
+  EXPECT_TRUE(reads.addsInto.empty());
+
+  TemplatePlan p = plan(body("%n"));
+  ASSERT_TRUE(module);
+  Value a = result(0), h = result(1), m = result(3), y = result(4);
+  EXPECT_TRUE(p.summedInPlace.count(y));
+  EXPECT_TRUE(p.addsInto.count(m));
+  EXPECT_FALSE(p.addsInto.count(a));
+  for (Value v : {h, m, y})
+    EXPECT_EQ(p.values[v].kind, Placement::Output);
+  EXPECT_EQ(p.values[a].kind, Placement::Workspace);
+}
+
+// A sum's first term may come from any kernel (here a product): it writes
+// the sum's buffer, and the dx made after it adds into it.
+TEST_F(TemplateMemoryTest, ASumMayStartFromAnyKernelsResult) {
+  TemplatePlan p = plan(projections(R"mlir(
+    %m = mt.mul %a, %b : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    %e, %de = mt.linear_grad %dy, %x, %w0 : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16x16xf32>) -> (tensor<4x16xf32>, tensor<16x16xf32>)
+    %s = mt.add %e, %m : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    %t = mt.mul %s, %c : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+)mlir",
+                                    "%t"));
+  ASSERT_TRUE(module);
+  Value m = result(3), e = result(4), s = result(5);
+  EXPECT_TRUE(p.summedInPlace.count(s));
+  EXPECT_TRUE(p.addsInto.count(e));
+  EXPECT_FALSE(p.addsInto.count(m));
+  EXPECT_EQ(p.values[s].kind, Placement::Workspace);
+  EXPECT_EQ(p.values[m].offset, p.values[s].offset);
+  EXPECT_EQ(p.values[e].offset, p.values[s].offset);
+  // %c, read after the sum is made, lives elsewhere.
+  EXPECT_NE(p.values[result(2)].offset, p.values[s].offset);
 }
 
 } // namespace

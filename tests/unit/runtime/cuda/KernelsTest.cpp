@@ -257,13 +257,17 @@ TEST_P(LinearTest, ForwardAndBackward) {
   const int64_t M = 37, K = 70, N = 45;
   Tensor x = Tensor::random(M * K, 10), w = Tensor::random(K * N, 11);
   Tensor b = bias ? Tensor::random(N, 12) : Tensor::zeros(0);
-  Tensor y = Tensor::output(M * N);
-  k_->linear_forward(y.dev(), x.dev(), w.dev(), bias ? b.dev() : nullptr, M, K,
-                     N, in_out);
-  cpu_.linear_forward(y.host(), x.host(), w.host(), bias ? b.host() : nullptr,
-                      M, K, N, in_out);
+  Tensor y = Tensor::output(M * N), ya = Tensor::grad(M * N, 17);
+  for (bool accumulate : {false, true}) { // written over NaN, or added into
+    Tensor &t = accumulate ? ya : y;
+    k_->linear_forward(t.dev(), x.dev(), w.dev(), bias ? b.dev() : nullptr, M,
+                       K, N, in_out, accumulate);
+    cpu_.linear_forward(t.host(), x.host(), w.host(), bias ? b.host() : nullptr,
+                        M, K, N, in_out, accumulate);
+  }
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kSums)) << "forward";
+  EXPECT_TRUE(near(ya.fetch(), ya.h, kUlp, kSums)) << "forward, added";
 
   Tensor dy = Tensor::random(M * N, 13);
   Tensor dx = Tensor::grad(M * K, 14);
@@ -349,14 +353,19 @@ TEST_P(NormTest, RmsNorm) {
   k_->rms_norm_forward(y.dev(), x.dev(), wd, M, D, 1e-5f);
   cpu_.rms_norm_forward(y.host(), x.host(), wh, M, D, 1e-5f);
   Tensor dy = Tensor::random(M * D, 32), dx = Tensor::grad(M * D, 33);
-  Tensor dw = Tensor::f32(D, 34);
+  Tensor dw = Tensor::f32(D, 34), wx = Tensor::output(M * D);
   k_->rms_norm_backward(dx.dev(), with_w ? dw.dev_f32() : nullptr, dy.dev(),
-                        x.dev(), wd, M, D, 1e-5f);
+                        x.dev(), wd, M, D, 1e-5f, true);
   cpu_.rms_norm_backward(dx.host(), with_w ? dw.host() : nullptr, dy.host(),
-                         x.host(), wh, M, D, 1e-5f);
+                         x.host(), wh, M, D, 1e-5f, true);
+  k_->rms_norm_backward(wx.dev(), nullptr, dy.dev(), x.dev(), wd, M, D, 1e-5f,
+                        false);
+  cpu_.rms_norm_backward(wx.host(), nullptr, dy.host(), x.host(), wh, M, D,
+                         1e-5f, false);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "y";
   EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx";
+  EXPECT_TRUE(near(wx.fetch(), wx.h, kUlp, kSums)) << "dx written";
   EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5)) << "dw";
 }
 
@@ -373,15 +382,21 @@ TEST_P(NormTest, LayerNorm) {
                           with_wb ? b.host() : nullptr, M, D, 1e-5f);
   Tensor dy = Tensor::random(M * D, 43), dx = Tensor::grad(M * D, 44);
   Tensor dw = Tensor::f32(D, 45), db = Tensor::f32(D, 46);
+  Tensor wx = Tensor::output(M * D);
   k_->layer_norm_backward(dx.dev(), with_wb ? dw.dev_f32() : nullptr,
                           with_wb ? db.dev_f32() : nullptr, dy.dev(), x.dev(),
-                          with_wb ? w.dev() : nullptr, M, D, 1e-5f);
+                          with_wb ? w.dev() : nullptr, M, D, 1e-5f, true);
   cpu_.layer_norm_backward(dx.host(), with_wb ? dw.host() : nullptr,
                            with_wb ? db.host() : nullptr, dy.host(), x.host(),
-                           with_wb ? w.host() : nullptr, M, D, 1e-5f);
+                           with_wb ? w.host() : nullptr, M, D, 1e-5f, true);
+  k_->layer_norm_backward(wx.dev(), nullptr, nullptr, dy.dev(), x.dev(),
+                          with_wb ? w.dev() : nullptr, M, D, 1e-5f, false);
+  cpu_.layer_norm_backward(wx.host(), nullptr, nullptr, dy.host(), x.host(),
+                           with_wb ? w.host() : nullptr, M, D, 1e-5f, false);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise)) << "y";
   EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kSums)) << "dx";
+  EXPECT_TRUE(near(wx.fetch(), wx.h, kUlp, kSums)) << "dx written";
   EXPECT_TRUE(near(dw.fetch(), dw.h, 1e-4, 1e-5)) << "dw";
   EXPECT_TRUE(near(db.fetch(), db.h, 1e-4, 1e-5)) << "db";
 }
@@ -407,14 +422,18 @@ TEST_P(RopeTest, ForwardAndBackward) {
                    seq_axis, interleaved);
   cpu_.rope_forward(y.host(), x.host(), cos.host(), sin.host(), B, H, S, D, R,
                     seq_axis, interleaved);
-  Tensor dx = Tensor::grad(n, 53);
-  k_->rope_backward(dx.dev(), x.dev(), cos.dev(), sin.dev(), B, H, S, D, R,
-                    seq_axis, interleaved);
-  cpu_.rope_backward(dx.host(), x.host(), cos.host(), sin.host(), B, H, S, D, R,
-                     seq_axis, interleaved);
+  Tensor dx = Tensor::grad(n, 53), wx = Tensor::output(n);
+  for (bool accumulate : {true, false}) { // added into, or written over NaN
+    Tensor &t = accumulate ? dx : wx;
+    k_->rope_backward(t.dev(), x.dev(), cos.dev(), sin.dev(), B, H, S, D, R,
+                      seq_axis, interleaved, accumulate);
+    cpu_.rope_backward(t.host(), x.host(), cos.host(), sin.host(), B, H, S, D,
+                       R, seq_axis, interleaved, accumulate);
+  }
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kPointwise));
-  EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise));
+  EXPECT_TRUE(near(dx.fetch(), dx.h, kUlp, kPointwise)) << "dx";
+  EXPECT_TRUE(near(wx.fetch(), wx.h, kUlp, kPointwise)) << "dx written";
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RopeTest,

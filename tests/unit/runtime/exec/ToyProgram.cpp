@@ -58,7 +58,8 @@ void embed_bwd(const LaunchArgs &a) {
 void layer_fwd(const LaunchArgs &a) {
   void *h = a.workspace; // (N, D)
   a.k->linear_forward(h, a.inputs[0], a.k->at(a.weights, a.param_offsets[0]),
-                      a.k->at(a.weights, a.param_offsets[1]), N, D, D, true);
+                      a.k->at(a.weights, a.param_offsets[1]), N, D, D, true,
+                      /*accumulate=*/false);
   a.k->add_forward(a.outputs[0], a.inputs[0], h, same_shape());
 }
 
@@ -86,7 +87,7 @@ void head_bwd(const LaunchArgs &a) {
   void *dlogits = a.k->at(logits, N * V);        // (N, V)
   void *dh = a.k->at(dlogits, N * V);            // (N, D)
   a.k->mul_forward(h, x, scale, rows_by_vector());
-  a.k->linear_forward(logits, h, w, hb, N, D, V, true);
+  a.k->linear_forward(logits, h, w, hb, N, D, V, true, /*accumulate=*/false);
   a.k->cross_entropy_forward(loss, logits, targets, N, V, N, false);
   a.k->zero(dlogits, N * V);
   a.k->cross_entropy_backward(dlogits, logits, targets, N, V, a.dloss);

@@ -73,10 +73,16 @@ TEST(Linear, ReferenceBackwardMatchesFiniteDifferences) {
 void check_kernels(const Dims &d) {
   const std::vector<Floats> in = inputs(d);
   const float *b = d.bias ? in[2].data() : nullptr;
-  Floats y(d.M * d.N);
+  // Written over whatever y held (NaN here), or added onto it.
+  Floats y(d.M * d.N, std::nanf(""));
   linear_forward(y.data(), in[0].data(), in[1].data(), b, d.M, d.K, d.N,
-                 d.in_out);
+                 d.in_out, /*accumulate=*/false);
   EXPECT_TRUE(close(y, ref_forward(widen(in), d), 1e-5));
+  Floats y_sum = random_floats(d.M * d.N, 23);
+  const Floats y0 = y_sum;
+  linear_forward(y_sum.data(), in[0].data(), in[1].data(), b, d.M, d.K, d.N,
+                 d.in_out, /*accumulate=*/true);
+  EXPECT_TRUE(close(added(y_sum, y0), ref_forward(widen(in), d), 1e-5));
 
   const Floats dy = random_floats(d.M * d.N, 15);
   const std::vector<Doubles> want = ref_backward(widen(dy), widen(in), d);
@@ -157,7 +163,7 @@ TEST(Linear, Deterministic) {
   for (int run = 0; run < 2; ++run) {
     Floats y(d.M * d.N), dx(d.M * d.K), dw(d.K * d.N), db(d.N);
     linear_forward(y.data(), in[0].data(), in[1].data(), in[2].data(), d.M, d.K,
-                   d.N, d.in_out);
+                   d.N, d.in_out, false);
     linear_backward(dx.data(), dw.data(), db.data(), dy.data(), in[0].data(),
                     in[1].data(), d.M, d.K, d.N, d.in_out, false);
     for (Floats *f : {&y, &dx, &dw, &db})

@@ -154,10 +154,15 @@ TEST(RmsNorm, MatchesReference) {
     Floats dw = weight ? random_floats(d.D, 28) : Floats();
     const Floats dx0 = dx, dw0 = dw;
     rms_norm_backward(dx.data(), ptr(dw), dy.data(), in[0].data(), ptr(in[1]),
-                      d.M, d.D, kEps);
+                      d.M, d.D, kEps, /*accumulate_dx=*/true);
     EXPECT_TRUE(close(added(dx, dx0), want[0], 1e-5)) << "weight=" << weight;
     if (weight)
       EXPECT_TRUE(close(added(dw, dw0), want[1], 1e-5));
+    // Not asked to accumulate, dx is written over what it held (NaN).
+    Floats written(d.M * d.D, std::nanf(""));
+    rms_norm_backward(written.data(), nullptr, dy.data(), in[0].data(),
+                      ptr(in[1]), d.M, d.D, kEps, /*accumulate_dx=*/false);
+    EXPECT_TRUE(close(written, want[0], 1e-5)) << "weight=" << weight;
   }
 }
 
@@ -179,8 +184,14 @@ TEST(LayerNorm, MatchesReference) {
     Floats db = d.bias ? random_floats(d.D, 32) : Floats();
     const Floats dx0 = dx, dw0 = dw, db0 = db;
     layer_norm_backward(dx.data(), ptr(dw), ptr(db), dy.data(), in[0].data(),
-                        ptr(in[1]), d.M, d.D, kEps);
+                        ptr(in[1]), d.M, d.D, kEps, /*accumulate_dx=*/true);
     EXPECT_TRUE(close(added(dx, dx0), want[0], 1e-5))
+        << "weight=" << d.weight << " bias=" << d.bias;
+    Floats written(d.M * d.D, std::nanf(""));
+    layer_norm_backward(written.data(), nullptr, nullptr, dy.data(),
+                        in[0].data(), ptr(in[1]), d.M, d.D, kEps,
+                        /*accumulate_dx=*/false);
+    EXPECT_TRUE(close(written, want[0], 1e-5))
         << "weight=" << d.weight << " bias=" << d.bias;
     if (d.weight)
       EXPECT_TRUE(close(added(dw, dw0), want[1], 1e-5));
@@ -196,11 +207,11 @@ TEST(Norms, AccumulateSkipNullAndDeterministic) {
   Floats dx(d.M * d.D), dw(d.D), db(d.D);
   const auto layer = [&](float *gx, float *gw, float *gb) {
     layer_norm_backward(gx, gw, gb, dy.data(), in[0].data(), in[1].data(), d.M,
-                        d.D, kEps);
+                        d.D, kEps, /*accumulate_dx=*/true);
   };
   const auto rms = [&](float *gx, float *gw) {
     rms_norm_backward(gx, gw, dy.data(), in[0].data(), in[1].data(), d.M, d.D,
-                      kEps);
+                      kEps, /*accumulate_dx=*/true);
   };
   expect_accumulates({&dx, &dw, &db},
                      [&] { layer(dx.data(), dw.data(), db.data()); });

@@ -111,9 +111,18 @@ TEST(Rope, MatchesReference) {
     Floats dx = random_floats(y.size(), 46);
     const Floats dx0 = dx;
     rope_backward(dx.data(), dy.data(), in[1].data(), in[2].data(), d.B, d.H,
-                  d.S, d.D, d.R, d.seq_axis, d.interleaved);
-    EXPECT_TRUE(
-        close(added(dx, dx0), ref_backward(widen(dy), widen(in), d), 1e-6))
+                  d.S, d.D, d.R, d.seq_axis, d.interleaved,
+                  /*accumulate=*/true);
+    const Doubles want = ref_backward(widen(dy), widen(in), d);
+    EXPECT_TRUE(close(added(dx, dx0), want, 1e-6))
+        << "R=" << d.R << " seq_axis=" << d.seq_axis
+        << " interleaved=" << d.interleaved;
+    // Not asked to accumulate, dx is written over what it held (NaN).
+    Floats written(y.size(), std::nanf(""));
+    rope_backward(written.data(), dy.data(), in[1].data(), in[2].data(), d.B,
+                  d.H, d.S, d.D, d.R, d.seq_axis, d.interleaved,
+                  /*accumulate=*/false);
+    EXPECT_TRUE(close(written, want, 1e-6))
         << "R=" << d.R << " seq_axis=" << d.seq_axis
         << " interleaved=" << d.interleaved;
   }
@@ -126,7 +135,8 @@ TEST(Rope, AccumulatesAndDeterministic) {
   Floats dx(dy.size());
   const auto backward = [&](Floats &g) {
     rope_backward(g.data(), dy.data(), in[1].data(), in[2].data(), d.B, d.H,
-                  d.S, d.D, d.R, d.seq_axis, d.interleaved);
+                  d.S, d.D, d.R, d.seq_axis, d.interleaved,
+                  /*accumulate=*/true);
   };
   expect_accumulates({&dx}, [&] { backward(dx); });
   Floats a(dy.size()), b(dy.size());
