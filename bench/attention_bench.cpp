@@ -157,12 +157,12 @@ int main(int argc, char **argv) {
                             range, 0.f, nullptr, nullptr);
       });
       t.finite = all_finite(y, nq);
-      // The backward as a step runs it: δ, then the gradients.
+      // The backward as a step runs it: δ, then the gradients (written).
       t.bwd_ms = time_ms(stream, n, [&] {
         k.attention_delta(delta, dy, y, nq / s.D, s.D);
         k.attention_backward(dq, dk, dv, dy, q, kk, v, y, delta, lse, s.B, s.H,
                              s.Hkv, s.S, s.D, scale, range, 0.f, nullptr,
-                             nullptr, nullptr);
+                             nullptr, nullptr, false);
       });
       // The tensor cores' two passes, no room for dSᵀ; then the dQ pass
       // alone: no dK or dV asked for (cuDNN takes only whole backwards).
@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
           k.attention_delta(delta, dy, y, nq / s.D, s.D);
           k.attention_backward(dq, dk, dv, dy, q, kk, v, y, delta, lse, s.B,
                                s.H, s.Hkv, s.S, s.D, scale, range, 0.f, nullptr,
-                               nullptr, nullptr);
+                               nullptr, nullptr, false);
         });
         k.set_scratch_room(room);
       }
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
           k.attention_delta(delta, dy, y, nq / s.D, s.D);
           k.attention_backward(dq, nullptr, nullptr, dy, q, kk, v, y, delta,
                                lse, s.B, s.H, s.Hkv, s.S, s.D, scale, range,
-                               0.f, nullptr, nullptr, nullptr);
+                               0.f, nullptr, nullptr, nullptr, false);
         });
       t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
       t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;

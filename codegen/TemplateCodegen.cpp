@@ -3,15 +3,15 @@
 // Straight-line code: each op becomes one kernel call on the launch's
 // DeviceKernels with its shapes spelled out, reading and writing the places
 // planTemplate chose. Backward kernels accumulate, so their scratch results
-// are zeroed first, except swiglu_grad's, which its kernel writes, and
-// those of kernelWritesOrAdds: each kernel writes its result, or adds it
-// into the sum planTemplate placed it in (that sum's adds, and the reshapes
-// planTemplate made views, run nothing). Param gradients accumulate straight
-// into the gradient slot (zeroed by the runtime on a unit's first micro-batch),
-// which also sums them over micro-batches. The stretch a `row_chunk` names
-// becomes a loop over chunks of token rows (RowChunk.h): row values held
-// whole are addressed at the chunk's first row, and local ones take one
-// chunk.
+// are zeroed first, except swiglu_grad's and attention_grad's, which their
+// kernels write, and those of kernelWritesOrAdds: each kernel writes its
+// result, or adds it into the sum planTemplate placed it in (that sum's
+// adds, and the reshapes planTemplate made views, run nothing). Param gradients
+// accumulate straight into the gradient slot (zeroed by the runtime on a unit's
+// first micro-batch), which also sums them over micro-batches. The stretch a
+// `row_chunk` names becomes a loop over chunks of token rows (RowChunk.h): row
+// values held whole are addressed at the chunk's first row, and local ones take
+// one chunk.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/TemplateCodegen.h"
@@ -353,20 +353,20 @@ private:
           D);
     } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
       std::string slopes = alibiSlopes(g.getAlibiSlopes());
-      std::string dq = grad(g.getDq()), dk = grad(g.getDk()),
-                  dv = grad(g.getDv());
       auto dsinks = paramGrad(&op, g.getDsinks());
       if (failed(dsinks))
         return failure();
-      os_ << "  k.attention_backward(" << dq << ", " << dk << ", " << dv << ", "
-          << ref(g.getDy()) << ", " << ref(g.getQ()) << ", " << ref(g.getK())
-          << ", " << ref(g.getV()) << ", " << ref(g.getY())
+      // dq, dk and dv written (not zeroed first).
+      os_ << "  k.attention_backward(" << opt(g.getDq()) << ", "
+          << opt(g.getDk()) << ", " << opt(g.getDv()) << ", " << ref(g.getDy())
+          << ", " << ref(g.getQ()) << ", " << ref(g.getK()) << ", "
+          << ref(g.getV()) << ", " << ref(g.getY())
           << ", static_cast<const float *>(" << ref(g.getDelta())
           << "), static_cast<const float *>(" << ref(g.getLse()) << "), "
           << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
           << ", " << keyRange(g.getWindow(), g.getChunk()) << ", "
           << softcap(g.getSoftcapAttr()) << ", " << slopes << ", "
-          << opt(g.getSinks()) << ", " << *dsinks << ");\n";
+          << opt(g.getSinks()) << ", " << *dsinks << ", false);\n";
     } else if (auto r = dyn_cast<ReluOp>(op)) {
       os_ << llvm::formatv("  k.relu_forward({0}, {1}, {2});\n", ref(r.getY()),
                            ref(r.getX()), count(r.getX()));
@@ -569,9 +569,9 @@ private:
       int64_t V = shapeOf(c.getLogits()).back();
       os_ << llvm::formatv(
           "  k.cross_entropy_backward({0}, {1}, {2}, {3}, {4}, "
-          "{5});\n",
-          grad(c.getDlogits()), ref(c.getLogits()), ids(c.getTargets()),
-          count(c.getLogits()) / V, V, ref(c.getDloss()));
+          "{5}, {6});\n",
+          ref(c.getDlogits()), ref(c.getLogits()), ids(c.getTargets()),
+          count(c.getLogits()) / V, V, ref(c.getDloss()), adds(c.getDlogits()));
     } else if (auto c = dyn_cast<CrossEntropyStatsOp>(op)) {
       // In place: a later piece's stats_in is the same launch buffer.
       int64_t V = shapeOf(c.getLogits()).back();
@@ -597,10 +597,11 @@ private:
       if (failed(in))
         return failure();
       os_ << llvm::formatv("  k.cross_entropy_backward_piece({0}, {1}, {2}, "
-                           "{3}, {4}, {5}, {6}, {7});\n",
-                           grad(c.getDlogits()), ref(c.getLogits()),
+                           "{3}, {4}, {5}, {6}, {7}, {8});\n",
+                           ref(c.getDlogits()), ref(c.getLogits()),
                            ids(c.getTargets()), *in, count(c.getLogits()) / V,
-                           V, c.getVocabOffset(), ref(c.getDloss()));
+                           V, c.getVocabOffset(), ref(c.getDloss()),
+                           adds(c.getDlogits()));
     } else if (auto e = dyn_cast<EmbedPieceOp>(op)) {
       // In place: a later piece's y_in is the same launch buffer.
       if (where(e.getY()).kind != Placement::Output)

@@ -33,8 +33,9 @@ bool kernelWritesOrAdds(Value v) {
   Operation *op = r.getOwner();
   if (isa<LinearOp>(op))
     return true;
-  return isa<LinearGradOp, RmsNormGradOp, LayerNormGradOp, RopeGradOp>(op) &&
-         r.getResultNumber() == 0; // dx
+  return isa<LinearGradOp, RmsNormGradOp, LayerNormGradOp, RopeGradOp,
+             CrossEntropyGradOp, CrossEntropyPieceGradOp>(op) &&
+         r.getResultNumber() == 0; // dx, dlogits
 }
 
 int64_t storageWidth(Value v) {

@@ -69,7 +69,8 @@ int64_t launchScratchElems(mlir::ModuleOp module);
 int64_t storageWidth(mlir::Value v);
 
 /// Whether v's kernel writes it or, as a flag of its own asks, adds into it
-/// (linear's y, the dx of linear_grad, the norms' grads and rope_grad): such
+/// (linear's y, the dx of linear_grad, the norms' grads and rope_grad, the
+/// dlogits of cross-entropy's grads): such
 /// a result needs no zeroing, and can be a term of a sum built in place
 /// (TemplatePlan::addsInto). swiglu_grad writes its two results too, under
 /// one flag.

@@ -102,7 +102,8 @@ void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *ds_t,
                           const bf16 *v, const float *delta, const float *lse,
                           int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale, KeyRange range,
-                          const ScoreForm &form, cudaStream_t stream);
+                          const ScoreForm &form, bool accumulate,
+                          cudaStream_t stream);
 
 } // namespace mtrt::MT_KNS::attn
 

@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(BC *TPR)
                           const bf16 *k, const bf16 *v, const float *lse,
                           const float *delta, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale, KeyRange range,
-                          ScoreForm form) {
+                          ScoreForm form, bool accumulate) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 qs[BR][DM];
   __shared__ bf16 dys[BR][DM];
@@ -229,9 +229,9 @@ __global__ void __launch_bounds__(BC *TPR)
     if (d >= D)
       continue;
     if (dk)
-      add_store(dk, krow * D + d, scale * dkr[u]);
+      write_or_add(dk, krow * D + d, scale * dkr[u], accumulate);
     if (dv)
-      add_store(dv, krow * D + d, dvr[u]);
+      write_or_add(dv, krow * D + d, dvr[u], accumulate);
   }
 }
 
@@ -241,7 +241,8 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
                         const bf16 *v, const float *lse, const float *delta,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                        float scale, KeyRange range, ScoreForm form) {
+                        float scale, KeyRange range, ScoreForm form,
+                        bool accumulate) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -292,7 +293,7 @@ __global__ void __launch_bounds__(BR *TPR)
   for (int u = 0; u < DPT; ++u) {
     const int d = t + TPR * u;
     if (d < D)
-      add_store(dq, row * D + d, scale * acc[u]);
+      write_or_add(dq, row * D + d, scale * acc[u], accumulate);
   }
 }
 
@@ -319,7 +320,7 @@ template <int TPR, int DPT, int Rows> struct Attention {
                        const float *lse, const float *delta, int64_t Bn,
                        int64_t H, int64_t Hkv, int64_t S, int64_t D,
                        float scale, KeyRange range, const ScoreForm &form,
-                       cudaStream_t stream) {
+                       bool accumulate, cudaStream_t stream) {
     const dim3 rows(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn));
     if (dk || dv) {
       auto *kernel = attention_dkdv_kernel<TPR, DPT, BC, BR>;
@@ -327,13 +328,13 @@ template <int TPR, int DPT, int Rows> struct Attention {
           "attention_dkdv_kernel", kernel,
           dim3(unsigned((S + BC - 1) / BC), unsigned(Hkv), unsigned(Bn)),
           dim3(BC * TPR), stream, dk, dv, dy, q, k, v, lse, delta, H, Hkv, S, D,
-          scale, range, form);
+          scale, range, form, accumulate);
     }
     if (dq) {
       auto *kernel = attention_dq_kernel<TPR, DPT, BR, BC>;
       launch_kernel("attention_dq_kernel", kernel, rows, dim3(BR * TPR), stream,
                     dq, dy, q, k, v, lse, delta, H, Hkv, S, D, scale, range,
-                    form);
+                    form, accumulate);
     }
   }
 };
@@ -483,7 +484,7 @@ void CudaKernels::cudnn_attention_forward(void *, float *, const void *,
 void CudaKernels::cudnn_attention_backward(
     void *, void *, void *, const void *, const void *, const void *,
     const void *, const void *, const float *, const attn::ScoreForm &,
-    const cuda::AttentionDims &, float, cuda::CudnnBackward) {
+    const cuda::AttentionDims &, float, cuda::CudnnBackward, bool) {
   fail("cuda: cuDNN's attention runs on a GPU only, not on the emulator");
 }
 #else
@@ -556,21 +557,24 @@ void CudaKernels::cudnn_attention_forward(void *y, float *lse, const void *q,
 void CudaKernels::cudnn_attention_backward(
     void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
     const void *v, const void *y, const float *lse, const attn::ScoreForm &form,
-    const cuda::AttentionDims &d, float scale, cuda::CudnnBackward how) {
+    const cuda::AttentionDims &d, float scale, cuda::CudnnBackward how,
+    bool accumulate) {
   cuda::CudnnAttention &c = cudnn();
   const int64_t heads = head_terms_bytes(d);
-  char *base =
-      static_cast<char *>(scratch(heads + c.backward_scratch_bytes(d, how)));
+  char *base = static_cast<char *>(
+      scratch(heads + c.backward_scratch_bytes(d, how, accumulate)));
+  cuda::CudnnAttention::AddInto add;
+  if (accumulate) // else cuDNN writes the gradients where they go
+    add = [this](void *dst, const void *src, int64_t n) {
+      // Flat: no scratch of its own (ours holds cuDNN's results).
+      Broadcast flat{};
+      flat.rank = 1;
+      flat.shape[0] = n;
+      flat.lhs_stride[0] = flat.rhs_stride[0] = 1;
+      add_forward(dst, dst, src, flat);
+    };
   c.backward(dq, dk, dv, dy, q, k, v, y, lse, cudnn_head_terms(base, d, form),
-             d, scale, how, base + heads, stream_,
-             [this](void *dst, const void *src, int64_t n) {
-               // Flat: no scratch of its own (ours holds cuDNN's results).
-               Broadcast flat{};
-               flat.rank = 1;
-               flat.shape[0] = n;
-               flat.lhs_stride[0] = flat.rhs_stride[0] = 1;
-               add_forward(dst, dst, src, flat);
-             });
+             d, scale, how, base + heads, stream_, add);
 }
 #endif
 
@@ -629,7 +633,7 @@ void CudaKernels::attention_backward(
     const void *v, const void *y, const float *delta, const float *lse,
     int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
     const KeyRange &range, float softcap, const float *alibi_slopes,
-    const void *sinks, float *dsinks) {
+    const void *sinks, float *dsinks, bool accumulate) {
   if (Bn * H * S * D <= 0 || (!dq && !dk && !dv && !dsinks))
     return;
   check_shape("attention_backward", H, Hkv, D);
@@ -658,7 +662,7 @@ void CudaKernels::attention_backward(
          cuda::CudnnAttention::deterministic_backward_fits(d, scratch_room_)) &&
         cudnn_has_backward(d, how)) {
       cudnn_attention_backward(dq, dk, dv, dy, q, k, v, y, lse, a, d, scale,
-                               how);
+                               how, accumulate);
       if (dsinks)
         attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
       return;
@@ -676,21 +680,25 @@ void CudaKernels::attention_backward(
     }
     attn::tensor_core_backward(B(dq), B(dk), B(dv), ds_t, B(dy), B(q), B(k),
                                B(v), delta, lse, Bn, H, Hkv, S, D, scale, range,
-                               a, s);
+                               a, accumulate, s);
     if (ds_t)
-      gemm(attention_dq_gemm(dq, ds_t, k, Bn, H, Hkv, S, D, scale));
+      gemm(attention_dq_gemm(dq, ds_t, k, Bn, H, Hkv, S, D, scale, accumulate));
   } else if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                          delta, Bn, H, Hkv, S, D, scale, range, a, s);
+                          delta, Bn, H, Hkv, S, D, scale, range, a, accumulate,
+                          s);
   else if (D <= 128)
     Attention128::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           delta, Bn, H, Hkv, S, D, scale, range, a, s);
+                           delta, Bn, H, Hkv, S, D, scale, range, a, accumulate,
+                           s);
   else if (D <= 256)
     Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           delta, Bn, H, Hkv, S, D, scale, range, a, s);
+                           delta, Bn, H, Hkv, S, D, scale, range, a, accumulate,
+                           s);
   else
     Attention512::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
-                           delta, Bn, H, Hkv, S, D, scale, range, a, s);
+                           delta, Bn, H, Hkv, S, D, scale, range, a, accumulate,
+                           s);
   if (dsinks)
     attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
 }

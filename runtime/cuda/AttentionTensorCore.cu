@@ -32,23 +32,24 @@ void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *ds_t,
                           const bf16 *v, const float *delta, const float *lse,
                           int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale, KeyRange range,
-                          const ScoreForm &form, cudaStream_t stream) {
+                          const ScoreForm &form, bool accumulate,
+                          cudaStream_t stream) {
   if (D <= 64)
     tc::backward_tiled<tc::Tiles<64>>(dq, dk, dv, ds_t, dy, q, k, v, delta, lse,
                                       Bn, H, Hkv, S, D, scale, range, form,
-                                      stream);
+                                      accumulate, stream);
   else if (D <= 128)
     tc::backward_tiled<tc::Tiles<128>>(dq, dk, dv, ds_t, dy, q, k, v, delta,
                                        lse, Bn, H, Hkv, S, D, scale, range,
-                                       form, stream);
+                                       form, accumulate, stream);
   else if (D <= 256)
     tc::backward_tiled<tc::Tiles<256>>(dq, dk, dv, ds_t, dy, q, k, v, delta,
                                        lse, Bn, H, Hkv, S, D, scale, range,
-                                       form, stream);
+                                       form, accumulate, stream);
   else
     tc::backward_tiled<tc::Tiles<512>>(dq, dk, dv, ds_t, dy, q, k, v, delta,
                                        lse, Bn, H, Hkv, S, D, scale, range,
-                                       form, stream);
+                                       form, accumulate, stream);
 }
 
 } // namespace mtrt::MT_KNS::attn

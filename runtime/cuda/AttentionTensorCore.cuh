@@ -767,7 +767,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
     dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
               const bf16 *v, const float *delta, const float *lse, int64_t H,
               int64_t Hkv, int64_t S, int64_t D, float scale, KeyRange range,
-              ScoreForm form) {
+              ScoreForm form, bool accumulate) {
   constexpr int DM = C::kDM, MT = C::kDqRowTiles;
   constexpr bool kShared = C::kDqSharedQueries;
   using Place = WarpPlace<C::kWarps, DM, C::kQuerySplit, 16 * MT>;
@@ -876,7 +876,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
         const int64_t i = rows[mt][e / 2],
                       col = place.col0 + nt * 8 + 2 * t + e % 2;
         if (i < S && col < D)
-          add_store(dq, (base + i) * D + col, acc[mt][nt][e] * scale);
+          write_or_add(dq, (base + i) * D + col, acc[mt][nt][e] * scale,
+                       accumulate);
       }
 }
 
@@ -920,7 +921,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     dkdv_kernel(bf16 *dk, bf16 *dv, bf16 *ds_t, const bf16 *dy, const bf16 *q,
                 const bf16 *k, const bf16 *v, const float *lse,
                 const float *delta, int64_t H, int64_t Hkv, int64_t S,
-                int64_t D, float scale, KeyRange range, ScoreForm form) {
+                int64_t D, float scale, KeyRange range, ScoreForm form,
+                bool accumulate) {
   constexpr int DM = C::kDM;
   using Place = WarpPlace<C::kWarps, DM, C::kKeySplit>;
   // KP: the k-steps of Sᵀ and dPᵀ a warp takes (sum_partials adds them up).
@@ -1040,9 +1042,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       if (j >= S || col >= D)
         continue;
       if (dk)
-        add_store(dk, (kvbase + j) * D + col, scale * dka[nt][e]);
+        write_or_add(dk, (kvbase + j) * D + col, scale * dka[nt][e],
+                     accumulate);
       if (dv)
-        add_store(dv, (kvbase + j) * D + col, dva[nt][e]);
+        write_or_add(dv, (kvbase + j) * D + col, dva[nt][e], accumulate);
     }
 }
 
@@ -1063,31 +1066,32 @@ void forward_tiled(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
       S, D, scale, range, form);
 }
 
-/// dQ (added into dq), then dK and dV (added into dk and dv, unless both
-/// are null), on tiles C; δ from attention_delta, lse from the forward,
-/// B·H·S floats each.
+/// dQ (written into dq, or added where accumulate), then dK and dV (the
+/// same into dk and dv, unless both are null), on tiles C; δ from
+/// attention_delta, lse from the forward, B·H·S floats each.
 template <class C>
 void dq_tiled(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
               const bf16 *v, const float *delta, const float *lse, int64_t Bn,
               int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
-              KeyRange range, const ScoreForm &form, cudaStream_t stream) {
+              KeyRange range, const ScoreForm &form, bool accumulate,
+              cudaStream_t stream) {
   launch_kernel_shared(
       "attention_tc_dq_kernel", dq_kernel<C>,
       dim3(tiles_of(S, C::kDqQueryRows), unsigned(H), unsigned(Bn)),
       dim3(C::kThreads), C::dq_shared(), stream, dq, dy, q, k, v, delta, lse, H,
-      Hkv, S, D, scale, range, form);
+      Hkv, S, D, scale, range, form, accumulate);
 }
 template <class C>
 void dkdv_tiled(bf16 *dk, bf16 *dv, bf16 *ds_t, const bf16 *dy, const bf16 *q,
                 const bf16 *k, const bf16 *v, const float *delta,
                 const float *lse, int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
                 int64_t D, float scale, KeyRange range, const ScoreForm &form,
-                cudaStream_t stream) {
+                bool accumulate, cudaStream_t stream) {
   launch_kernel_shared(
       "attention_tc_dkdv_kernel", dkdv_kernel<C>,
       dim3(tiles_of(S, C::kDkdvKeys), unsigned(Hkv), unsigned(Bn)),
       dim3(C::kThreads), C::dkdv_shared(), stream, dk, dv, ds_t, dy, q, k, v,
-      lse, delta, H, Hkv, S, D, scale, range, form);
+      lse, delta, H, Hkv, S, D, scale, range, form, accumulate);
 }
 
 /// The backward on tiles C: dQ (unless dq is null), then dK/dV; or, given
@@ -1098,14 +1102,14 @@ void backward_tiled(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *ds_t, const bf16 *dy,
                     const bf16 *q, const bf16 *k, const bf16 *v,
                     const float *delta, const float *lse, int64_t Bn, int64_t H,
                     int64_t Hkv, int64_t S, int64_t D, float scale,
-                    KeyRange range, const ScoreForm &form,
+                    KeyRange range, const ScoreForm &form, bool accumulate,
                     cudaStream_t stream) {
   if (dq && !ds_t)
     dq_tiled<C>(dq, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D, scale, range,
-                form, stream);
+                form, accumulate, stream);
   if (dk || dv || ds_t)
     dkdv_tiled<C>(dk, dv, ds_t, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
-                  scale, range, form, stream);
+                  scale, range, form, accumulate, stream);
 }
 
 } // namespace mtrt::MT_KNS::attn::tc

@@ -71,12 +71,24 @@ GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
 
 GemmSpec attention_dq_gemm(void *dq, const void *ds_t, const void *k,
                            int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                           int64_t D, float scale) {
-  // Per KV head (b, g): dQᵀ (D, group·S) += scale · Kᵀ (D, S) · dSᵀ (S,
+                           int64_t D, float scale, bool accumulate) {
+  // Per KV head (b, g): dQᵀ (D, group·S) (+)= scale · Kᵀ (D, S) · dSᵀ (S,
   // group·S), dSᵀ a column-major (group·S, S) read transposed.
   const int64_t rows = H / Hkv * S;
-  GemmSpec g{false, true, D,  rows, S,     k,   D,
-             ds_t,  rows, dq, D,    false, 1.f, nullptr};
+  GemmSpec g{false,
+             true,
+             D,
+             rows,
+             S,
+             k,
+             D,
+             ds_t,
+             rows,
+             dq,
+             D,
+             false,
+             accumulate ? 1.f : 0.f,
+             nullptr};
   g.alpha = scale;
   g.batch = Bn * Hkv;
   g.stride_a = S * D;

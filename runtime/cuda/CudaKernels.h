@@ -73,7 +73,7 @@ GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
 /// KV head, the group's query heads as its rows.
 GemmSpec attention_dq_gemm(void *dq, const void *ds_t, const void *k,
                            int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                           int64_t D, float scale);
+                           int64_t D, float scale, bool accumulate);
 
 /// Which kernels run attention (AttentionCommon.cuh): tensor cores, CUDA
 /// cores with all math in f32 (slower; a reference for the tensor-core
@@ -185,7 +185,8 @@ public:
                           int64_t B, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale, const KeyRange &range,
                           float softcap, const float *alibi_slopes,
-                          const void *sinks, float *dsinks) override;
+                          const void *sinks, float *dsinks,
+                          bool accumulate) override;
   void relu_forward(void *y, const void *x, int64_t n) override;
   void relu_backward(void *dx, const void *dy, const void *x,
                      int64_t n) override;
@@ -270,7 +271,7 @@ public:
                              int64_t total_rows, bool accumulate) override;
   void cross_entropy_backward(void *dlogits, const void *logits,
                               const int32_t *targets, int64_t N, int64_t V,
-                              float dloss) override;
+                              float dloss, bool accumulate) override;
   void cross_entropy_stats(float *stats, const void *logits,
                            const int32_t *targets, int64_t N, int64_t Vp,
                            int64_t v0, int64_t V, bool first) override;
@@ -279,7 +280,7 @@ public:
   void cross_entropy_backward_piece(void *dlogits, const void *logits,
                                     const int32_t *targets, const float *stats,
                                     int64_t N, int64_t Vp, int64_t v0,
-                                    float dloss) override;
+                                    float dloss, bool accumulate) override;
   void transpose_forward(void *y, const void *x, const int64_t *x_shape,
                          const int64_t *perm, int rank) override;
   void transpose_backward(void *dx, const void *dy, const int64_t *x_shape,
@@ -312,7 +313,7 @@ private:
                                 const void *y, const float *lse,
                                 const attn::ScoreForm &form,
                                 const cuda::AttentionDims &d, float scale,
-                                cuda::CudnnBackward how);
+                                cuda::CudnnBackward how, bool accumulate);
   /// The sinks and slopes `d` has, in f32 at `at` (their bytes: the
   /// form's), written by one kernel on the stream.
   cuda::HeadTerms cudnn_head_terms(void *at, const cuda::AttentionDims &d,

@@ -762,18 +762,21 @@ using Key = std::tuple<Pass, int64_t, int64_t, int64_t, int64_t, int64_t,
 /// Bytes rounded up to 256, so that what follows them stays aligned.
 int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-/// Where the backward's scratch puts each of its arrays.
+/// Where the backward's scratch puts each of its arrays: cuDNN's results
+/// there only where they are then added into the gradients (`adds`).
 struct BackwardScratch {
   int64_t row_dot, dq_sum, dq, dk, dv, workspace, end;
-  BackwardScratch(const AttentionDims &d, CudnnBackward how, int64_t ws) {
+  BackwardScratch(const AttentionDims &d, CudnnBackward how, int64_t ws,
+                  bool adds) {
     const int64_t rows = d.B * d.H * d.S, q = rows * d.D,
                   kv = d.B * d.Hkv * d.S * d.D;
+    const int64_t staged = adds ? 1 : 0;
     row_dot = 0;
     dq_sum = row_dot + aligned(4 * rows); // the nondeterministic's only
     dq = dq_sum + (how == CudnnBackward::Deterministic ? 0 : aligned(4 * q));
-    dk = dq + aligned(2 * q);
-    dv = dk + aligned(2 * kv);
-    workspace = dv + aligned(2 * kv);
+    dk = dq + staged * aligned(2 * q);
+    dv = dk + staged * aligned(2 * kv);
+    workspace = dv + staged * aligned(2 * kv);
     end = workspace + ws;
   }
 };
@@ -990,9 +993,9 @@ void CudnnAttention::forward(void *y, float *lse, const void *q, const void *k,
 }
 
 int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &d,
-                                               CudnnBackward how) {
+                                               CudnnBackward how, bool adds) {
   return BackwardScratch(d, how,
-                         impl_->runnable(backward_pass(how), d).workspace)
+                         impl_->runnable(backward_pass(how), d).workspace, adds)
       .end;
 }
 
@@ -1003,7 +1006,8 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
                               float scale, CudnnBackward how, void *scratch,
                               void *stream, const AddInto &add) {
   Plan &bwd = impl_->runnable(backward_pass(how), d);
-  const BackwardScratch at(d, how, bwd.workspace);
+  const bool adds = bool(add);
+  const BackwardScratch at(d, how, bwd.workspace, adds);
   char *base = static_cast<char *>(scratch);
   const int64_t q_elems = d.B * d.H * d.S * d.D,
                 kv_elems = d.B * d.Hkv * d.S * d.D;
@@ -1021,9 +1025,9 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
                                   const_cast<void *>(y),
                                   const_cast<void *>(dy),
                                   const_cast<float *>(lse),
-                                  base + at.dq,
-                                  base + at.dk,
-                                  base + at.dv,
+                                  adds ? base + at.dq : dq,
+                                  adds ? base + at.dk : dk,
+                                  adds ? base + at.dv : dv,
                                   &scale,
                                   &one,
                                   &lowest,
@@ -1037,10 +1041,11 @@ void CudnnAttention::backward(void *dq, void *dk, void *dv, const void *dy,
   bwd.run(impl_->handle, stream, int64_t(uids.size()), uids.data(),
           pointers.data(), base + at.workspace,
           "running the attention backward");
-  // cuDNN writes the gradients; the interface adds them.
-  add(dq, base + at.dq, q_elems);
-  add(dk, base + at.dk, kv_elems);
-  add(dv, base + at.dv, kv_elems);
+  if (adds) {
+    add(dq, base + at.dq, q_elems);
+    add(dk, base + at.dk, kv_elems);
+    add(dv, base + at.dv, kv_elems);
+  }
 }
 
 void CudnnAttention::check_descriptors(const AttentionDims &d) {
@@ -1129,7 +1134,7 @@ void CudnnAttention::forward(void *, float *, const void *, const void *,
   fail("cuda: ", kLeftOut);
 }
 int64_t CudnnAttention::backward_scratch_bytes(const AttentionDims &,
-                                               CudnnBackward) {
+                                               CudnnBackward, bool) {
   fail("cuda: ", kLeftOut);
 }
 void CudnnAttention::backward(void *, void *, void *, const void *,

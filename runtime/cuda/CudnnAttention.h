@@ -134,13 +134,15 @@ public:
            deterministic_workspace_bytes(d) <= room;
   }
 
-  /// Device bytes backward() needs as scratch for a shape it has.
-  int64_t backward_scratch_bytes(const AttentionDims &d, CudnnBackward how);
+  /// Device bytes backward() needs as scratch for a shape it has; `adds`:
+  /// whether its gradients are added (backward's `add` given).
+  int64_t backward_scratch_bytes(const AttentionDims &d, CudnnBackward how,
+                                 bool adds);
 
-  /// Adds the gradients of the forward above for dy into dq, dk and dv, on
-  /// `stream`, from that forward's y and lse (B·H·S floats, each row's
-  /// log-sum-exp in natural log): cuDNN's fused backward `how` into
-  /// scratch, then `add` into each gradient.
+  /// The gradients of the forward above for dy, on `stream`, from that
+  /// forward's y and lse (B·H·S floats, each row's log-sum-exp in natural
+  /// log) by cuDNN's fused backward `how`: written into dq, dk and dv, or,
+  /// given `add`, written into scratch and added into each by it.
   void backward(void *dq, void *dk, void *dv, const void *dy, const void *q,
                 const void *k, const void *v, const void *y, const float *lse,
                 const HeadTerms &heads, const AttentionDims &d, float scale,

@@ -93,7 +93,8 @@ __global__ void __launch_bounds__(kSumThreads)
 
 __global__ void __launch_bounds__(kRowThreads)
     ce_backward_kernel(bf16 *dlogits, const bf16 *logits,
-                       const int32_t *targets, int64_t V, float dloss) {
+                       const int32_t *targets, int64_t V, float dloss,
+                       bool accumulate) {
   const int64_t n = blockIdx.x;
   const bf16 *z = logits + n * V;
   bf16 *dz = dlogits + n * V;
@@ -106,7 +107,9 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   const float coef = dloss / st.sum;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
-    add_store(dz, j, coef * expf(bf2f(z[j]) - st.max) - (j == t ? dloss : 0.f));
+    write_or_add(dz, j,
+                 coef * expf(bf2f(z[j]) - st.max) - (j == t ? dloss : 0.f),
+                 accumulate);
 }
 
 /// exp(from − to), which moves a sum of exp(z − from) to the max `to` >=
@@ -147,7 +150,8 @@ __device__ __forceinline__ bool has_nan(const float *st) {
 __global__ void __launch_bounds__(kRowThreads)
     ce_backward_piece_kernel(bf16 *dlogits, const bf16 *logits,
                              const int32_t *targets, const float *stats,
-                             int64_t Vp, int64_t v0, float dloss) {
+                             int64_t Vp, int64_t v0, float dloss,
+                             bool accumulate) {
   const int64_t n = blockIdx.x;
   const bf16 *z = logits + n * Vp;
   bf16 *dz = dlogits + n * Vp;
@@ -160,7 +164,9 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t t = int64_t(targets[n]) - v0; // in the piece or not
   const float coef = dloss / st[1];
   for (int64_t j = threadIdx.x; j < Vp; j += blockDim.x)
-    add_store(dz, j, coef * expf(bf2f(z[j]) - st[0]) - (j == t ? dloss : 0.f));
+    write_or_add(dz, j,
+                 coef * expf(bf2f(z[j]) - st[0]) - (j == t ? dloss : 0.f),
+                 accumulate);
 }
 
 } // namespace
@@ -184,10 +190,12 @@ void CudaKernels::cross_entropy_forward(float *loss, const void *logits,
 
 void CudaKernels::cross_entropy_backward(void *dlogits, const void *logits,
                                          const int32_t *targets, int64_t N,
-                                         int64_t V, float dloss) {
+                                         int64_t V, float dloss,
+                                         bool accumulate) {
   if (N > 0 && V > 0)
     MT_LAUNCH(ce_backward_kernel, dim3(unsigned(N)), dim3(kRowThreads),
-              cudaStream_t(stream_), B(dlogits), B(logits), targets, V, dloss);
+              cudaStream_t(stream_), B(dlogits), B(logits), targets, V, dloss,
+              accumulate);
 }
 
 void CudaKernels::cross_entropy_stats(float *stats, const void *logits,
@@ -213,13 +221,16 @@ void CudaKernels::cross_entropy_stats_loss(float *loss, const float *stats,
             accumulate);
 }
 
-void CudaKernels::cross_entropy_backward_piece(
-    void *dlogits, const void *logits, const int32_t *targets,
-    const float *stats, int64_t N, int64_t Vp, int64_t v0, float dloss) {
+void CudaKernels::cross_entropy_backward_piece(void *dlogits,
+                                               const void *logits,
+                                               const int32_t *targets,
+                                               const float *stats, int64_t N,
+                                               int64_t Vp, int64_t v0,
+                                               float dloss, bool accumulate) {
   if (N > 0 && Vp > 0)
     MT_LAUNCH(ce_backward_piece_kernel, dim3(unsigned(N)), dim3(kRowThreads),
               cudaStream_t(stream_), B(dlogits), B(logits), targets, stats, Vp,
-              v0, dloss);
+              v0, dloss, accumulate);
 }
 
 } // namespace mtrt::MT_KNS

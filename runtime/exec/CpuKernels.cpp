@@ -133,10 +133,11 @@ void CpuKernels::attention_backward(
     const void *v, const void * /*y: δ carries it*/, const float *delta,
     const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
     float scale, const KeyRange &range, float softcap,
-    const float *alibi_slopes, const void *sinks, float *dsinks) {
+    const float *alibi_slopes, const void *sinks, float *dsinks,
+    bool accumulate) {
   cpu::attention_backward(F(dq), F(dk), F(dv), F(dy), F(q), F(k), F(v), delta,
                           lse, B, H, Hkv, S, D, scale, range, softcap,
-                          alibi_slopes, F(sinks), dsinks);
+                          alibi_slopes, F(sinks), dsinks, accumulate);
   store(dq, B * H * S * D);
   store(dk, B * Hkv * S * D);
   store(dv, B * Hkv * S * D);
@@ -399,14 +400,16 @@ void CpuKernels::cross_entropy_forward(float *loss, const void *logits,
 }
 void CpuKernels::cross_entropy_backward(void *dlogits, const void *logits,
                                         const int32_t *targets, int64_t N,
-                                        int64_t V, float dloss) {
+                                        int64_t V, float dloss,
+                                        bool accumulate) {
   if (all_in_range(targets, N, V)) {
-    cpu::cross_entropy_backward(F(dlogits), F(logits), targets, N, V, dloss);
+    cpu::cross_entropy_backward(F(dlogits), F(logits), targets, N, V, dloss,
+                                accumulate);
   } else {
     for (int64_t n = 0; n < N; ++n) {
       if (targets[n] >= 0 && targets[n] < V)
         cpu::cross_entropy_backward(F(dlogits) + n * V, F(logits) + n * V,
-                                    targets + n, 1, V, dloss);
+                                    targets + n, 1, V, dloss, accumulate);
       else
         std::fill(F(dlogits) + n * V, F(dlogits) + (n + 1) * V, kNaN);
     }
@@ -430,9 +433,9 @@ void CpuKernels::cross_entropy_backward_piece(void *dlogits, const void *logits,
                                               const int32_t *targets,
                                               const float *stats, int64_t N,
                                               int64_t Vp, int64_t v0,
-                                              float dloss) {
+                                              float dloss, bool accumulate) {
   cpu::cross_entropy_backward_piece(F(dlogits), F(logits), targets, stats, N,
-                                    Vp, v0, dloss);
+                                    Vp, v0, dloss, accumulate);
   store(dlogits, N * Vp);
 }
 void CpuKernels::transpose_forward(void *y, const void *x,

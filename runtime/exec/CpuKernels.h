@@ -61,7 +61,8 @@ public:
                           int64_t B, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale, const KeyRange &range,
                           float softcap, const float *alibi_slopes,
-                          const void *sinks, float *dsinks) override;
+                          const void *sinks, float *dsinks,
+                          bool accumulate) override;
   void relu_forward(void *y, const void *x, int64_t n) override;
   void relu_backward(void *dx, const void *dy, const void *x,
                      int64_t n) override;
@@ -146,7 +147,7 @@ public:
                              int64_t total_rows, bool accumulate) override;
   void cross_entropy_backward(void *dlogits, const void *logits,
                               const int32_t *targets, int64_t N, int64_t V,
-                              float dloss) override;
+                              float dloss, bool accumulate) override;
   void cross_entropy_stats(float *stats, const void *logits,
                            const int32_t *targets, int64_t N, int64_t Vp,
                            int64_t v0, int64_t V, bool first) override;
@@ -155,7 +156,7 @@ public:
   void cross_entropy_backward_piece(void *dlogits, const void *logits,
                                     const int32_t *targets, const float *stats,
                                     int64_t N, int64_t Vp, int64_t v0,
-                                    float dloss) override;
+                                    float dloss, bool accumulate) override;
   void transpose_forward(void *y, const void *x, const int64_t *x_shape,
                          const int64_t *perm, int rank) override;
   void transpose_backward(void *dx, const void *dy, const int64_t *x_shape,

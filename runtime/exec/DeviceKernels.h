@@ -8,9 +8,10 @@
 // Types: activations, activation gradients and weights are in the storage
 // type (void*); param gradients are f32 (the gradient slot); token ids and
 // targets are i32. Backward kernels accumulate (+=) into every gradient, as
-// in runtime/kernels/Kernels.h (the dx of linear, the norms and rope and
-// swiglu_backward's results where they are asked to; linear_forward adds
-// into y where asked); generated code zeroes what must start at 0.
+// in runtime/kernels/Kernels.h (the dx of linear, the norms and rope,
+// swiglu_backward's results and attention's dq, dk and dv where they are
+// asked to; linear_forward adds into y where asked); generated code zeroes
+// what must start at 0.
 // Param gradients of add and mul go through storage scratch and
 // accumulate_f32, since those operands may be activations or params.
 //
@@ -104,7 +105,8 @@ public:
                                int64_t rows, int64_t D) = 0;
   // y, lse: the forward's for the same q, k, v; delta: attention_delta's
   // from y, B·H·S floats. A backend reads δ or y, whichever its kernel
-  // takes. dsinks (H floats, or null) gets the sinks' gradient added.
+  // takes. dq, dk, dv are written, or added into where accumulate; dsinks
+  // (H floats, or null) gets the sinks' gradient added.
   virtual void attention_backward(void *dq, void *dk, void *dv, const void *dy,
                                   const void *q, const void *k, const void *v,
                                   const void *y, const float *delta,
@@ -112,7 +114,8 @@ public:
                                   int64_t Hkv, int64_t S, int64_t D,
                                   float scale, const KeyRange &range,
                                   float softcap, const float *alibi_slopes,
-                                  const void *sinks, float *dsinks) = 0;
+                                  const void *sinks, float *dsinks,
+                                  bool accumulate) = 0;
   virtual void relu_forward(void *y, const void *x, int64_t n) = 0;
   virtual void relu_backward(void *dx, const void *dy, const void *x,
                              int64_t n) = 0;
@@ -224,15 +227,16 @@ public:
                                        int64_t D, int64_t offset) = 0;
   /// The cross-entropy of N rows of logits summed and divided by
   /// total_rows, written to *loss (f32) or, with accumulate, added to it:
-  /// a launch's rows may come in chunks. The backward adds
-  /// dloss · (softmax - onehot) into dlogits.
+  /// a launch's rows may come in chunks. The backward writes
+  /// dloss · (softmax - onehot) into dlogits, or adds it where accumulate.
   virtual void cross_entropy_forward(float *loss, const void *logits,
                                      const int32_t *targets, int64_t N,
                                      int64_t V, int64_t total_rows,
                                      bool accumulate) = 0;
   virtual void cross_entropy_backward(void *dlogits, const void *logits,
                                       const int32_t *targets, int64_t N,
-                                      int64_t V, float dloss) = 0;
+                                      int64_t V, float dloss,
+                                      bool accumulate) = 0;
   /// Cross-entropy over a vocabulary in pieces. stats: 3 floats per row
   /// (running max m, running sum s of exp(z - m), the target's logit t),
   /// f32. logits: the N x Vp logits of vocabulary entries [v0, v0 + Vp).
@@ -250,14 +254,14 @@ public:
   virtual void cross_entropy_stats_loss(float *loss, const float *stats,
                                         int64_t N, int64_t total_rows,
                                         bool accumulate) = 0;
-  /// Adds dloss · (softmax - onehot) of the piece into dlogits (N x Vp),
-  /// the softmax taken from complete stats: exp(z - m) / s. A row whose
-  /// stats are NaN gets NaN.
+  /// Writes (adds, where accumulate) dloss · (softmax - onehot) of the
+  /// piece into dlogits (N x Vp), the softmax taken from complete stats:
+  /// exp(z - m) / s. A row whose stats are NaN gets NaN.
   virtual void cross_entropy_backward_piece(void *dlogits, const void *logits,
                                             const int32_t *targets,
                                             const float *stats, int64_t N,
-                                            int64_t Vp, int64_t v0,
-                                            float dloss) = 0;
+                                            int64_t Vp, int64_t v0, float dloss,
+                                            bool accumulate) = 0;
   virtual void transpose_forward(void *y, const void *x, const int64_t *x_shape,
                                  const int64_t *perm, int rank) = 0;
   virtual void transpose_backward(void *dx, const void *dy,

@@ -117,7 +117,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
                         float scale, const KeyRange &range, float softcap,
                         const float *alibi_slopes, const float *sinks,
-                        float *dsinks) {
+                        float *dsinks, bool accumulate) {
   if (!dq && !dk && !dv && !dsinks)
     return;
   const int64_t group = H / Hkv;
@@ -135,6 +135,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
     for (int64_t bg = 0; bg < B * Hkv; ++bg) {
       const int64_t b = bg / Hkv, g = bg % Hkv;
       const float *kh = k + bg * S * D, *vh = v + bg * S * D;
+      if (!accumulate) // the slices this task sums into; dq rows are set
+        for (float *d : {dk, dv})
+          if (d)
+            std::fill(d + bg * S * D, d + (bg + 1) * S * D, 0.f);
       for (int64_t h = g * group; h < (g + 1) * group; ++h)
         for (int64_t i = 0; i < S; ++i) {
           const int64_t r = (b * H + h) * S + i;
@@ -162,8 +166,11 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
             if (dv)
               axpy(dv + bg * S * D + j * D, prob[j], dyi, D);
           }
-          if (dq)
+          if (dq && accumulate)
             axpy(dq + r * D, scale, dqi.data(), D);
+          else if (dq)
+            for (int64_t d = 0; d < D; ++d)
+              dq[r * D + d] = scale * dqi[d];
         }
     }
   }

@@ -60,15 +60,17 @@ double cross_entropy_forward(const float *logits, const int32_t *targets,
 
 void cross_entropy_backward(float *dlogits, const float *logits,
                             const int32_t *targets, int64_t N, int64_t V,
-                            float dloss) {
+                            float dloss, bool accumulate) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float *row = logits + n * V;
     float *drow = dlogits + n * V;
     const RowSoftmax sm = row_softmax(row, V);
     const float coef = float(dloss / sm.sum);
-    for (int64_t j = 0; j < V; ++j)
-      drow[j] += coef * std::exp(row[j] - sm.max);
+    for (int64_t j = 0; j < V; ++j) {
+      const float p = coef * std::exp(row[j] - sm.max);
+      drow[j] = accumulate ? drow[j] + p : p;
+    }
     drow[targets[n]] -= dloss;
   }
 }
@@ -108,7 +110,7 @@ double cross_entropy_stats_loss(const float *stats, int64_t N) {
 void cross_entropy_backward_piece(float *dlogits, const float *logits,
                                   const int32_t *targets, const float *stats,
                                   int64_t N, int64_t Vp, int64_t v0,
-                                  float dloss) {
+                                  float dloss, bool accumulate) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float *row = logits + n * Vp;
@@ -119,8 +121,10 @@ void cross_entropy_backward_piece(float *dlogits, const float *logits,
       continue;
     }
     const float coef = float(dloss / double(st[1]));
-    for (int64_t j = 0; j < Vp; ++j)
-      drow[j] += coef * std::exp(row[j] - st[0]);
+    for (int64_t j = 0; j < Vp; ++j) {
+      const float p = coef * std::exp(row[j] - st[0]);
+      drow[j] = accumulate ? drow[j] + p : p;
+    }
     const int64_t t = int64_t(targets[n]) - v0;
     if (t >= 0 && t < Vp)
       drow[t] -= dloss;

@@ -9,9 +9,10 @@
 // Conventions every kernel follows:
 //  - Backward kernels ACCUMULATE (+=) into every gradient they write, so
 //    fan-out and gradient accumulation need no extra adds; callers zero
-//    buffers first. The dx of linear, the norms and rope and swiglu's two
-//    results are written (=) unless asked to accumulate: zeroing them
-//    first would cost a pass over each, and the add a read of it.
+//    buffers first. The dx of linear, the norms and rope, swiglu's two
+//    results, attention's dq, dk and dv and cross-entropy's dlogits are
+//    written (=) unless asked to accumulate: zeroing them first would cost
+//    a pass over each, and the add a read of it.
 //    linear_forward too adds its product into y where asked (a residual
 //    built in place).
 //  - A null gradient pointer means "not needed" and is skipped.
@@ -145,6 +146,8 @@ void moe_backward(float *dx, float *drouter_x, const MoeWeightGrads &g,
 // dsinks when that is not null.
 // lse (B·H·S, or null): each row's log-sum-exp, log Σ_j exp(score_ij) with
 // the sink's logit where there is one; attention_backward reads it back.
+// attention_backward writes dq, dk and dv, or adds into them where
+// accumulate (dsinks it always adds into).
 void attention_forward(float *y, float *lse, const float *q, const float *k,
                        const float *v, int64_t B, int64_t H, int64_t Hkv,
                        int64_t S, int64_t D, float scale, const KeyRange &range,
@@ -160,7 +163,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
                         float scale, const KeyRange &range, float softcap,
                         const float *alibi_slopes, const float *sinks,
-                        float *dsinks);
+                        float *dsinks, bool accumulate);
 
 // ---- activations (n elements) ---------------------------------------------
 void relu_forward(float *y, const float *x, int64_t n);
@@ -292,11 +295,12 @@ void embed_backward_piece(float *dtable, const float *dy, const int32_t *ids,
 // independently, so the loss over a sequence may be computed in chunks.
 double cross_entropy_forward(const float *logits, const int32_t *targets,
                              int64_t N, int64_t V);
-// dlogits += dloss · (softmax(row) - onehot(t)); dloss is d(step loss)/d(sum),
-// i.e. 1 / (targets in the step) for a mean loss.
+// dlogits (+)= dloss · (softmax(row) - onehot(t)), added where accumulate;
+// dloss is d(step loss)/d(sum), i.e. 1 / (targets in the step) for a mean
+// loss.
 void cross_entropy_backward(float *dlogits, const float *logits,
                             const int32_t *targets, int64_t N, int64_t V,
-                            float dloss);
+                            float dloss, bool accumulate);
 // The same loss over a vocabulary in pieces, with an online log-sum-exp.
 // stats (N, 3): per row the running max m, s = Σ exp(logit - m) over the
 // pieces seen, and the target's logit t. logits (N, Vp) hold vocabulary
@@ -309,13 +313,13 @@ void cross_entropy_stats(float *stats, const float *logits,
                          int64_t v0, int64_t V, bool first);
 // Σ over the N rows of complete stats of m + log s - t (= -log softmax[t]).
 double cross_entropy_stats_loss(const float *stats, int64_t N);
-// dlogits (N, Vp) += dloss · (softmax - onehot(t)) over the piece, the
-// softmax exp(logit - m) / s from complete stats; a row whose stats hold a
-// NaN is set to NaN.
+// dlogits (N, Vp) (+)= dloss · (softmax - onehot(t)) over the piece, added
+// where accumulate, the softmax exp(logit - m) / s from complete stats; a
+// row whose stats hold a NaN is set to NaN.
 void cross_entropy_backward_piece(float *dlogits, const float *logits,
                                   const int32_t *targets, const float *stats,
                                   int64_t N, int64_t Vp, int64_t v0,
-                                  float dloss);
+                                  float dloss, bool accumulate);
 
 // ---- layout ---------------------------------------------------------------
 // y.shape[i] = x.shape[perm[i]], rank <= kMaxRank.

@@ -94,7 +94,8 @@ std::string run_forward(CudnnAttention &cudnn, const AttentionDims &d = kShape,
 std::string run_backward(CudnnAttention &cudnn, const AttentionDims &d,
                          const HeadTerms &heads = {}) {
   std::vector<char> scratch(
-      size_t(cudnn.backward_scratch_bytes(d, CudnnBackward::Deterministic)));
+      size_t(cudnn.backward_scratch_bytes(d, CudnnBackward::Deterministic,
+                                          /*adds=*/true)));
   try {
     cudnn.backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                    nullptr, nullptr, nullptr, heads, d, 0.125f,
@@ -159,9 +160,10 @@ TEST_F(CudnnFallback, EachPassIsAskedApart) {
             "warning: cuDNN has no engine for the deterministic attention "
             "backward of B=1 H=2 Hkv=1 S=96 D=64 (cuDNN: fake cuDNN: this "
             "engine cannot run it); the tensor-core kernels run it\n");
-  EXPECT_GT(
-      cudnn.backward_scratch_bytes(kShape, CudnnBackward::Nondeterministic),
-      fake.workspace());
+  EXPECT_GT(cudnn.backward_scratch_bytes(kShape,
+                                         CudnnBackward::Nondeterministic,
+                                         /*adds=*/true),
+            fake.workspace());
 }
 
 TEST_F(CudnnFallback, OtherFailuresAreErrorsAndNotKept) {

@@ -170,15 +170,22 @@ private:
   void *d = nullptr;
 };
 
-/// |got - want| <= rtol·|want| + atol·max|want| everywhere; NaN where and
-/// only where the reference has NaN.
+/// max |x| over the finite x.
+double max_abs(const std::vector<float> &xs) {
+  double m = 0.0;
+  for (float x : xs)
+    if (std::isfinite(x))
+      m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+
+/// |got - want| <= rtol·|want| + atol·max(max|want|, scale) everywhere;
+/// NaN where and only where the reference has NaN. `scale`: the size of
+/// the terms a result sums, where they may cancel to about 0.
 ::testing::AssertionResult near(const std::vector<float> &got,
                                 const std::vector<float> &want, double rtol,
-                                double atol) {
-  double scale = 0.0;
-  for (float w : want)
-    if (std::isfinite(w))
-      scale = std::max(scale, double(std::fabs(w)));
+                                double atol, double scale = 0.0) {
+  scale = std::max(scale, max_abs(want));
   for (size_t k = 0; k < want.size(); ++k) {
     if (std::isnan(want[k]) != std::isnan(got[k]))
       return ::testing::AssertionFailure()
@@ -555,14 +562,27 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   Tensor delta = Tensor::f32(rows, 67);
   k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, s.D);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
-  k_->attention_backward(
-      dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(), k.dev(), v.dev(),
-      y.dev(), delta.dev_f32(), lse.dev_f32(), s.B, s.H, s.Hkv, s.S, s.D, scale,
-      range, s.softcap, alibi, sinks_dev, s.sinks ? dsinks.dev_f32() : nullptr);
-  cpu_.attention_backward(
-      dq.host(), dk.host(), dv.host(), dy.host(), q.host(), k.host(), v.host(),
-      y.host(), delta.host(), lse.host(), s.B, s.H, s.Hkv, s.S, s.D, scale,
-      range, s.softcap, alibi, sinks_host, s.sinks ? dsinks.host() : nullptr);
+  k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
+                         k.dev(), v.dev(), y.dev(), delta.dev_f32(),
+                         lse.dev_f32(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
+                         s.softcap, alibi, sinks_dev,
+                         s.sinks ? dsinks.dev_f32() : nullptr, true);
+  cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
+                          k.host(), v.host(), y.host(), delta.host(),
+                          lse.host(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
+                          s.softcap, alibi, sinks_host,
+                          s.sinks ? dsinks.host() : nullptr, true);
+  // As a step runs it: the gradients written over what the buffers held.
+  Tensor wq = Tensor::output(nq), wk = Tensor::output(nk),
+         wv = Tensor::output(nk);
+  k_->attention_backward(wq.dev(), wk.dev(), wv.dev(), dy.dev(), q.dev(),
+                         k.dev(), v.dev(), y.dev(), delta.dev_f32(),
+                         lse.dev_f32(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
+                         s.softcap, alibi, sinks_dev, nullptr, false);
+  cpu_.attention_backward(wq.host(), wk.host(), wv.host(), dy.host(), q.host(),
+                          k.host(), v.host(), y.host(), delta.host(),
+                          lse.host(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
+                          s.softcap, alibi, sinks_host, nullptr, false);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(lse.fetch(), lse.h, kUlp, kAttention)) << "lse";
@@ -571,6 +591,15 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention)) << "dk";
   EXPECT_TRUE(near(dv.fetch(), dv.h, kUlp, kAttention)) << "dv";
   EXPECT_TRUE(near(dsinks.fetch(), dsinks.h, kUlp, kAttention)) << "dsinks";
+  // Written, they are held to the tolerance of the adds above: one token,
+  // or a window of one key, gives dq and dk of exactly 0 on the CPU, and
+  // the rounding of the terms that cancel here.
+  EXPECT_TRUE(near(wq.fetch(), wq.h, kUlp, kAttention, max_abs(dq.h)))
+      << "dq written";
+  EXPECT_TRUE(near(wk.fetch(), wk.h, kUlp, kAttention, max_abs(dk.h)))
+      << "dk written";
+  EXPECT_TRUE(near(wv.fetch(), wv.h, kUlp, kAttention, max_abs(dv.h)))
+      << "dv written";
 }
 
 const AttentionShape kAttentionShapes[] = {
@@ -703,7 +732,7 @@ TEST_P(AttentionTilesTest, ForwardAndBackward) {
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
                           k.host(), v.host(), y.host(), delta.host(),
                           lse.host(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
-                          s.softcap, alibi, sinks_host, nullptr);
+                          s.softcap, alibi, sinks_host, nullptr, true);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(lse.fetch(), lse.h, kUlp, kAttention)) << "lse";
@@ -870,11 +899,12 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), B * H * S, D);
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
                          v.dev(), y.dev(), delta.dev_f32(), lse.dev_f32(), B, H,
-                         Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr, nullptr);
+                         Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr, nullptr,
+                         true);
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
                           k.host(), v.host(), y.host(), delta.host(),
                           lse.host(), B, H, Hkv, S, D, 0.25f, {}, 0.f, nullptr,
-                          nullptr, nullptr);
+                          nullptr, nullptr, true);
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
@@ -898,26 +928,31 @@ TEST_F(CudaKernelsTest, AttentionDqByGemmWhereScoresFitElseByItsOwnPass) {
                          H, Hkv, S, D, scale, {}, 0.f, nullptr, nullptr);
   k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, D);
   cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, D);
-  Tensor dq = Tensor::grad(nq, 86), dk = Tensor::grad(nk, 87),
-         dv = Tensor::grad(nk, 88);
-  cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
-                          k.host(), v.host(), y.host(), delta.host(),
-                          lse.host(), B, H, Hkv, S, D, scale, {}, 0.f, nullptr,
-                          nullptr, nullptr);
+  // Added into random gradients, or written over NaN.
   for (const int64_t room : {scores - 1, scores}) {
-    SCOPED_TRACE(::testing::Message() << "room " << room);
     k_->set_scratch_room(room);
-    Tensor gq = Tensor::grad(nq, 86), gk = Tensor::grad(nk, 87),
-           gv = Tensor::grad(nk, 88);
-    k_->attention_backward(gq.dev(), gk.dev(), gv.dev(), dy.dev(), q.dev(),
-                           k.dev(), v.dev(), y.dev(), delta.dev_f32(),
-                           lse.dev_f32(), B, H, Hkv, S, D, scale, {}, 0.f,
-                           nullptr, nullptr, nullptr);
-    sync();
-    EXPECT_EQ(k_->scratch_peak() >= scores, room >= scores);
-    EXPECT_TRUE(near(gq.fetch(), dq.h, kUlp, kAttention)) << "dq";
-    EXPECT_TRUE(near(gk.fetch(), dk.h, kUlp, kAttention)) << "dk";
-    EXPECT_TRUE(near(gv.fetch(), dv.h, kUlp, kAttention)) << "dv";
+    for (const bool accumulate : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "room " << room << ", accumulate " << accumulate);
+      const auto grad = [&](int64_t n, uint32_t seed) {
+        return accumulate ? Tensor::grad(n, seed) : Tensor::output(n);
+      };
+      Tensor dq = grad(nq, 86), dk = grad(nk, 87), dv = grad(nk, 88);
+      cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(),
+                              q.host(), k.host(), v.host(), y.host(),
+                              delta.host(), lse.host(), B, H, Hkv, S, D, scale,
+                              {}, 0.f, nullptr, nullptr, nullptr, accumulate);
+      Tensor gq = grad(nq, 86), gk = grad(nk, 87), gv = grad(nk, 88);
+      k_->attention_backward(gq.dev(), gk.dev(), gv.dev(), dy.dev(), q.dev(),
+                             k.dev(), v.dev(), y.dev(), delta.dev_f32(),
+                             lse.dev_f32(), B, H, Hkv, S, D, scale, {}, 0.f,
+                             nullptr, nullptr, nullptr, accumulate);
+      sync();
+      EXPECT_EQ(k_->scratch_peak() >= scores, room >= scores);
+      EXPECT_TRUE(near(gq.fetch(), dq.h, kUlp, kAttention)) << "dq";
+      EXPECT_TRUE(near(gk.fetch(), dk.h, kUlp, kAttention)) << "dk";
+      EXPECT_TRUE(near(gv.fetch(), dv.h, kUlp, kAttention)) << "dv";
+    }
   }
 }
 
@@ -1428,22 +1463,29 @@ TEST_F(CudaKernelsTest, CrossEntropy) {
                             V, N, false);
   k_->cross_entropy_forward(chunked.dev_f32(), k_->at(logits.dev(), first * V),
                             t.dev_ids() + first, N - first, V, N, true);
-  Tensor dl = Tensor::grad(N * V, 122);
+  // Added into random gradients, or written over NaN.
+  Tensor dl = Tensor::grad(N * V, 122), wl = Tensor::output(N * V);
   const float dloss = 1.f / float(N);
-  k_->cross_entropy_backward(dl.dev(), logits.dev(), t.dev_ids(), N, V, dloss);
-  cpu_.cross_entropy_backward(dl.host(), logits.host(), targets.data(), N, V,
-                              dloss);
+  for (const bool accumulate : {true, false}) {
+    Tensor &d = accumulate ? dl : wl;
+    k_->cross_entropy_backward(d.dev(), logits.dev(), t.dev_ids(), N, V, dloss,
+                               accumulate);
+    cpu_.cross_entropy_backward(d.host(), logits.host(), targets.data(), N, V,
+                                dloss, accumulate);
+  }
   sync();
   EXPECT_TRUE(near(loss.fetch(), loss.h, 1e-5, 0)) << "loss";
   EXPECT_TRUE(near(chunked.fetch(), loss.h, 1e-5, 0)) << "loss from chunks";
   EXPECT_TRUE(near(dl.fetch(), dl.h, kUlp, kPointwise)) << "dlogits";
+  EXPECT_TRUE(near(wl.fetch(), wl.h, kUlp, kPointwise)) << "dlogits written";
 
   std::vector<int32_t> bad = {0, -1, 5};
   Tensor tb = Tensor::ids(bad), lb = Tensor::random(3 * V, 123);
   Tensor lossb = Tensor::f32(1, 124), dlb = Tensor::grad(3 * V, 125);
   k_->cross_entropy_forward(lossb.dev_f32(), lb.dev(), tb.dev_ids(), 3, V, 3,
                             false);
-  k_->cross_entropy_backward(dlb.dev(), lb.dev(), tb.dev_ids(), 3, V, 0.5f);
+  k_->cross_entropy_backward(dlb.dev(), lb.dev(), tb.dev_ids(), 3, V, 0.5f,
+                             true);
   sync();
   EXPECT_TRUE(std::isnan(lossb.fetch()[0]));
   const std::vector<float> g = dlb.fetch();
@@ -1494,12 +1536,17 @@ TEST_F(CudaKernelsTest, CrossEntropyPieces) {
   std::vector<Tensor> dl;
   const float dloss = 1.f / float(N);
   for (int p = 0; p < P; ++p) {
-    dl.push_back(Tensor::grad(N * Vp[p], 157 + p));
+    // The first piece added into random gradients, the others written over
+    // NaN.
+    const bool accumulate = p == 0;
+    dl.push_back(accumulate ? Tensor::grad(N * Vp[p], 157 + p)
+                            : Tensor::output(N * Vp[p]));
     k_->cross_entropy_backward_piece(dl[p].dev(), logits[p].dev(), t.dev_ids(),
-                                     stats.dev_f32(), N, Vp[p], v0[p], dloss);
+                                     stats.dev_f32(), N, Vp[p], v0[p], dloss,
+                                     accumulate);
     cpu_.cross_entropy_backward_piece(dl[p].host(), logits[p].host(),
                                       targets.data(), stats.host(), N, Vp[p],
-                                      v0[p], dloss);
+                                      v0[p], dloss, accumulate);
   }
   sync();
   EXPECT_TRUE(near(stats.fetch(), stats.h, 1e-5, 0)) << "stats";
@@ -1527,10 +1574,11 @@ TEST_F(CudaKernelsTest, CrossEntropyPiecesOfPoisonedTargetsAreNaN) {
   Tensor loss = Tensor::f32(1, 163), dl = Tensor::grad(N * Vp[1], 164);
   k_->cross_entropy_stats_loss(loss.dev_f32(), stats.dev_f32(), N, N, false);
   k_->cross_entropy_backward_piece(dl.dev(), logits[1].dev(), t.dev_ids(),
-                                   stats.dev_f32(), N, Vp[1], v0[1], 0.5f);
+                                   stats.dev_f32(), N, Vp[1], v0[1], 0.5f,
+                                   true);
   cpu_.cross_entropy_stats_loss(loss.host(), stats.host(), N, N, false);
   cpu_.cross_entropy_backward_piece(dl.host(), logits[1].host(), targets.data(),
-                                    stats.host(), N, Vp[1], v0[1], 0.5f);
+                                    stats.host(), N, Vp[1], v0[1], 0.5f, true);
   sync();
   EXPECT_TRUE(std::isnan(loss.fetch()[0]));
   EXPECT_TRUE(std::isnan(loss.h[0]));
@@ -1652,7 +1700,7 @@ TEST_F(CudaKernelsTest, CudnnBackwardIsDeterministic) {
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                            k.dev(), v.dev(), y.dev(), delta.dev_f32(),
                            lse.dev_f32(), B, H, Hkv, S, D, 0.125f, {}, 0.f,
-                           nullptr, nullptr, nullptr);
+                           nullptr, nullptr, nullptr, false);
     sync();
     std::vector<float> all = dq.fetch();
     for (const Tensor *x : {&dk, &dv}) {
@@ -1693,7 +1741,7 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                            k.dev(), v.dev(), y.dev(), delta.dev_f32(),
                            lse.dev_f32(), B, H, Hkv, S, D, 0.2f, {}, 0.f,
-                           nullptr, sinks.dev(), dsinks.dev_f32());
+                           nullptr, sinks.dev(), dsinks.dev_f32(), false);
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();
     std::vector<float> all = dq.fetch();

@@ -89,8 +89,8 @@ void head_bwd(const LaunchArgs &a) {
   a.k->mul_forward(h, x, scale, rows_by_vector());
   a.k->linear_forward(logits, h, w, hb, N, D, V, true, /*accumulate=*/false);
   a.k->cross_entropy_forward(loss, logits, targets, N, V, N, false);
-  a.k->zero(dlogits, N * V);
-  a.k->cross_entropy_backward(dlogits, logits, targets, N, V, a.dloss);
+  a.k->cross_entropy_backward(dlogits, logits, targets, N, V, a.dloss,
+                              /*accumulate=*/false);
   a.k->linear_backward(dh, a.grads + a.param_offsets[0],
                        a.grads + a.param_offsets[1], dlogits, h, w, N, D, V,
                        true, /*accumulate_dx=*/false);

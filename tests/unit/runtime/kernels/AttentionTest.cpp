@@ -229,10 +229,22 @@ void check_kernels(const Dims &d, float range, double rtol) {
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
                      in[1].data(), in[2].data(), delta.data(), lse.data(), d.B,
                      d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
-                     d.slopes, sinks_of(in), d.sinks ? dsinks.data() : nullptr);
+                     d.slopes, sinks_of(in), d.sinks ? dsinks.data() : nullptr,
+                     /*accumulate=*/true);
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
   EXPECT_TRUE(close(added(dv, dv0), want[2], rtol)) << "dv, H=" << d.H;
+  // Not asked to accumulate, the gradients are written over what the
+  // buffers held (NaN).
+  Floats wq(dq.size(), std::nanf("")), wk(dk.size(), std::nanf("")),
+      wv(dv.size(), std::nanf(""));
+  attention_backward(wq.data(), wk.data(), wv.data(), dy.data(), in[0].data(),
+                     in[1].data(), in[2].data(), delta.data(), lse.data(), d.B,
+                     d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
+                     d.slopes, sinks_of(in), nullptr, /*accumulate=*/false);
+  EXPECT_TRUE(close(wq, want[0], rtol)) << "dq written, H=" << d.H;
+  EXPECT_TRUE(close(wk, want[1], rtol)) << "dk written, H=" << d.H;
+  EXPECT_TRUE(close(wv, want[2], rtol)) << "dv written, H=" << d.H;
   if (d.sinks)
     EXPECT_TRUE(close(added(dsinks, dsinks0), want[3], rtol))
         << "dsinks, H=" << d.H;
@@ -359,7 +371,7 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
                        in[2].data(), delta.data(), lse.data(), d.B, d.H, d.Hkv,
                        d.S, d.D, d.scale, keys_of(d), d.softcap, d.slopes,
-                       sinks.data(), ds);
+                       sinks.data(), ds, /*accumulate=*/true);
   };
   Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size()), ds(d.H);
   expect_accumulates({&dq, &dk, &dv, &ds}, [&] {

@@ -76,10 +76,15 @@ void check_kernels(float shift) {
   const float dloss = 1.f / N;
   Floats d = random_floats(N * V, 125, -1e-3f, 1e-3f);
   const Floats d0 = d;
-  cross_entropy_backward(d.data(), logits.data(), t.data(), N, V, dloss);
-  EXPECT_TRUE(
-      close(added(d, d0), ref_backward(widen(logits), t, V, dloss), 1e-5))
-      << "shift " << shift;
+  cross_entropy_backward(d.data(), logits.data(), t.data(), N, V, dloss,
+                         /*accumulate=*/true);
+  const Doubles grad = ref_backward(widen(logits), t, V, dloss);
+  EXPECT_TRUE(close(added(d, d0), grad, 1e-5)) << "shift " << shift;
+  // Not asked to accumulate, dlogits is written over what it held (NaN).
+  Floats w(N * V, std::nanf(""));
+  cross_entropy_backward(w.data(), logits.data(), t.data(), N, V, dloss,
+                         /*accumulate=*/false);
+  EXPECT_TRUE(close(w, grad, 1e-5)) << "shift " << shift;
 }
 
 TEST(CrossEntropy, MatchesReference) { check_kernels(0.f); }
@@ -100,7 +105,8 @@ TEST(CrossEntropy, ChunksAddUpAccumulatesDeterministic) {
 
   Floats d(N * V);
   const auto backward = [&](Floats &g) {
-    cross_entropy_backward(g.data(), logits.data(), t.data(), N, V, 0.5f);
+    cross_entropy_backward(g.data(), logits.data(), t.data(), N, V, 0.5f,
+                           /*accumulate=*/true);
   };
   expect_accumulates({&d}, [&] { backward(d); });
   Floats a(N * V), b(N * V);
@@ -187,14 +193,24 @@ TEST(CrossEntropyPieces, MatchWholeVocabulary) {
   const float dloss = 1.f / N;
   const Floats d0 = random_floats(N * V, 132, -1e-3f, 1e-3f);
   Floats d = d0;
-  cross_entropy_backward(d.data(), logits.data(), t.data(), N, V, dloss);
+  cross_entropy_backward(d.data(), logits.data(), t.data(), N, V, dloss,
+                         /*accumulate=*/true);
+  Floats written(N * V, std::nanf(""));
+  cross_entropy_backward(written.data(), logits.data(), t.data(), N, V, dloss,
+                         /*accumulate=*/false);
   for (const Piece &p : kPieces) {
-    Floats dp = piece_of(d0, V, p);
-    cross_entropy_backward_piece(dp.data(), piece_of(logits, V, p).data(),
-                                 t.data(), stats.data(), N, p.Vp, p.v0, dloss);
-    const Floats want = piece_of(d, V, p);
-    for (size_t i = 0; i < dp.size(); ++i)
-      ASSERT_NEAR(dp[i], want[i], 1e-6) << "piece at " << p.v0 << ", " << i;
+    // Added into the priors, or written over NaN.
+    for (const bool accumulate : {true, false}) {
+      Floats dp =
+          accumulate ? piece_of(d0, V, p) : Floats(N * p.Vp, std::nanf(""));
+      cross_entropy_backward_piece(dp.data(), piece_of(logits, V, p).data(),
+                                   t.data(), stats.data(), N, p.Vp, p.v0, dloss,
+                                   accumulate);
+      const Floats want = piece_of(accumulate ? d : written, V, p);
+      for (size_t i = 0; i < dp.size(); ++i)
+        ASSERT_NEAR(dp[i], want[i], 1e-6) << "piece at " << p.v0 << ", " << i
+                                          << ", accumulate " << accumulate;
+    }
   }
 }
 
@@ -224,7 +240,8 @@ TEST(CrossEntropyPieces, TargetsOutsideTheVocabularyGiveNaN) {
   for (const Piece &p : kPieces) {
     Floats dp(N * p.Vp);
     cross_entropy_backward_piece(dp.data(), piece_of(logits, V, p).data(),
-                                 t.data(), stats.data(), N, p.Vp, p.v0, 1.f);
+                                 t.data(), stats.data(), N, p.Vp, p.v0, 1.f,
+                                 /*accumulate=*/true);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t j = 0; j < p.Vp; ++j)
         ASSERT_EQ(std::isnan(dp[n * p.Vp + j]), n > 0)
