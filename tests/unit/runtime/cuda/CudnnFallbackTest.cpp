@@ -90,17 +90,19 @@ std::string run_forward(CudnnAttention &cudnn, const AttentionDims &d = kShape,
 }
 
 /// The same for the deterministic backward (the other clears a sum on the
-/// device first, which needs a GPU).
+/// device first, which needs a GPU): its gradients added (through scratch)
+/// or written.
 std::string run_backward(CudnnAttention &cudnn, const AttentionDims &d,
-                         const HeadTerms &heads = {}) {
-  std::vector<char> scratch(
-      size_t(cudnn.backward_scratch_bytes(d, CudnnBackward::Deterministic,
-                                          /*adds=*/true)));
+                         const HeadTerms &heads = {}, bool adds = true) {
+  std::vector<char> scratch(size_t(
+      cudnn.backward_scratch_bytes(d, CudnnBackward::Deterministic, adds)));
+  CudnnAttention::AddInto add;
+  if (adds)
+    add = [](void *, const void *, int64_t) {};
   try {
     cudnn.backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                    nullptr, nullptr, nullptr, heads, d, 0.125f,
-                   CudnnBackward::Deterministic, scratch.data(), nullptr,
-                   [](void *, const void *, int64_t) {});
+                   CudnnBackward::Deterministic, scratch.data(), nullptr, add);
   } catch (const mtrt::Error &e) {
     return e.what();
   }
@@ -243,8 +245,10 @@ TEST_F(CudnnFallback, EachFormBindsItsGraphsTensors) {
     AttentionDims backward = d;
     backward.sinks = false; // its graph has none
     ASSERT_TRUE(cudnn.has_backward(backward, CudnnBackward::Deterministic));
-    e = run_backward(cudnn, backward, heads);
-    EXPECT_NE(e.find("runs nothing"), std::string::npos) << e;
+    for (const bool adds : {true, false}) { // the same tensors either way
+      e = run_backward(cudnn, backward, heads, adds);
+      EXPECT_NE(e.find("runs nothing"), std::string::npos) << e;
+    }
   }
   // A form's arrays missing, or given to a form without them, are refused
   // before cuDNN sees them.
