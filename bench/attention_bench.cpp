@@ -11,7 +11,10 @@
 // choice); else, and here with no scratch room to force it, in two passes
 // (3.5 times the forward's products: the dQ pass computes the scores and
 // dY·Vᵀ again). The dQ pass (δ and dQ, dK and dV not asked for) is timed
-// alone too; the dK/dV pass takes the rest of the two.
+// alone too; the dK/dV pass takes the rest of the two. The tensor cores'
+// forward and backward are timed again on sequence-major tensors (B, S, H,
+// D; HeadLayout.h), as attention that spares a projection's transposes
+// reads them: its rows are strided, not contiguous.
 //
 //   attention_bench [--json FILE] [--iters N] [--shape TEXT]
 //                   [--tensor-cores-only] [--cudnn-device FILE]
@@ -110,10 +113,10 @@ int main(int argc, char **argv) {
   }
 
   std::printf("| shape | B H Hkv S D W C | fwd ms | fwd TFLOPS | bwd ms "
-              "(two passes; dQ pass) | bwd TFLOPS | CUDA cores: fwd / bwd "
-              "TFLOPS | "
+              "(two passes; dQ pass) | bwd TFLOPS | sequence-major: fwd / bwd "
+              "TFLOPS | CUDA cores: fwd / bwd TFLOPS | "
               "cuDNN fwd / bwd / bwd nondeterministic TFLOPS (fwd diff) |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+              "|---|---|---|---|---|---|---|---|---|\n");
   std::string rows;
   bool ok = true;
   int64_t most = 0;
@@ -147,47 +150,53 @@ int main(int argc, char **argv) {
     dims.window = mtrt::cuda::CudnnAttention::window_of(range, s.S);
     dims.chunk = mtrt::cuda::CudnnAttention::chunk_of(range, s.S);
     auto measure = [&](mtrt::cuda::AttentionKernels family, int n,
-                       bool dq_pass = true) {
+                       bool dq_pass = true, mtrt::HeadLayout layout = {}) {
       k.set_attention_kernels(family);
       Timing t;
       // The forward as the backward's recompute runs it, keeping each
       // row's log-sum-exp.
       t.fwd_ms = time_ms(stream, n, [&] {
         k.attention_forward(y, lse, q, kk, v, s.B, s.H, s.Hkv, s.S, s.D, scale,
-                            range, 0.f, nullptr, nullptr);
+                            range, 0.f, nullptr, nullptr, layout);
       });
       t.finite = all_finite(y, nq);
       // The backward as a step runs it: δ, then the gradients (written).
       t.bwd_ms = time_ms(stream, n, [&] {
-        k.attention_delta(delta, dy, y, nq / s.D, s.D);
+        k.attention_delta(delta, dy, y, s.B, s.H, s.S, s.D, layout);
         k.attention_backward(dq, dk, dv, dy, q, kk, v, y, delta, lse, s.B, s.H,
                              s.Hkv, s.S, s.D, scale, range, 0.f, nullptr,
-                             nullptr, nullptr, false);
+                             nullptr, nullptr, false, layout);
       });
+      t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
+      t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;
+      if (layout.seq_major)
+        return t;
       // The tensor cores' two passes, no room for dSᵀ; then the dQ pass
       // alone: no dK or dV asked for (cuDNN takes only whole backwards).
       if (family == mtrt::cuda::AttentionKernels::TensorCores) {
         const int64_t room = k.scratch_room();
         k.set_scratch_room(0);
         t.two_pass_ms = time_ms(stream, n, [&] {
-          k.attention_delta(delta, dy, y, nq / s.D, s.D);
+          k.attention_delta(delta, dy, y, s.B, s.H, s.S, s.D, layout);
           k.attention_backward(dq, dk, dv, dy, q, kk, v, y, delta, lse, s.B,
                                s.H, s.Hkv, s.S, s.D, scale, range, 0.f, nullptr,
-                               nullptr, nullptr, false);
+                               nullptr, nullptr, false, layout);
         });
         k.set_scratch_room(room);
       }
       if (dq_pass)
         t.dq_ms = time_ms(stream, n, [&] {
-          k.attention_delta(delta, dy, y, nq / s.D, s.D);
+          k.attention_delta(delta, dy, y, s.B, s.H, s.S, s.D, layout);
           k.attention_backward(dq, nullptr, nullptr, dy, q, kk, v, y, delta,
                                lse, s.B, s.H, s.Hkv, s.S, s.D, scale, range,
-                               0.f, nullptr, nullptr, nullptr, false);
+                               0.f, nullptr, nullptr, nullptr, false, layout);
         });
-      t.fwd_tflops = flops / (t.fwd_ms * 1e-3) / 1e12;
-      t.bwd_tflops = 2.5 * flops / (t.bwd_ms * 1e-3) / 1e12;
       return t;
     };
+    // Sequence-major first: y then holds the heads-major forward's, which
+    // cuDNN's is compared with below.
+    const Timing seq = measure(mtrt::cuda::AttentionKernels::TensorCores, iters,
+                               false, mtrt::HeadLayout{true});
     const Timing tc = measure(mtrt::cuda::AttentionKernels::TensorCores, iters);
     // The CUDA-core kernels are slower by far: fewer timed calls.
     const Timing cc = cuda_cores
@@ -246,15 +255,16 @@ int main(int argc, char **argv) {
       std::snprintf(cc_fwd, sizeof cc_fwd, "%.2f", cc.fwd_tflops);
       std::snprintf(cc_bwd, sizeof cc_bwd, "%.2f", cc.bwd_tflops);
     }
+    const bool finite = tc.finite && seq.finite && cc.finite;
     std::printf(
         "| %s | %lld %lld %lld %lld %lld %lld %lld | %.3f | %.1f | %.3f "
-        "(%.3f; %.3f) | %.1f | %s | %s |%s\n",
+        "(%.3f; %.3f) | %.1f | %.1f / %.1f | %s | %s |%s\n",
         s.name, (long long)s.B, (long long)s.H, (long long)s.Hkv,
         (long long)s.S, (long long)s.D, (long long)s.window, (long long)s.chunk,
         tc.fwd_ms, tc.fwd_tflops, tc.bwd_ms, tc.two_pass_ms, tc.dq_ms,
-        tc.bwd_tflops, cc_cell, cudnn_cell,
-        tc.finite && cc.finite ? "" : " NON-FINITE OUTPUT");
-    ok &= tc.finite && cc.finite;
+        tc.bwd_tflops, seq.fwd_tflops, seq.bwd_tflops, cc_cell, cudnn_cell,
+        finite ? "" : " NON-FINITE OUTPUT");
+    ok &= finite;
     char row[1024];
     std::snprintf(
         row, sizeof row,
@@ -264,7 +274,8 @@ int main(int argc, char **argv) {
         "\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
         "\"two_pass_ms\": %.4f, \"dq_ms\": %.4f, "
         "\"fwd_tflops\": %.2f, "
-        "\"bwd_tflops\": %.2f, \"cuda_cores_fwd_tflops\": %s, "
+        "\"bwd_tflops\": %.2f, \"seq_major_fwd_tflops\": %.2f, "
+        "\"seq_major_bwd_tflops\": %.2f, \"cuda_cores_fwd_tflops\": %s, "
         "\"cuda_cores_bwd_tflops\": %s, \"cudnn_fwd_tflops\": %s, "
         "\"cudnn_bwd_tflops\": %s, "
         "\"cudnn_nondeterministic_bwd_tflops\": %s, "
@@ -273,8 +284,9 @@ int main(int argc, char **argv) {
         rows.empty() ? "" : ",\n ", s.name, (long long)s.B, (long long)s.H,
         (long long)s.Hkv, (long long)s.S, (long long)s.D, (long long)s.window,
         (long long)s.chunk, tc.fwd_ms, tc.bwd_ms, tc.two_pass_ms, tc.dq_ms,
-        tc.fwd_tflops, tc.bwd_tflops, cc_fwd, cc_bwd, cudnn_fwd, cudnn_bwd,
-        cudnn_any_bwd, cudnn_diff, tc.finite && cc.finite ? "true" : "false");
+        tc.fwd_tflops, tc.bwd_tflops, seq.fwd_tflops, seq.bwd_tflops, cc_fwd,
+        cc_bwd, cudnn_fwd, cudnn_bwd, cudnn_any_bwd, cudnn_diff,
+        finite ? "true" : "false");
     rows += row;
     for (void *p : {q, kk, v, dy, y, dq, dk, dv, stats[0], stats[1]})
       cudaFree(p);

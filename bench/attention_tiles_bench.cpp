@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
     // δ from the runtime's forward, as a step has it; every choice's
     // backward reads the same.
     choices.front().forward(call);
-    kernels.attention_delta(delta, dy, y, nrows, s.D);
+    kernels.attention_delta(delta, dy, y, s.B, s.H, s.S, s.D, {});
     std::vector<std::vector<float>> reference;
     std::vector<Result> results;
     for (const AttentionTiles &t : choices) {

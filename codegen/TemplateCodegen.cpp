@@ -18,6 +18,8 @@
 
 #include "passes/TemplateMemory.h"
 
+#include "ir/AttentionLayout.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -340,17 +342,17 @@ private:
           << ", " << ref(at.getQ()) << ", " << ref(at.getK()) << ", "
           << ref(at.getV()) << ", "
           << attentionDims(at.getQ(), at.getK(),
-                           at.getScale().convertToDouble())
+                           at.getScale().convertToDouble(), at.getLayout())
           << ", " << keyRange(at.getWindow(), at.getChunk()) << ", "
           << softcap(at.getSoftcapAttr()) << ", " << slopes << ", "
-          << opt(at.getSinks()) << ");\n";
+          << opt(at.getSinks()) << ", " << headLayout(at.getLayout()) << ");\n";
     } else if (auto d = dyn_cast<AttentionDeltaOp>(op)) {
-      int64_t D = shapeOf(d.getY()).back();
+      auto rows = attentionRows(shapeOf(d.getY()), d.getLayout());
       os_ << llvm::formatv(
-          "  k.attention_delta(static_cast<float *>({0}), {1}, {2}, {3}, "
-          "{4});\n",
-          ref(d.getDelta()), ref(d.getDy()), ref(d.getY()), count(d.getY()) / D,
-          D);
+          "  k.attention_delta(static_cast<float *>({0}), {1}, {2}, {3}, {4}, "
+          "{5}, {6}, {7});\n",
+          ref(d.getDelta()), ref(d.getDy()), ref(d.getY()), rows[0], rows[1],
+          rows[2], shapeOf(d.getY()).back(), headLayout(d.getLayout()));
     } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
       std::string slopes = alibiSlopes(g.getAlibiSlopes());
       auto dsinks = paramGrad(&op, g.getDsinks());
@@ -363,10 +365,12 @@ private:
           << ref(g.getV()) << ", " << ref(g.getY())
           << ", static_cast<const float *>(" << ref(g.getDelta())
           << "), static_cast<const float *>(" << ref(g.getLse()) << "), "
-          << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble())
+          << attentionDims(g.getQ(), g.getK(), g.getScale().convertToDouble(),
+                           g.getLayout())
           << ", " << keyRange(g.getWindow(), g.getChunk()) << ", "
           << softcap(g.getSoftcapAttr()) << ", " << slopes << ", "
-          << opt(g.getSinks()) << ", " << *dsinks << ", false);\n";
+          << opt(g.getSinks()) << ", " << *dsinks << ", false, "
+          << headLayout(g.getLayout()) << ");\n";
     } else if (auto r = dyn_cast<ReluOp>(op)) {
       os_ << llvm::formatv("  k.relu_forward({0}, {1}, {2});\n", ref(r.getY()),
                            ref(r.getX()), count(r.getX()));
@@ -745,11 +749,17 @@ private:
   static std::string softcap(FloatAttr cap) {
     return lit(cap ? cap.getValueAsDouble() : 0.0);
   }
-  static std::string attentionDims(Value q, Value k, double scale) {
+  static std::string attentionDims(Value q, Value k, double scale,
+                                   StringRef layout) {
     auto qs = shapeOf(q);
-    return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}", qs[0], qs[1],
-                         shapeOf(k)[1], qs[2], qs[3], lit(scale))
+    const unsigned h = headsAxis(layout), s = seqAxis(layout);
+    return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}", qs[0], qs[h],
+                         shapeOf(k)[h], qs[s], qs[3], lit(scale))
         .str();
+  }
+  static std::string headLayout(StringRef layout) {
+    return isSeqMajor(layout) ? "mtrt::HeadLayout{true}"
+                              : "mtrt::HeadLayout{false}";
   }
   static std::string sliceDims(Value whole, Value part, int64_t axis,
                                int64_t start) {

@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "ir/MtOps.h"
 
+#include "ir/AttentionLayout.h"
+
 using namespace mlir;
 using namespace mt;
 
@@ -91,36 +93,51 @@ LogicalResult RopeGradOp::verify() {
   return success();
 }
 
-// The shape of a [B, H, S, D] tensor's rows: [B, H, S].
-static RankedTensorType rowsOf(Value v) {
+// The type of a 4-d attention tensor's rows: [B, H, S] (AttentionLayout.h).
+static RankedTensorType rowsOf(Value v, StringRef layout) {
   auto t = cast<RankedTensorType>(v.getType());
-  return RankedTensorType::get(t.getShape().drop_back(), t.getElementType());
+  return RankedTensorType::get(attentionRows(t.getShape(), layout),
+                               t.getElementType());
+}
+
+static LogicalResult checkLayout(Operation *op, StringRef layout) {
+  if (isAttentionLayout(layout))
+    return success();
+  return op->emitOpError("layout must be \"bhsd\" or \"bshd\", not \"")
+         << layout << "\"";
 }
 
 LogicalResult AttentionDeltaOp::verify() {
+  if (failed(checkLayout(*this, getLayout())))
+    return failure();
   if (cast<RankedTensorType>(getY().getType()).getRank() != 4)
     return emitOpError("needs a 4-d y");
   if (failed(sameType(*this, getDy(), getY(), "dy")))
     return failure();
-  if (getDelta().getType() != rowsOf(getY()))
+  if (getDelta().getType() != rowsOf(getY(), getLayout()))
     return emitOpError("delta has type ")
-           << getDelta().getType() << ", expected " << rowsOf(getY());
+           << getDelta().getType() << ", expected "
+           << rowsOf(getY(), getLayout());
   return success();
 }
 
 LogicalResult AttentionGradOp::verify() {
+  if (failed(checkLayout(*this, getLayout())))
+    return failure();
+  if (cast<RankedTensorType>(getQ().getType()).getRank() != 4)
+    return emitOpError("needs a 4-d q");
   if (failed(sameType(*this, getDy(), getQ(), "dy")) ||
       failed(sameType(*this, getY(), getQ(), "y")))
     return failure();
-  if (getDelta().getType() != rowsOf(getQ()))
+  const RankedTensorType rows = rowsOf(getQ(), getLayout());
+  if (getDelta().getType() != rows)
     return emitOpError("delta has type ")
-           << getDelta().getType() << ", expected " << rowsOf(getQ());
-  if (getLse().getType() != rowsOf(getQ()))
+           << getDelta().getType() << ", expected " << rows;
+  if (getLse().getType() != rows)
     return emitOpError("lse has type ")
-           << getLse().getType() << ", expected " << rowsOf(getQ());
+           << getLse().getType() << ", expected " << rows;
   if (auto slopes = getAlibiSlopes();
-      slopes && int64_t(slopes->size()) !=
-                    cast<RankedTensorType>(getQ().getType()).getDimSize(1))
+      slopes && int64_t(slopes->size()) != rows.getDimSize(1))
     return emitOpError("has ")
            << slopes->size() << " alibi_slopes, not one per query head";
   // Read signed: the accessors' unsigned values hide a negative one.

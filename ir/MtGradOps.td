@@ -81,7 +81,8 @@ def Mt_AttentionDeltaOp : Mt_GradOp<"attention_delta"> {
   let summary = "δ = dy · y per query row, for mt.attention_grad";
   let description = [{
     The row term the softmax's backward subtracts, Σ_j p_ij (dy_i · v_j),
-    from the forward's output y: dy and y are [B, H, S, D], δ is [B, H, S].
+    from the forward's output y: dy and y are [B, H, S, D] (or [B, S, H, D]
+    under `layout = "bshd"`), δ is [B, H, S].
     It is kept in f32 wherever it lives (dp − δ cancels), and it is small,
     so y need not be held until attention_grad.
 
@@ -89,7 +90,8 @@ def Mt_AttentionDeltaOp : Mt_GradOp<"attention_delta"> {
     %delta = mt.attention_delta %dy, %y : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16xf32>
     ```
   }];
-  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$y);
+  let arguments = (ins Mt_GradTensor:$dy, Mt_GradTensor:$y,
+                       DefaultValuedStrAttr<StrAttr, "bhsd">:$layout);
   let results = (outs Mt_GradTensor:$delta);
 }
 
@@ -101,6 +103,7 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
     (mt.attention's second result): each weight is exp(score − lse) again.
     A backend reads δ or y, whichever its kernel takes (cuDNN's finds δ
     from y itself). With `sinks`, the fourth result is their gradient.
+    `layout` is the forward's (mt.attention).
 
     ```mlir
     %dq, %dk, %dv = mt.attention_grad %dy, %q, %k, %v, %y, %delta, %lse {scale = 0.25 : f64} : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x2x16x16xf32>, tensor<2x2x16x16xf32>)
@@ -113,7 +116,8 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad"> {
                        OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
                        OptionalAttr<I64Attr>:$window,
                        OptionalAttr<I64Attr>:$chunk,
-                       OptionalAttr<F64Attr>:$softcap);
+                       OptionalAttr<F64Attr>:$softcap,
+                       DefaultValuedStrAttr<StrAttr, "bhsd">:$layout);
   let results = (outs Mt_GradTensor:$dq, Mt_GradTensor:$dk, Mt_GradTensor:$dv,
                       Optional<Mt_GradTensor>:$dsinks);
 }

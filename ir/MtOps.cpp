@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "ir/MtOps.h"
 
+#include "ir/AttentionLayout.h"
+
 #include "mlir/Dialect/Traits.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -144,20 +146,29 @@ LogicalResult RopeOp::verify() {
 LogicalResult AttentionOp::verify() {
   if (failed(expectStatic(*this)))
     return failure();
+  StringRef layout = getLayout();
+  if (!isAttentionLayout(layout))
+    return emitOpError("layout must be \"bhsd\" or \"bshd\", not \"")
+           << layout << "\"";
   auto q = shapeOf(getQ()), k = shapeOf(getK()), v = shapeOf(getV());
   if (q.size() != 4 || k.size() != 4 || v.size() != 4)
-    return emitOpError("q, k and v must be 4-d [B, heads, S, head_dim]");
+    return emitOpError("q, k and v must be 4-d ")
+           << (isSeqMajor(layout) ? "[B, S, heads, head_dim]"
+                                  : "[B, heads, S, head_dim]");
   if (k != v)
     return emitOpError("k ") << str(k) << " and v " << str(v) << " differ";
-  if (q[0] != k[0] || q[2] != k[2] || q[3] != k[3])
+  const unsigned ha = headsAxis(layout), sa = seqAxis(layout);
+  if (q[0] != k[0] || q[sa] != k[sa] || q[3] != k[3])
     return emitOpError("q ") << str(q) << " and k " << str(k)
                              << " disagree on batch, sequence or head_dim";
-  if (k[1] <= 0 || q[1] % k[1])
+  const int64_t heads = q[ha];
+  if (k[ha] <= 0 || heads % k[ha])
     return emitOpError("query heads (")
-           << q[1] << ") must be a multiple of KV heads (" << k[1] << ")";
-  if (auto slopes = getAlibiSlopes(); slopes && int64_t(slopes->size()) != q[1])
+           << heads << ") must be a multiple of KV heads (" << k[ha] << ")";
+  if (auto slopes = getAlibiSlopes();
+      slopes && int64_t(slopes->size()) != heads)
     return emitOpError("has ")
-           << slopes->size() << " alibi_slopes for " << q[1] << " query heads";
+           << slopes->size() << " alibi_slopes for " << heads << " query heads";
   // Read signed: the accessors' unsigned values hide a negative one.
   if (auto w = getWindowAttr(); w && w.getInt() <= 0)
     return emitOpError("window must be positive, not ") << w.getInt();
@@ -171,12 +182,13 @@ LogicalResult AttentionOp::verify() {
     int64_t n = 1;
     for (int64_t d : sinks)
       n *= d;
-    if (n != q[1])
+    if (n != heads)
       return emitOpError("sinks ")
-             << str(sinks) << " must hold one logit per query head (" << q[1]
+             << str(sinks) << " must hold one logit per query head (" << heads
              << ")";
   }
-  if (getLse() && failed(expectShape(*this, getLse(), q.drop_back(), "lse")))
+  if (getLse() &&
+      failed(expectShape(*this, getLse(), attentionRows(q, layout), "lse")))
     return failure();
   return expectShape(*this, getY(), q, "result");
 }

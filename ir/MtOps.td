@@ -265,7 +265,9 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
   let summary = "causal scaled dot-product attention with grouped KV heads";
   let description = [{
     q is [B, H, S, D]; k and v are [B, Hkv, S, D] with H a multiple of Hkv
-    (query head h reads KV head h / (H / Hkv)). y[b, h, i] =
+    (query head h reads KV head h / (H / Hkv)); with `layout = "bshd"` each
+    (and y) has its heads and positions swapped, [B, S, H, D], as the
+    projections write them (ir/AttentionLayout.h). y[b, h, i] =
     Σ_{j ≤ i} softmax_j(scale · q_i · k_j + m_h · (j − i)) · v_j, where the
     ALiBi slopes m (one per query head, `alibi_slopes`) are 0 when absent;
     with a sliding `window` W, only keys j > i − W take part; with a
@@ -276,7 +278,7 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
     [1, H, 1, 1]; gpt-oss), head h's softmax has one more logit, sinks[h],
     that weighs no value: the row's weights sum to less than 1.
 
-    The optional second result `lse` (f32, [B, H, S]) is each query row's
+    The optional second result `lse` (f32, [B, H, S] in either layout) is each query row's
     log-sum-exp, log Σ_j exp(score_ij) (with the sink's logit where there
     is one): mt.attention_grad reads it, so the backward need not find each
     row's softmax again. mt-derive-backward asks for it where the backward
@@ -292,7 +294,8 @@ def Mt_AttentionOp : Mt_PrimOp<"attention"> {
                        Optional<Mt_FloatTensor>:$sinks,
                        F64Attr:$scale, OptionalAttr<DenseF64ArrayAttr>:$alibi_slopes,
                        OptionalAttr<I64Attr>:$window, OptionalAttr<I64Attr>:$chunk,
-                       OptionalAttr<F64Attr>:$softcap);
+                       OptionalAttr<F64Attr>:$softcap,
+                       DefaultValuedStrAttr<StrAttr, "bhsd">:$layout);
   let results = (outs Mt_FloatTensor:$y, Optional<Mt_FloatTensor>:$lse);
   let assemblyFormat = "$q `,` $k `,` $v (`,` $sinks^)? attr-dict `:` functional-type(operands, results)";
 }

@@ -11,6 +11,8 @@ void registerPasses() { registerMtPassesPasses(); }
 
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const PipelineOptions &options) {
+  // Attention on the projections' layout, before its backward is derived.
+  pm.addPass(createFoldAttentionLayout());
   // Backward templates first: partitioning and memory planning look at both
   // directions of every template.
   pm.addPass(createDeriveBackward());

@@ -11,6 +11,21 @@
 
 include "mlir/Pass/PassBase.td"
 
+def FoldAttentionLayout : Pass<"mt-fold-attention-layout", "mlir::ModuleOp"> {
+  let summary = "Runs attention on the projections' layout, without transposes";
+  let description = [{
+    Where each of an mt.attention's q, k and v is a transpose of dims 1 and
+    2 of a [B, S, heads, D] value (q and k possibly through an mt.rope along
+    S that nothing else reads), and every reader of its output transposes
+    it back, the attention takes the [B, S, heads, D] values (`layout =
+    "bshd"`), each rope runs along S of its input (`seq_axis = 1`), and
+    the transposes go. Runs on the forward templates, before
+    mt-derive-backward, so the backward has none either. Other attentions
+    are left as they are.
+  }];
+  let dependentDialects = [];
+}
+
 def DeriveBackward : Pass<"mt-derive-backward", "mlir::ModuleOp"> {
   let summary = "Derives a backward template for every template";
   let description = [{

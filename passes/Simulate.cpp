@@ -27,6 +27,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "ir/AttentionLayout.h"
 #include "ir/MtOps.h"
 #include "passes/Accesses.h"
 #include "passes/ModelInfo.h"
@@ -140,13 +141,17 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
     flops = 4 * rows * k * n; // dx and dw
     eff = gemmEfficiency(rows, n, k);
   } else if (isa<AttentionOp, AttentionGradOp>(op)) {
-    // q is [B, H, S, D]: QKᵀ and PV cost 4·D per visible (query, key)
-    // pair: S·(S+1)/2 of them when causal, fewer under a sliding window W
-    // or chunks of C (the keys j of query i, i − W < j, i − i mod C <= j).
+    // q is [B, H, S, D] (or [B, S, H, D]): QKᵀ and PV cost 4·D per visible
+    // (query, key) pair: S·(S+1)/2 of them when causal, fewer under a
+    // sliding window W or chunks of C (the keys j of query i, i − W < j,
+    // i − i mod C <= j).
     Value q = op->getOperand(isa<AttentionOp>(op) ? 0 : 1);
     auto shape = cast<RankedTensorType>(q.getType()).getShape();
-    double d = shape[3], bh = shape[0] * shape[1];
-    int64_t s = shape[2];
+    auto layoutAttr = op->getAttrOfType<StringAttr>("layout");
+    StringRef layout = layoutAttr ? layoutAttr.getValue() : "bhsd";
+    auto rows = attentionRows(shape, layout);
+    double d = shape[3], bh = rows[0] * rows[1];
+    int64_t s = rows[2];
     auto bound = [&](StringRef name) {
       auto a = op->getAttrOfType<IntegerAttr>(name);
       return a ? a.getInt() : s;
@@ -164,12 +169,21 @@ double opSeconds(Operation *op, const Machine &m, const RowChunking *chunk) {
       // first, and dQ = dS·K is one dense GEMM over it; else the dQ pass
       // makes QKᵀ, dY·Vᵀ and dS·K again (7 products to the forward's 2).
       // (The runtime also keeps dSᵀ within the room a plan's budget leaves
-      // its kernels, which this does not see.)
+      // its kernels, which this does not see.) Sequence-major, the GEMM is
+      // one a query head of a group, batched over sequences or KV heads and
+      // looped over the other (attention_dq_gemms).
       const double scores = bh * double(s) * double(s) * 2;
+      double dqGemms = 1;
+      if (isSeqMajor(layout)) {
+        const double kvHeads =
+            cast<RankedTensorType>(op->getOperand(2).getType())
+                .getDimSize(headsAxis(layout)); // k
+        dqGemms = rows[1] / kvHeads * std::min(double(rows[0]), kvHeads);
+      }
       if (scores <= kScoresBound)
         return flops * 2 / (m.flops * eff) + 2 * scores / m.hbm +
                std::max(scores * d / (m.flops * kGemmEffMax), scores / m.hbm) +
-               3 * m.launch;
+               (2 + dqGemms) * m.launch;
       flops *= 3.5;
     }
   } else if (isa<MoeOp, MoeGradOp>(op)) {

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Vjp.h"
 
+#include "ir/AttentionLayout.h"
 #include "ir/MtOps.h"
 #include "mlir/IR/Builders.h"
 
@@ -110,12 +111,16 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
   }
   if (auto a = dyn_cast<AttentionOp>(op)) {
     SmallVector<NamedAttribute> attrs{attr("scale")};
-    for (StringRef name : {"alibi_slopes", "window", "chunk", "softcap"})
+    for (StringRef name :
+         {"alibi_slopes", "window", "chunk", "softcap", "layout"})
       if (op->getAttr(name))
         attrs.push_back(attr(name));
+    SmallVector<NamedAttribute> layout;
+    if (op->getAttr("layout"))
+      layout.push_back(attr("layout"));
     auto q = cast<RankedTensorType>(a.getQ().getType());
-    auto rows =
-        RankedTensorType::get(q.getShape().drop_back(), q.getElementType());
+    auto rows = RankedTensorType::get(
+        attentionRows(q.getShape(), a.getLayout()), q.getElementType());
     Value y = a.getY(), lse = a.getLse();
     if (!lse) {
       // The forward keeps each row's log-sum-exp for attention_grad: a twin
@@ -130,7 +135,8 @@ LogicalResult GradientBuilder::backprop(Operation *op) {
       lse = twin->getResult(1);
       a.getY().replaceAllUsesWith(y);
     }
-    Operation *delta = create(loc, "mt.attention_delta", {dy, y}, {rows});
+    Operation *delta =
+        create(loc, "mt.attention_delta", {dy, y}, {rows}, layout);
     SmallVector<Value> operands{
         dy, a.getQ(), a.getK(), a.getV(), y, delta->getResult(0), lse};
     SmallVector<Value> primals{a.getQ(), a.getK(), a.getV()};

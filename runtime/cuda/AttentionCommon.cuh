@@ -1,9 +1,11 @@
 //===- AttentionCommon.cuh - what both attention kernel families share -*-
 // C++ -*-===//
 //
-// The attention kernels come in two families over the same (B, H, S, D)
-// head-major layout, grouped KV heads, causal mask with an optional sliding
-// window or chunks (KeyRange.h), soft cap, ALiBi and sinks:
+// The attention kernels come in two families over the same layouts
+// (HeadLayout.h: (B, H, S, D) heads-major or (B, S, H, D) sequence-major,
+// each kernel reading and writing a head's rows through their stride),
+// grouped KV heads, causal mask with an optional sliding window or chunks
+// (KeyRange.h), soft cap, ALiBi and sinks:
 //  - AttentionTensorCore.cu: products on tensor cores (Mma.cuh), bf16
 //    operands with f32 accumulation, the default;
 //  - AttentionKernels.cu: on CUDA cores, all math f32, under
@@ -17,6 +19,7 @@
 #define MEGATRAIN_RUNTIME_CUDA_ATTENTIONCOMMON_CUH
 
 #include "runtime/cuda/KernelCommon.cuh"
+#include "runtime/kernels/HeadLayout.h"
 #include "runtime/kernels/KeyRange.h"
 
 namespace mtrt::MT_KNS::attn {
@@ -86,14 +89,15 @@ void sink_backward(float *dsinks, const bf16 *sinks, const float *lse,
                    cudaStream_t stream);
 
 /// The attention kernels on tensor cores (AttentionTensorCore.cu), for head
-/// dims up to 512. The forward keeps each row's log-sum-exp in lse (B·H·S
-/// floats) unless it is null; the backward reads it back, and
-/// attention_delta's δ.
+/// dims up to 512, in either layout. The forward keeps each row's
+/// log-sum-exp in lse (B·H·S floats, (B, H, S) in both layouts) unless it is
+/// null; the backward reads it back, and attention_delta's δ.
 
 void tensor_core_forward(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
                          const bf16 *v, int64_t Bn, int64_t H, int64_t Hkv,
                          int64_t S, int64_t D, float scale, KeyRange range,
-                         const ScoreForm &form, cudaStream_t stream);
+                         const ScoreForm &form, HeadLayout layout,
+                         cudaStream_t stream);
 
 /// Given ds_t (B·H·S² bf16, zeroed), the dK/dV pass also writes dSᵀ there
 /// (dkdv_kernel's layout) for the caller's dQ GEMM, and no dQ pass runs.
@@ -103,7 +107,7 @@ void tensor_core_backward(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *ds_t,
                           int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale, KeyRange range,
                           const ScoreForm &form, bool accumulate,
-                          cudaStream_t stream);
+                          HeadLayout layout, cudaStream_t stream);
 
 } // namespace mtrt::MT_KNS::attn
 

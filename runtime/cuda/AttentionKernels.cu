@@ -11,7 +11,9 @@
 // holding dims t, t + TPR, t + 2·TPR, ... (DPT of them, in registers), so a
 // dot product is DPT multiply-adds and log2(TPR) shuffles, and the lanes of
 // a row read consecutive bf16 of a shared-memory row (no bank conflicts).
-// K/V (or Q/dY) tiles are staged in shared memory; all math is f32.
+// K/V (or Q/dY) tiles are staged in shared memory; all math is f32. Rows
+// are read and written through the layout's stride (HeadLayout.h), the row
+// statistics (log-sum-exp, δ) in (B, H, S) order in either.
 //
 //  - Forward: per block BR query rows; key tiles of BC with the online
 //    softmax of docs/primitives.md (running max m, sum l, unnormalized o);
@@ -57,15 +59,16 @@ template <int TPR> __device__ __forceinline__ float row_sum(float v) {
   return v;
 }
 
-/// Loads rows [r0, r0 + ROWS) of a (S, D) matrix into a (ROWS, DM) tile,
-/// zero past S and past D.
+/// Loads rows [r0, r0 + ROWS) of a matrix of S rows of D, `ld` elements
+/// apart, into a (ROWS, DM) tile, zero past S and past D.
 template <int ROWS, int DM>
 __device__ __forceinline__ void load_tile(bf16 (*tile)[DM], const bf16 *m,
-                                          int64_t r0, int64_t S, int64_t D) {
+                                          int64_t r0, int64_t S, int64_t D,
+                                          int64_t ld) {
   for (int idx = threadIdx.x; idx < ROWS * DM; idx += blockDim.x) {
     const int rr = idx / DM, d = idx % DM;
     const int64_t row = r0 + rr;
-    tile[rr][d] = row < S && d < D ? m[row * D + d] : f2bf(0.f);
+    tile[rr][d] = row < S && d < D ? m[row * ld + d] : f2bf(0.f);
   }
 }
 
@@ -86,7 +89,7 @@ __global__ void __launch_bounds__(BR *TPR)
     attention_forward_kernel(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
                              const bf16 *v, int64_t H, int64_t Hkv, int64_t S,
                              int64_t D, float scale, KeyRange range,
-                             ScoreForm form) {
+                             ScoreForm form, HeadLayout layout) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -96,12 +99,16 @@ __global__ void __launch_bounds__(BR *TPR)
   // Rows past S compute a copy of row S-1 and write nothing: every lane
   // must take part in the shuffles and barriers.
   const int64_t i = min64(q0 + r, S - 1);
+  // The row's index in lse, and its offset in q and y.
   const int64_t row = (b * H + h) * S + i;
-  const bf16 *kh = k + (b * Hkv + g) * S * D, *vh = v + (b * Hkv + g) * S * D;
+  const int64_t at = layout.row_offset(b, h, i, H, S, D);
+  const int64_t kvh = layout.head_offset(b, g, Hkv, S, D),
+                ldk = layout.row_stride(Hkv, D);
+  const bf16 *kh = k + kvh, *vh = v + kvh;
   const float slope = form.slope_of(h);
 
   float qr[DPT], o[DPT];
-  load_row<TPR, DPT>(qr, q + row * D, t, D);
+  load_row<TPR, DPT>(qr, q + at, t, D);
 #pragma unroll
   for (int u = 0; u < DPT; ++u)
     o[u] = 0.f;
@@ -111,8 +118,8 @@ __global__ void __launch_bounds__(BR *TPR)
   const int64_t keys = min64(q0 + BR, S); // what the block's last row needs
   for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
     __syncthreads();
-    load_tile<BC, DM>(ks, kh, j0, S, D);
-    load_tile<BC, DM>(vs, vh, j0, S, D);
+    load_tile<BC, DM>(ks, kh, j0, S, D, ldk);
+    load_tile<BC, DM>(vs, vh, j0, S, D, ldk);
     __syncthreads();
     float s[BC];
     float tile_max = -INFINITY;
@@ -155,7 +162,7 @@ __global__ void __launch_bounds__(BR *TPR)
   for (int u = 0; u < DPT; ++u) {
     const int dd = t + TPR * u;
     if (dd < D)
-      y[row * D + dd] = f2bf(o[u] / l);
+      y[at + dd] = f2bf(o[u] / l);
   }
   if (lse && t == 0)
     lse[row] = m + logf(l);
@@ -169,7 +176,7 @@ __global__ void __launch_bounds__(BC *TPR)
                           const bf16 *k, const bf16 *v, const float *lse,
                           const float *delta, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale, KeyRange range,
-                          ScoreForm form, bool accumulate) {
+                          ScoreForm form, bool accumulate, HeadLayout layout) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 qs[BR][DM];
   __shared__ bf16 dys[BR][DM];
@@ -178,24 +185,26 @@ __global__ void __launch_bounds__(BC *TPR)
   const int64_t b = blockIdx.z, g = blockIdx.y, group = H / Hkv;
   const int64_t j0 = int64_t(blockIdx.x) * BC;
   const int64_t j = min64(j0 + r, S - 1);
-  const int64_t krow = (b * Hkv + g) * S + j;
+  const int64_t at = layout.row_offset(b, g, j, Hkv, S, D); // in k, v, dk, dv
+  const int64_t ldq = layout.row_stride(H, D);
 
   float kr[DPT], vr[DPT], dkr[DPT], dvr[DPT];
-  load_row<TPR, DPT>(kr, k + krow * D, t, D);
-  load_row<TPR, DPT>(vr, v + krow * D, t, D);
+  load_row<TPR, DPT>(kr, k + at, t, D);
+  load_row<TPR, DPT>(vr, v + at, t, D);
 #pragma unroll
   for (int u = 0; u < DPT; ++u)
     dkr[u] = dvr[u] = 0.f;
 
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-    const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
+    const int64_t base = (b * H + h) * S; // row index of (b, h, 0) in lse
+    const int64_t qh = layout.head_offset(b, h, H, S, D); // in q and dy
     const float slope = form.slope_of(h);
     // The block's keys are read by the queries up to its last key's last.
     const int64_t readers = range.last_query(j0 + BC - 1, S) + 1;
     for (int64_t i0 = j0 / BR * BR; i0 < readers; i0 += BR) {
       __syncthreads();
-      load_tile<BR, DM>(qs, q + base * D, i0, S, D);
-      load_tile<BR, DM>(dys, dy + base * D, i0, S, D);
+      load_tile<BR, DM>(qs, q + qh, i0, S, D, ldq);
+      load_tile<BR, DM>(dys, dy + qh, i0, S, D, ldq);
       attn::stage_row_stats(ls, ds, lse, delta, base, i0, S, BR);
       __syncthreads();
       for (int ii = 0; ii < BR; ++ii) {
@@ -229,9 +238,9 @@ __global__ void __launch_bounds__(BC *TPR)
     if (d >= D)
       continue;
     if (dk)
-      write_or_add(dk, krow * D + d, scale * dkr[u], accumulate);
+      write_or_add(dk, at + d, scale * dkr[u], accumulate);
     if (dv)
-      write_or_add(dv, krow * D + d, dvr[u], accumulate);
+      write_or_add(dv, at + d, dvr[u], accumulate);
   }
 }
 
@@ -242,7 +251,7 @@ __global__ void __launch_bounds__(BR *TPR)
                         const bf16 *v, const float *lse, const float *delta,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
                         float scale, KeyRange range, ScoreForm form,
-                        bool accumulate) {
+                        bool accumulate, HeadLayout layout) {
   constexpr int DM = TPR * DPT;
   __shared__ bf16 ks[BC][DM];
   __shared__ bf16 vs[BC][DM];
@@ -250,13 +259,17 @@ __global__ void __launch_bounds__(BR *TPR)
   const int64_t b = blockIdx.z, h = blockIdx.y, g = h / (H / Hkv);
   const int64_t q0 = int64_t(blockIdx.x) * BR;
   const int64_t i = min64(q0 + r, S - 1);
+  // The row's index in lse and delta, and its offset in q, dy and dq.
   const int64_t row = (b * H + h) * S + i;
-  const bf16 *kh = k + (b * Hkv + g) * S * D, *vh = v + (b * Hkv + g) * S * D;
+  const int64_t at = layout.row_offset(b, h, i, H, S, D);
+  const int64_t kvh = layout.head_offset(b, g, Hkv, S, D),
+                ldk = layout.row_stride(Hkv, D);
+  const bf16 *kh = k + kvh, *vh = v + kvh;
   const float slope = form.slope_of(h);
 
   float qr[DPT], dyr[DPT], acc[DPT];
-  load_row<TPR, DPT>(qr, q + row * D, t, D);
-  load_row<TPR, DPT>(dyr, dy + row * D, t, D);
+  load_row<TPR, DPT>(qr, q + at, t, D);
+  load_row<TPR, DPT>(dyr, dy + at, t, D);
 #pragma unroll
   for (int u = 0; u < DPT; ++u)
     acc[u] = 0.f;
@@ -265,8 +278,8 @@ __global__ void __launch_bounds__(BR *TPR)
   const int64_t keys = min64(q0 + BR, S);
   for (int64_t j0 = first_key_tile(q0, range, BC); j0 < keys; j0 += BC) {
     __syncthreads();
-    load_tile<BC, DM>(ks, kh, j0, S, D);
-    load_tile<BC, DM>(vs, vh, j0, S, D);
+    load_tile<BC, DM>(ks, kh, j0, S, D, ldk);
+    load_tile<BC, DM>(vs, vh, j0, S, D, ldk);
     __syncthreads();
     for (int jj = 0; jj < BC; ++jj) {
       float s = 0.f, dp = 0.f;
@@ -293,7 +306,7 @@ __global__ void __launch_bounds__(BR *TPR)
   for (int u = 0; u < DPT; ++u) {
     const int d = t + TPR * u;
     if (d < D)
-      write_or_add(dq, row * D + d, scale * acc[u], accumulate);
+      write_or_add(dq, at + d, scale * acc[u], accumulate);
   }
 }
 
@@ -307,12 +320,13 @@ template <int TPR, int DPT, int Rows> struct Attention {
   static void forward(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
                       const bf16 *v, int64_t Bn, int64_t H, int64_t Hkv,
                       int64_t S, int64_t D, float scale, KeyRange range,
-                      const ScoreForm &form, cudaStream_t stream) {
+                      const ScoreForm &form, HeadLayout layout,
+                      cudaStream_t stream) {
     auto *kernel = attention_forward_kernel<TPR, DPT, BR, BC_FWD>;
     launch_kernel("attention_forward_kernel", kernel,
                   dim3(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn)),
                   dim3(BR * TPR), stream, y, lse, q, k, v, H, Hkv, S, D, scale,
-                  range, form);
+                  range, form, layout);
   }
 
   static void backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy,
@@ -320,7 +334,8 @@ template <int TPR, int DPT, int Rows> struct Attention {
                        const float *lse, const float *delta, int64_t Bn,
                        int64_t H, int64_t Hkv, int64_t S, int64_t D,
                        float scale, KeyRange range, const ScoreForm &form,
-                       bool accumulate, cudaStream_t stream) {
+                       bool accumulate, HeadLayout layout,
+                       cudaStream_t stream) {
     const dim3 rows(unsigned((S + BR - 1) / BR), unsigned(H), unsigned(Bn));
     if (dk || dv) {
       auto *kernel = attention_dkdv_kernel<TPR, DPT, BC, BR>;
@@ -328,26 +343,30 @@ template <int TPR, int DPT, int Rows> struct Attention {
           "attention_dkdv_kernel", kernel,
           dim3(unsigned((S + BC - 1) / BC), unsigned(Hkv), unsigned(Bn)),
           dim3(BC * TPR), stream, dk, dv, dy, q, k, v, lse, delta, H, Hkv, S, D,
-          scale, range, form, accumulate);
+          scale, range, form, accumulate, layout);
     }
     if (dq) {
       auto *kernel = attention_dq_kernel<TPR, DPT, BR, BC>;
       launch_kernel("attention_dq_kernel", kernel, rows, dim3(BR * TPR), stream,
                     dq, dy, q, k, v, lse, delta, H, Hkv, S, D, scale, range,
-                    form, accumulate);
+                    form, accumulate, layout);
     }
   }
 };
 
 /// δ of one row per warp: the lanes stride over D, then a shuffle tree.
+/// Row r = (b·H + h)·S + i of δ is the row (b, h, i) of dy and y.
 __global__ void attention_delta_kernel(float *delta, const bf16 *dy,
-                                       const bf16 *y, int64_t rows, int64_t D) {
+                                       const bf16 *y, int64_t H, int64_t S,
+                                       int64_t D, int64_t rows,
+                                       HeadLayout layout) {
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (r >= rows) // the whole warp
     return;
+  const int64_t at = layout.row_offset(r / S / H, r / S % H, r % S, H, S, D);
   float s = 0.f;
   for (int64_t d = threadIdx.x % 32; d < D; d += 32)
-    s += bf2f(dy[r * D + d]) * bf2f(y[r * D + d]);
+    s += bf2f(dy[at + d]) * bf2f(y[at + d]);
   s = warp_sum(s);
   if (threadIdx.x % 32 == 0)
     delta[r] = s;
@@ -584,13 +603,14 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
                                     int64_t D, float scale,
                                     const KeyRange &range, float softcap,
                                     const float *alibi_slopes,
-                                    const void *sinks) {
+                                    const void *sinks, HeadLayout layout) {
   if (Bn * H * S * D <= 0)
     return;
   check_shape("attention_forward", H, Hkv, D);
   ScoreForm a = score_form("attention_forward", softcap, alibi_slopes, H);
   a.sinks = B(sinks);
   cuda::AttentionDims d{Bn, H, Hkv, S, D};
+  d.layout = layout;
   d.window = cuda::CudnnAttention::window_of(range, S);
   d.chunk = cuda::CudnnAttention::chunk_of(range, S);
   d.softcap = softcap;
@@ -602,30 +622,32 @@ void CudaKernels::attention_forward(void *y, float *lse, const void *q,
   const cudaStream_t s = cudaStream_t(stream_);
   if (attention_ != AttentionKernels::CudaCores)
     attn::tensor_core_forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D,
-                              scale, range, a, s);
+                              scale, range, a, layout, s);
   else if (D <= 64)
     Attention64::forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
-                         range, a, s);
+                         range, a, layout, s);
   else if (D <= 128)
     Attention128::forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
-                          range, a, s);
+                          range, a, layout, s);
   else if (D <= 256)
     Attention256::forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
-                          range, a, s);
+                          range, a, layout, s);
   else
     Attention512::forward(B(y), lse, B(q), B(k), B(v), Bn, H, Hkv, S, D, scale,
-                          range, a, s);
+                          range, a, layout, s);
 }
 
 void CudaKernels::attention_delta(float *delta, const void *dy, const void *y,
-                                  int64_t rows, int64_t D) {
+                                  int64_t Bn, int64_t H, int64_t S, int64_t D,
+                                  HeadLayout layout) {
+  const int64_t rows = Bn * H * S;
   if (rows <= 0)
     return;
   constexpr int kThreads = 256;
   launch_kernel("attention_delta_kernel", attention_delta_kernel,
                 dim3(unsigned((rows + kThreads / 32 - 1) / (kThreads / 32))),
-                dim3(kThreads), cudaStream_t(stream_), delta, B(dy), B(y), rows,
-                D);
+                dim3(kThreads), cudaStream_t(stream_), delta, B(dy), B(y), H, S,
+                D, rows, layout);
 }
 
 void CudaKernels::attention_backward(
@@ -633,7 +655,7 @@ void CudaKernels::attention_backward(
     const void *v, const void *y, const float *delta, const float *lse,
     int64_t Bn, int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
     const KeyRange &range, float softcap, const float *alibi_slopes,
-    const void *sinks, float *dsinks, bool accumulate) {
+    const void *sinks, float *dsinks, bool accumulate, HeadLayout layout) {
   if (Bn * H * S * D <= 0 || (!dq && !dk && !dv && !dsinks))
     return;
   check_shape("attention_backward", H, Hkv, D);
@@ -648,6 +670,7 @@ void CudaKernels::attention_backward(
   d.chunk = cuda::CudnnAttention::chunk_of(range, S);
   d.softcap = softcap;
   d.alibi = alibi_slopes != nullptr;
+  d.layout = layout;
   const cudaStream_t s = cudaStream_t(stream_);
   if (on_cudnn(attention_) && dq && dk && dv &&
       cuda::CudnnAttention::takes(D)) {
@@ -670,7 +693,8 @@ void CudaKernels::attention_backward(
   }
   if (attention_ != AttentionKernels::CudaCores) { // cuDNN's family too
     // With dK or dV to find too, and room for dSᵀ, the dK/dV pass writes
-    // it and dQ is one batched GEMM over it instead of a pass of its own.
+    // it and dQ is batched GEMMs over it (one heads-major, a few
+    // sequence-major: attention_dq_gemms) instead of a pass of its own.
     bf16 *ds_t = nullptr;
     const int64_t ds_bytes = Bn * H * S * S * int64_t(sizeof(bf16));
     if (dq && (dk || dv) && scores_fit(ds_bytes, scratch_room_)) {
@@ -680,25 +704,27 @@ void CudaKernels::attention_backward(
     }
     attn::tensor_core_backward(B(dq), B(dk), B(dv), ds_t, B(dy), B(q), B(k),
                                B(v), delta, lse, Bn, H, Hkv, S, D, scale, range,
-                               a, accumulate, s);
+                               a, accumulate, layout, s);
     if (ds_t)
-      gemm(attention_dq_gemm(dq, ds_t, k, Bn, H, Hkv, S, D, scale, accumulate));
+      for (const GemmSpec &g : attention_dq_gemms(dq, ds_t, k, Bn, H, Hkv, S, D,
+                                                  scale, accumulate, layout))
+        gemm(g);
   } else if (D <= 64)
     Attention64::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
                           delta, Bn, H, Hkv, S, D, scale, range, a, accumulate,
-                          s);
+                          layout, s);
   else if (D <= 128)
     Attention128::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
                            delta, Bn, H, Hkv, S, D, scale, range, a, accumulate,
-                           s);
+                           layout, s);
   else if (D <= 256)
     Attention256::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
                            delta, Bn, H, Hkv, S, D, scale, range, a, accumulate,
-                           s);
+                           layout, s);
   else
     Attention512::backward(B(dq), B(dk), B(dv), B(dy), B(q), B(k), B(v), lse,
                            delta, Bn, H, Hkv, S, D, scale, range, a, accumulate,
-                           s);
+                           layout, s);
   if (dsinks)
     attn::sink_backward(dsinks, a.sinks, lse, delta, Bn, H, S, s);
 }

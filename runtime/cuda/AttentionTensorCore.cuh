@@ -31,11 +31,14 @@
 //    of the dQ pass, which computes S and dP again: 4 products of ours and
 //    a cuBLAS GEMM instead of 7 of ours.
 //
-// Tiles come from global memory by asynchronous copies (AsyncCopy.cuh), all
-// of a tile's in flight together. Up to DM = 128 the tiles a loop walks
-// through (K and V in the forward and dQ, Q, dY and their row statistics in
-// dK/dV) have two buffers: the next tile's copies fly while the block
-// computes on the current one (KeyTiles, QueryTiles).
+// Q, K, V, dY and the results are rows of D a stride apart (HeadLayout.h:
+// D heads-major, heads·D sequence-major), read and written in place; each
+// kernel finds its heads' first rows by the layout. Tiles come from global
+// memory by asynchronous copies (AsyncCopy.cuh), all of a tile's in flight
+// together. Up to DM = 128 the tiles a loop walks through (K and V in the
+// forward and dQ, Q, dY and their row statistics in dK/dV) have two
+// buffers: the next tile's copies fly while the block computes on the
+// current one (KeyTiles, QueryTiles).
 //
 // Past DM = 128 the tiles shrink and a warp's rows stay in shared memory; at
 // DM = 512 two warps share 16 query rows in the forward and dQ too, each
@@ -63,25 +66,28 @@ __device__ __forceinline__ void stage_wait() {
   async::wait<0>();
 }
 
-/// Starts copying rows [r0, r0 + ROWS) of a (S, D) matrix into a tile of DM
-/// (+ 8 pad) columns, zero past S and past D. A thread's share is one
+/// Starts copying rows [r0, r0 + ROWS) of a matrix of S rows of D, `ld`
+/// elements apart (one head's rows: HeadLayout::row_stride), into a tile of
+/// DM (+ 8 pad) columns, zero past S and past D. A thread's share is one
 /// 16-byte column piece of every kRowStep-th row; where all of its rows lie
 /// in the matrix (most tiles) it only issues copies, a constant stride
 /// apart, all in flight together. Otherwise row by row, the edges element
 /// by element.
 template <int ROWS, int DM, int Threads>
 __device__ __forceinline__ void stage_async(bf16 (*tile)[DM + 8], const bf16 *m,
-                                            int64_t r0, int64_t S, int64_t D) {
+                                            int64_t r0, int64_t S, int64_t D,
+                                            int64_t ld) {
   constexpr int kPieces = DM / 8, kRowStep = Threads / kPieces;
   static_assert(Threads % kPieces == 0 && ROWS % kRowStep == 0);
   const int rr = threadIdx.x / kPieces, c = threadIdx.x % kPieces * 8;
-  const bool vec =
-      D % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0 && c + 8 <= D;
+  // Every row's pieces 16-byte aligned: the head's first and the stride.
+  const bool vec = D % 8 == 0 && ld % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(m) % 16 == 0 && c + 8 <= D;
   if (vec && r0 + ROWS <= S) {
-    const bf16 *src = m + (r0 + rr) * D + c;
+    const bf16 *src = m + (r0 + rr) * ld + c;
 #pragma unroll
     for (int p = 0; p < ROWS / kRowStep; ++p)
-      async::copy16(&tile[rr + p * kRowStep][c], src + p * kRowStep * D);
+      async::copy16(&tile[rr + p * kRowStep][c], src + p * kRowStep * ld);
     return;
   }
 #pragma unroll 1
@@ -89,10 +95,10 @@ __device__ __forceinline__ void stage_async(bf16 (*tile)[DM + 8], const bf16 *m,
     const int64_t row = r0 + r;
     bf16 *dst = &tile[r][c];
     if (vec && row < S) {
-      async::copy16(dst, m + row * D + c);
+      async::copy16(dst, m + row * ld + c);
     } else {
       for (int e = 0; e < 8; ++e)
-        dst[e] = row < S && c + e < D ? m[row * D + c + e] : f2bf(0.f);
+        dst[e] = row < S && c + e < D ? m[row * ld + c + e] : f2bf(0.f);
     }
   }
 }
@@ -118,25 +124,26 @@ stage_row_stats_async(float *ls, float *ds, const float *lse,
 /// barrier shows it to the block.
 template <int ROWS, int DM, int Threads>
 __device__ __forceinline__ void stage(bf16 (*tile)[DM + 8], const bf16 *m,
-                                      int64_t r0, int64_t S, int64_t D) {
-  stage_async<ROWS, DM, Threads>(tile, m, r0, S, D);
+                                      int64_t r0, int64_t S, int64_t D,
+                                      int64_t ld) {
+  stage_async<ROWS, DM, Threads>(tile, m, r0, S, D, ld);
   stage_wait();
 }
 
 /// Two tiles of the same rows staged at once (K and V, or Q and dY), so
 /// that their copies share one wait.
 template <int ROWS, int DM, int Threads>
-__device__ __forceinline__ void stage_pair(bf16 (*a)[DM + 8], const bf16 *ma,
-                                           bf16 (*b)[DM + 8], const bf16 *mb,
-                                           int64_t r0, int64_t S, int64_t D) {
-  stage_async<ROWS, DM, Threads>(a, ma, r0, S, D);
-  stage_async<ROWS, DM, Threads>(b, mb, r0, S, D);
+__device__ __forceinline__ void
+stage_pair(bf16 (*a)[DM + 8], const bf16 *ma, bf16 (*b)[DM + 8], const bf16 *mb,
+           int64_t r0, int64_t S, int64_t D, int64_t ld) {
+  stage_async<ROWS, DM, Threads>(a, ma, r0, S, D, ld);
+  stage_async<ROWS, DM, Threads>(b, mb, r0, S, D, ld);
   stage_wait();
 }
 
 __device__ __forceinline__ bf16 at(const bf16 *m, int64_t row, int64_t col,
-                                   int64_t S, int64_t D) {
-  return row < S && col < D ? m[row * D + col] : f2bf(0.f);
+                                   int64_t S, int64_t D, int64_t ld) {
+  return row < S && col < D ? m[row * ld + col] : f2bf(0.f);
 }
 
 /// The turn of a loop's staged tiles: arrive() at the top of each
@@ -172,18 +179,19 @@ template <int Buffers> struct TileTurn {
 /// up to `end`: arrive(j0) at the top of each iteration stages tile j0 and
 /// shows it to the block (k() and v()). With two buffers (ks and vs then
 /// hold 2·BC rows each) the next tile's copies are in flight while the
-/// block computes on the current one. Every thread calls arrive (barriers).
+/// block computes on the current one. kh and vh: the KV head's row 0, rows
+/// `ld` apart. Every thread calls arrive (barriers).
 template <int BC, int DM, int Buffers, int Threads> struct KeyTiles {
   bf16 (*ks)[DM + 8], (*vs)[DM + 8];
   const bf16 *kh, *vh;
-  int64_t end, S, D;
+  int64_t end, S, D, ld;
   TileTurn<Buffers> turn;
 
   __device__ __forceinline__ KeyTiles(bf16 (*ks_)[DM + 8], bf16 (*vs_)[DM + 8],
                                       const bf16 *kh_, const bf16 *vh_,
                                       int64_t first, int64_t end_, int64_t S_,
-                                      int64_t D_)
-      : ks(ks_), vs(vs_), kh(kh_), vh(vh_), end(end_), S(S_), D(D_) {
+                                      int64_t D_, int64_t ld_)
+      : ks(ks_), vs(vs_), kh(kh_), vh(vh_), end(end_), S(S_), D(D_), ld(ld_) {
     if constexpr (Buffers == 2) {
       if (first < end)
         fill(0, first);
@@ -192,8 +200,9 @@ template <int BC, int DM, int Buffers, int Threads> struct KeyTiles {
   }
 
   __device__ __forceinline__ void arrive(int64_t j0) {
-    turn.arrive([&] { stage_pair<BC, DM, Threads>(ks, kh, vs, vh, j0, S, D); },
-                j0 + BC < end, [&](int into) { fill(into, j0 + BC); });
+    turn.arrive(
+        [&] { stage_pair<BC, DM, Threads>(ks, kh, vs, vh, j0, S, D, ld); },
+        j0 + BC < end, [&](int into) { fill(into, j0 + BC); });
   }
   __device__ __forceinline__ const bf16 (*k() const)[DM + 8] {
     return ks + turn.buf * BC;
@@ -204,41 +213,42 @@ template <int BC, int DM, int Buffers, int Threads> struct KeyTiles {
 
 private:
   __device__ __forceinline__ void fill(int into, int64_t j0) {
-    stage_async<BC, DM, Threads>(ks + into * BC, kh, j0, S, D);
-    stage_async<BC, DM, Threads>(vs + into * BC, vh, j0, S, D);
+    stage_async<BC, DM, Threads>(ks + into * BC, kh, j0, S, D, ld);
+    stage_async<BC, DM, Threads>(vs + into * BC, vh, j0, S, D, ld);
   }
 };
 
 /// The Q and dY tiles and row statistics (log-sum-exp, δ) of dK/dV's loop
-/// over query tiles: arrive() at the top of each iteration, given the tile
-/// in use (base and i0, as stage_row_stats takes them) and the one after it
-/// (if any), stages the first and shows it to the block. With two buffers the
-/// next tile's copies are in flight while the block computes on this one.
-/// Every thread calls arrive (barriers).
+/// over query tiles of sequence b's heads (H of them, laid out as `layout`
+/// says): arrive() at the top of each iteration, given the tile in use
+/// (query head h, rows from i0) and the one after it (if any), stages the
+/// first and shows it to the block. With two buffers the next tile's copies
+/// are in flight while the block computes on this one. Every thread calls
+/// arrive (barriers).
 template <int BQ, int DM, int Buffers, int Threads> struct QueryTiles {
   bf16 (*qs)[DM + 8], (*dys)[DM + 8];
   float *ls, *dls;
   const bf16 *q, *dy;
   const float *lse, *delta;
-  int64_t S, D;
+  int64_t b, H, S, D;
+  HeadLayout layout;
   TileTurn<Buffers> turn;
 
-  /// Starts the first tile's copies (base, i0) when there are two buffers.
-  __device__ __forceinline__ void start(int64_t base, int64_t i0) {
+  /// Starts the first tile's copies (h, i0) when there are two buffers.
+  __device__ __forceinline__ void start(int64_t h, int64_t i0) {
     if constexpr (Buffers == 2) {
-      fill(0, base, i0);
+      fill(0, h, i0);
       async::commit();
     }
   }
-  __device__ __forceinline__ void arrive(int64_t base, int64_t i0,
-                                         bool has_next, int64_t next_base,
-                                         int64_t next_i0) {
+  __device__ __forceinline__ void arrive(int64_t h, int64_t i0, bool has_next,
+                                         int64_t next_h, int64_t next_i0) {
     turn.arrive(
         [&] {
-          fill(0, base, i0);
+          fill(0, h, i0);
           stage_wait();
         },
-        has_next, [&](int into) { fill(into, next_base, next_i0); });
+        has_next, [&](int into) { fill(into, next_h, next_i0); });
   }
   __device__ __forceinline__ const bf16 (*q_tile() const)[DM + 8] {
     return qs + turn.buf * BQ;
@@ -254,28 +264,32 @@ template <int BQ, int DM, int Buffers, int Threads> struct QueryTiles {
   }
 
 private:
-  __device__ __forceinline__ void fill(int into, int64_t base, int64_t i0) {
-    stage_async<BQ, DM, Threads>(qs + into * BQ, q + base * D, i0, S, D);
-    stage_async<BQ, DM, Threads>(dys + into * BQ, dy + base * D, i0, S, D);
+  __device__ __forceinline__ void fill(int into, int64_t h, int64_t i0) {
+    const int64_t at = layout.head_offset(b, h, H, S, D),
+                  ld = layout.row_stride(H, D);
+    stage_async<BQ, DM, Threads>(qs + into * BQ, q + at, i0, S, D, ld);
+    stage_async<BQ, DM, Threads>(dys + into * BQ, dy + at, i0, S, D, ld);
     stage_row_stats_async<Threads>(ls + into * BQ, dls + into * BQ, lse, delta,
-                                   base, i0, S, BQ);
+                                   (b * H + h) * S, i0, S, BQ);
   }
 };
 
-/// A-operand fragments of a warp's 16 rows [r0, r0 + 16) of a (S, D)
-/// matrix in global memory, 16 columns per k-step.
+/// A-operand fragments of a warp's 16 rows [r0, r0 + 16) of a matrix of S
+/// rows of D, `ld` elements apart, in global memory, 16 columns per k-step.
 template <int KS>
 __device__ __forceinline__ void load_a(uint32_t (&f)[KS][4], const bf16 *m,
-                                       int64_t r0, int64_t S, int64_t D) {
+                                       int64_t r0, int64_t S, int64_t D,
+                                       int64_t ld) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   // Most warps: all 16 rows in the matrix, no padded columns: each word is
   // two neighbours, one 4-byte load without bounds tests.
-  if (r0 + 16 <= S && D == 16 * KS && reinterpret_cast<uintptr_t>(m) % 4 == 0) {
+  if (r0 + 16 <= S && D == 16 * KS && ld % 2 == 0 &&
+      reinterpret_cast<uintptr_t>(m) % 4 == 0) {
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r)
-        f[kk][r] = load_word(m + (r0 + g + 8 * (r % 2)) * D + kk * 16 + 2 * t +
+        f[kk][r] = load_word(m + (r0 + g + 8 * (r % 2)) * ld + kk * 16 + 2 * t +
                              8 * (r / 2));
     return;
   }
@@ -285,7 +299,8 @@ __device__ __forceinline__ void load_a(uint32_t (&f)[KS][4], const bf16 *m,
     for (int r = 0; r < 4; ++r) {
       const int64_t row = r0 + g + 8 * (r % 2);
       const int64_t col = kk * 16 + 2 * t + 8 * (r / 2);
-      f[kk][r] = pack_bf16(at(m, row, col, S, D), at(m, row, col + 1, S, D));
+      f[kk][r] =
+          pack_bf16(at(m, row, col, S, D, ld), at(m, row, col + 1, S, D, ld));
     }
 }
 
@@ -662,7 +677,8 @@ template <class C>
 __global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
     forward_kernel(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
                    const bf16 *v, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                   float scale, KeyRange range, ScoreForm form) {
+                   float scale, KeyRange range, ScoreForm form,
+                   HeadLayout layout) {
   constexpr int DM = C::kDM, MT = C::kFwdRowTiles;
   constexpr bool kShared = C::kFwdSharedQueries;
   using Place = WarpPlace<C::kWarps, DM, C::kQuerySplit, 16 * MT>;
@@ -680,17 +696,19 @@ __global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
     rows[mt][0] = w0 + 16 * mt + g, rows[mt][1] = w0 + 16 * mt + g + 8;
-  const int64_t base = (b * H + h) * S; // row index of (b, h, 0)
-  const bf16 *kh = k + (b * Hkv + grp) * S * D,
-             *vh = v + (b * Hkv + grp) * S * D;
+  const int64_t base = (b * H + h) * S; // row index of (b, h, 0) in lse
+  // The heads' row 0 in q and y, and in k and v; rows ldq and ldk apart.
+  const int64_t qh = layout.head_offset(b, h, H, S, D),
+                kvh = layout.head_offset(b, grp, Hkv, S, D);
+  const int64_t ldq = layout.row_stride(H, D), ldk = layout.row_stride(Hkv, D);
   const float slope = form.slope_of(h);
 
   uint32_t qf[kShared ? 1 : KS][4];
   if constexpr (kShared)
-    stage<C::kFwdQueryRows, DM, C::kThreads>(qs, q + base * D, q0, S,
-                                             D); // after a barrier
+    stage<C::kFwdQueryRows, DM, C::kThreads>(qs, q + qh, q0, S, D,
+                                             ldq); // after a barrier
   else
-    load_a<KS>(qf, q + base * D, w0, S, D);
+    load_a<KS>(qf, q + qh, w0, S, D, ldq);
   float o[MT][NT][4] = {}; // the warp's output dims [col0, col0 + 8·NT)
   // A row's four lanes sum l: one of them counts the sink.
   float m[MT][2], l[MT][2];
@@ -702,8 +720,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
 
   const int64_t keys = min64(q0 + C::kFwdQueryRows, S);
   const int64_t first = first_key_tile(q0, range, BC);
-  KeyTiles<BC, DM, C::kFwdKeyBuffers, C::kThreads> tiles(ks, vs, kh, vh, first,
-                                                         keys, S, D);
+  KeyTiles<BC, DM, C::kFwdKeyBuffers, C::kThreads> tiles(
+      ks, vs, k + kvh, v + kvh, first, keys, S, D, ldk);
   for (int64_t j0 = first; j0 < keys; j0 += BC) {
     tiles.arrive(j0);
     if (warp_sees_none(w0, 16 * MT, j0, BC, range))
@@ -754,7 +772,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kFwdMinBlocks)
         const int64_t i = rows[mt][e / 2],
                       col = place.col0 + nt * 8 + 2 * t + e % 2;
         if (i < S && col < D)
-          y[(base + i) * D + col] = f2bf(o[mt][nt][e] * inv_l[e / 2]);
+          y[qh + i * ldq + col] = f2bf(o[mt][nt][e] * inv_l[e / 2]);
       }
   }
 }
@@ -767,7 +785,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
     dq_kernel(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
               const bf16 *v, const float *delta, const float *lse, int64_t H,
               int64_t Hkv, int64_t S, int64_t D, float scale, KeyRange range,
-              ScoreForm form, bool accumulate) {
+              ScoreForm form, bool accumulate, HeadLayout layout) {
   constexpr int DM = C::kDM, MT = C::kDqRowTiles;
   constexpr bool kShared = C::kDqSharedQueries;
   using Place = WarpPlace<C::kWarps, DM, C::kQuerySplit, 16 * MT>;
@@ -786,19 +804,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
     rows[mt][0] = w0 + 16 * mt + g, rows[mt][1] = w0 + 16 * mt + g + 8;
-  const int64_t base = (b * H + h) * S;
-  const bf16 *kh = k + (b * Hkv + grp) * S * D,
-             *vh = v + (b * Hkv + grp) * S * D;
+  const int64_t base = (b * H + h) * S; // row index of (b, h, 0) in lse
+  // The heads' row 0 in q, dy and dq, and in k and v; rows ldq and ldk apart.
+  const int64_t qh = layout.head_offset(b, h, H, S, D),
+                kvh = layout.head_offset(b, grp, Hkv, S, D);
+  const int64_t ldq = layout.row_stride(H, D), ldk = layout.row_stride(Hkv, D);
   const float slope = form.slope_of(h);
 
   uint32_t qf[kShared ? 1 : KS][4], dyf[kShared ? 1 : KS][4];
   if constexpr (kShared) {
-    stage_pair<C::kDqQueryRows, DM, C::kThreads>(qs, q + base * D, dys,
-                                                 dy + base * D, q0, S,
-                                                 D); // after a barrier
+    stage_pair<C::kDqQueryRows, DM, C::kThreads>(qs, q + qh, dys, dy + qh, q0,
+                                                 S, D, ldq); // after a barrier
   } else {
-    load_a<KS>(qf, q + base * D, w0, S, D);
-    load_a<KS>(dyf, dy + base * D, w0, S, D);
+    load_a<KS>(qf, q + qh, w0, S, D, ldq);
+    load_a<KS>(dyf, dy + qh, w0, S, D, ldq);
   }
   // Each row's δ, and its log-sum-exp in base 2 (rows past S: any finite
   // value, they write nothing).
@@ -816,8 +835,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
 
   const int64_t keys = min64(q0 + C::kDqQueryRows, S);
   const int64_t first = first_key_tile(q0, range, BC);
-  KeyTiles<BC, DM, C::kKeyBuffers, C::kThreads> tiles(ks, vs, kh, vh, first,
-                                                      keys, S, D);
+  KeyTiles<BC, DM, C::kKeyBuffers, C::kThreads> tiles(ks, vs, k + kvh, v + kvh,
+                                                      first, keys, S, D, ldk);
   for (int64_t j0 = first; j0 < keys; j0 += BC) {
     tiles.arrive(j0);
     if (warp_sees_none(w0, 16 * MT, j0, BC, range))
@@ -876,7 +895,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kDqMinBlocks)
         const int64_t i = rows[mt][e / 2],
                       col = place.col0 + nt * 8 + 2 * t + e % 2;
         if (i < S && col < D)
-          write_or_add(dq, (base + i) * D + col, acc[mt][nt][e] * scale,
+          write_or_add(dq, qh + i * ldq + col, acc[mt][nt][e] * scale,
                        accumulate);
       }
 }
@@ -922,7 +941,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
                 const bf16 *k, const bf16 *v, const float *lse,
                 const float *delta, int64_t H, int64_t Hkv, int64_t S,
                 int64_t D, float scale, KeyRange range, ScoreForm form,
-                bool accumulate) {
+                bool accumulate, HeadLayout layout) {
   constexpr int DM = C::kDM;
   using Place = WarpPlace<C::kWarps, DM, C::kKeySplit>;
   // KP: the k-steps of Sᵀ and dPᵀ a warp takes (sum_partials adds them up).
@@ -943,30 +962,28 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int64_t b = blockIdx.z, grp = blockIdx.y, group = H / Hkv;
   const int64_t j0 = int64_t(blockIdx.x) * KEYS, w0 = j0 + kr;
   const int64_t keys[2] = {w0 + g, w0 + g + 8};
-  const int64_t kvbase = (b * Hkv + grp) * S;
+  // The KV head's row 0 in k, v, dk and dv; rows ldk apart.
+  const int64_t kvh = layout.head_offset(b, grp, Hkv, S, D),
+                ldk = layout.row_stride(Hkv, D);
   const float scale2 = scale * kLog2e; // plain tiles' exponent, base 2
-  stage_pair<KEYS, DM, C::kThreads>(ks, k + kvbase * D, vs, v + kvbase * D, j0,
-                                    S, D);
+  stage_pair<KEYS, DM, C::kThreads>(ks, k + kvh, vs, v + kvh, j0, S, D, ldk);
   float dka[NTO][4] = {}, dva[NTO][4] = {};
 
   // The block's keys are read by the queries up to its last key's last.
   const int64_t readers = range.last_query(j0 + KEYS - 1, S) + 1;
   const int64_t h_end = (grp + 1) * group;
-  auto base_of = [&](int64_t h) { return (b * H + h) * S; };
-  QueryTiles<BQ, DM, QB, C::kThreads> tiles{qs, dys, ls,    dls, q,
-                                            dy, lse, delta, S,   D};
+  QueryTiles<BQ, DM, QB, C::kThreads> tiles{qs,    dys, ls, dls, q, dy,    lse,
+                                            delta, b,   H,  S,   D, layout};
   if (j0 < readers)
-    tiles.start(base_of(grp * group), j0);
+    tiles.start(grp * group, j0);
   for (int64_t h = grp * group; h < h_end; ++h) {
-    const int64_t base = base_of(h);
     const float slope = form.slope_of(h);
     for (int64_t i0 = j0; i0 < readers; i0 += BQ) {
       // The tile after this one: the next of this head, or the next head's
       // first.
       const bool head_done = i0 + BQ >= readers;
       const int64_t next_h = head_done ? h + 1 : h;
-      tiles.arrive(base, i0, next_h < h_end, base_of(next_h),
-                   head_done ? j0 : i0 + BQ);
+      tiles.arrive(h, i0, next_h < h_end, next_h, head_done ? j0 : i0 + BQ);
       const bf16(*qt)[DM + 8] = tiles.q_tile();
       const bf16(*dyt)[DM + 8] = tiles.dy_tile();
       const float *lt = tiles.lse_tile(), *dlt = tiles.delta_tile();
@@ -1042,10 +1059,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       if (j >= S || col >= D)
         continue;
       if (dk)
-        write_or_add(dk, (kvbase + j) * D + col, scale * dka[nt][e],
-                     accumulate);
+        write_or_add(dk, kvh + j * ldk + col, scale * dka[nt][e], accumulate);
       if (dv)
-        write_or_add(dv, (kvbase + j) * D + col, dva[nt][e], accumulate);
+        write_or_add(dv, kvh + j * ldk + col, dva[nt][e], accumulate);
     }
 }
 
@@ -1058,12 +1074,13 @@ template <class C>
 void forward_tiled(bf16 *y, float *lse, const bf16 *q, const bf16 *k,
                    const bf16 *v, int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
                    int64_t D, float scale, KeyRange range,
-                   const ScoreForm &form, cudaStream_t stream) {
+                   const ScoreForm &form, HeadLayout layout,
+                   cudaStream_t stream) {
   launch_kernel_shared(
       "attention_tc_forward_kernel", forward_kernel<C>,
       dim3(tiles_of(S, C::kFwdQueryRows), unsigned(H), unsigned(Bn)),
       dim3(C::kThreads), C::forward_shared(), stream, y, lse, q, k, v, H, Hkv,
-      S, D, scale, range, form);
+      S, D, scale, range, form, layout);
 }
 
 /// dQ (written into dq, or added where accumulate), then dK and dV (the
@@ -1074,24 +1091,24 @@ void dq_tiled(bf16 *dq, const bf16 *dy, const bf16 *q, const bf16 *k,
               const bf16 *v, const float *delta, const float *lse, int64_t Bn,
               int64_t H, int64_t Hkv, int64_t S, int64_t D, float scale,
               KeyRange range, const ScoreForm &form, bool accumulate,
-              cudaStream_t stream) {
+              HeadLayout layout, cudaStream_t stream) {
   launch_kernel_shared(
       "attention_tc_dq_kernel", dq_kernel<C>,
       dim3(tiles_of(S, C::kDqQueryRows), unsigned(H), unsigned(Bn)),
       dim3(C::kThreads), C::dq_shared(), stream, dq, dy, q, k, v, delta, lse, H,
-      Hkv, S, D, scale, range, form, accumulate);
+      Hkv, S, D, scale, range, form, accumulate, layout);
 }
 template <class C>
 void dkdv_tiled(bf16 *dk, bf16 *dv, bf16 *ds_t, const bf16 *dy, const bf16 *q,
                 const bf16 *k, const bf16 *v, const float *delta,
                 const float *lse, int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
                 int64_t D, float scale, KeyRange range, const ScoreForm &form,
-                bool accumulate, cudaStream_t stream) {
+                bool accumulate, HeadLayout layout, cudaStream_t stream) {
   launch_kernel_shared(
       "attention_tc_dkdv_kernel", dkdv_kernel<C>,
       dim3(tiles_of(S, C::kDkdvKeys), unsigned(Hkv), unsigned(Bn)),
       dim3(C::kThreads), C::dkdv_shared(), stream, dk, dv, ds_t, dy, q, k, v,
-      lse, delta, H, Hkv, S, D, scale, range, form, accumulate);
+      lse, delta, H, Hkv, S, D, scale, range, form, accumulate, layout);
 }
 
 /// The backward on tiles C: dQ (unless dq is null), then dK/dV; or, given
@@ -1103,13 +1120,13 @@ void backward_tiled(bf16 *dq, bf16 *dk, bf16 *dv, bf16 *ds_t, const bf16 *dy,
                     const float *delta, const float *lse, int64_t Bn, int64_t H,
                     int64_t Hkv, int64_t S, int64_t D, float scale,
                     KeyRange range, const ScoreForm &form, bool accumulate,
-                    cudaStream_t stream) {
+                    HeadLayout layout, cudaStream_t stream) {
   if (dq && !ds_t)
     dq_tiled<C>(dq, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D, scale, range,
-                form, accumulate, stream);
+                form, accumulate, layout, stream);
   if (dk || dv || ds_t)
     dkdv_tiled<C>(dk, dv, ds_t, dy, q, k, v, delta, lse, Bn, H, Hkv, S, D,
-                  scale, range, form, accumulate, stream);
+                  scale, range, form, accumulate, layout, stream);
 }
 
 } // namespace mtrt::MT_KNS::attn::tc

@@ -40,18 +40,19 @@ inline bf16 *B(void *p) { return static_cast<bf16 *>(p); }
 
 template <class C> void forward(const AttentionCall &c) {
   forward_tiled<C>(B(c.y), c.lse, B(c.q), B(c.k), B(c.v), c.B, c.H, c.Hkv, c.S,
-                   c.D, c.scale, c.range, form_of(c), cudaStream_t(c.stream));
+                   c.D, c.scale, c.range, form_of(c), c.layout,
+                   cudaStream_t(c.stream));
 }
 // The gradients are added into what the caller holds there.
 template <class C> void dq(const AttentionCall &c) {
   dq_tiled<C>(B(c.dq), B(c.dy), B(c.q), B(c.k), B(c.v), c.delta, c.lse, c.B,
               c.H, c.Hkv, c.S, c.D, c.scale, c.range, form_of(c), true,
-              cudaStream_t(c.stream));
+              c.layout, cudaStream_t(c.stream));
 }
 template <class C> void dkdv(const AttentionCall &c) {
   dkdv_tiled<C>(B(c.dk), B(c.dv), nullptr, B(c.dy), B(c.q), B(c.k), B(c.v),
                 c.delta, c.lse, c.B, c.H, c.Hkv, c.S, c.D, c.scale, c.range,
-                form_of(c), true, cudaStream_t(c.stream));
+                form_of(c), true, c.layout, cudaStream_t(c.stream));
 }
 
 /// A register floor's blocks an SM, "free" where there is none.

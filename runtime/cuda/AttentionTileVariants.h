@@ -17,6 +17,7 @@
 #define MEGATRAIN_RUNTIME_CUDA_ATTENTIONTILEVARIANTS_H
 
 #include "runtime/cuda/KernelNamespace.h"
+#include "runtime/kernels/HeadLayout.h"
 #include "runtime/kernels/KeyRange.h"
 
 #include <cstdint>
@@ -29,6 +30,7 @@ namespace mtrt::MT_KNS {
 /// pointers (bf16 unless said), δ from attention_delta, lse B·H·S floats
 /// that the forward writes and dq and dkdv read. alibi_slopes: H host floats,
 /// or null; sinks: H bf16 on the device, or null. stream: a cudaStream_t.
+/// layout: how q, k, v, y and their gradients lie (HeadLayout.h).
 struct AttentionCall {
   void *y, *dq, *dk, *dv;
   const void *q, *k, *v, *dy;
@@ -41,6 +43,7 @@ struct AttentionCall {
   const float *alibi_slopes;
   const void *sinks;
   void *stream;
+  HeadLayout layout = {};
 };
 
 /// The kernels on one choice of tiles. forward writes y and the

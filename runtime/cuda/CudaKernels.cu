@@ -69,12 +69,17 @@ GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
   return {false, true, K, N, M, x, K, dy, N, dw, K, true, 1.f, nullptr};
 }
 
-GemmSpec attention_dq_gemm(void *dq, const void *ds_t, const void *k,
-                           int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                           int64_t D, float scale, bool accumulate) {
+std::vector<GemmSpec> attention_dq_gemms(void *dq, const void *ds_t,
+                                         const void *k, int64_t Bn, int64_t H,
+                                         int64_t Hkv, int64_t S, int64_t D,
+                                         float scale, bool accumulate,
+                                         HeadLayout layout) {
   // Per KV head (b, g): dQᵀ (D, group·S) (+)= scale · Kᵀ (D, S) · dSᵀ (S,
   // group·S), dSᵀ a column-major (group·S, S) read transposed.
-  const int64_t rows = H / Hkv * S;
+  const int64_t group = H / Hkv, rows = group * S;
+  const auto *ds = static_cast<const bf16 *>(ds_t);
+  const auto *kb = static_cast<const bf16 *>(k);
+  auto *dqb = static_cast<bf16 *>(dq);
   GemmSpec g{false,
              true,
              D,
@@ -90,11 +95,44 @@ GemmSpec attention_dq_gemm(void *dq, const void *ds_t, const void *k,
              accumulate ? 1.f : 0.f,
              nullptr};
   g.alpha = scale;
-  g.batch = Bn * Hkv;
-  g.stride_a = S * D;
-  g.stride_b = S * rows;
-  g.stride_c = rows * D;
-  return g;
+  if (!layout.seq_major) { // the group's query rows follow one another
+    g.batch = Bn * Hkv;
+    g.stride_a = S * D;
+    g.stride_b = S * rows;
+    g.stride_c = rows * D;
+    return {g};
+  }
+  // Sequence-major, a head's rows are H·D apart and the group's heads D
+  // apart: no one stride walks the group's rows. So one GEMM per query
+  // head of a group (its S columns of dSᵀ), batched over the KV heads or
+  // the sequences, whichever are more (their strides are uniform), and
+  // looped over the other.
+  g.n = S;
+  g.lda = layout.row_stride(Hkv, D);
+  g.ldc = layout.row_stride(H, D);
+  const bool over_heads = Hkv >= Bn;
+  if (over_heads) { // the next KV head: D on in k, group·D in dq
+    g.batch = Hkv;
+    g.stride_a = D;
+    g.stride_b = S * rows;
+    g.stride_c = group * D;
+  } else { // the next sequence
+    g.batch = Bn;
+    g.stride_a = S * Hkv * D;
+    g.stride_b = Hkv * S * rows;
+    g.stride_c = S * H * D;
+  }
+  std::vector<GemmSpec> out;
+  for (int64_t outer = 0; outer < (over_heads ? Bn : Hkv); ++outer) {
+    const int64_t b = over_heads ? outer : 0, grp = over_heads ? 0 : outer;
+    for (int64_t j = 0; j < group; ++j) {
+      g.a = kb + layout.head_offset(b, grp, Hkv, S, D);
+      g.b = ds + (b * Hkv + grp) * S * rows + j * S;
+      g.c = dqb + layout.head_offset(b, grp * group + j, H, S, D);
+      out.push_back(g);
+    }
+  }
+  return out;
 }
 
 void CudaKernels::linear_forward(void *y, const void *x, const void *w,

@@ -32,6 +32,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace mtrt::MT_KNS {
 
@@ -69,11 +70,15 @@ GemmSpec linear_dx_gemm(void *dx, const void *dy, const void *w, int64_t M,
 GemmSpec linear_dw_gemm(float *dw, const void *dy, const void *x, int64_t M,
                         int64_t K, int64_t N, bool w_in_out);
 /// dq += scale · dS·K over the tensor-core dK/dV pass's dSᵀ (B·Hkv blocks
-/// of S keys by group·S queries, attn::tensor_core_backward): one GEMM a
-/// KV head, the group's query heads as its rows.
-GemmSpec attention_dq_gemm(void *dq, const void *ds_t, const void *k,
-                           int64_t Bn, int64_t H, int64_t Hkv, int64_t S,
-                           int64_t D, float scale, bool accumulate);
+/// of S keys by group·S queries, attn::tensor_core_backward), dq and k laid
+/// out as `layout` says: heads-major, one batched GEMM, a KV head's group
+/// of query heads as the rows of each; sequence-major, group · min(B, Hkv)
+/// batched GEMMs, one query head's rows each.
+std::vector<GemmSpec> attention_dq_gemms(void *dq, const void *ds_t,
+                                         const void *k, int64_t Bn, int64_t H,
+                                         int64_t Hkv, int64_t S, int64_t D,
+                                         float scale, bool accumulate,
+                                         HeadLayout layout);
 
 /// Which kernels run attention (AttentionCommon.cuh): tensor cores, CUDA
 /// cores with all math in f32 (slower; a reference for the tensor-core
@@ -176,17 +181,19 @@ public:
                          const void *v, int64_t B, int64_t H, int64_t Hkv,
                          int64_t S, int64_t D, float scale,
                          const KeyRange &range, float softcap,
-                         const float *alibi_slopes, const void *sinks) override;
-  void attention_delta(float *delta, const void *dy, const void *y,
-                       int64_t rows, int64_t D) override;
+                         const float *alibi_slopes, const void *sinks,
+                         HeadLayout layout) override;
+  void attention_delta(float *delta, const void *dy, const void *y, int64_t B,
+                       int64_t H, int64_t S, int64_t D,
+                       HeadLayout layout) override;
   void attention_backward(void *dq, void *dk, void *dv, const void *dy,
                           const void *q, const void *k, const void *v,
                           const void *y, const float *delta, const float *lse,
                           int64_t B, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale, const KeyRange &range,
                           float softcap, const float *alibi_slopes,
-                          const void *sinks, float *dsinks,
-                          bool accumulate) override;
+                          const void *sinks, float *dsinks, bool accumulate,
+                          HeadLayout layout) override;
   void relu_forward(void *y, const void *x, int64_t n) override;
   void relu_backward(void *dx, const void *dy, const void *x,
                      int64_t n) override;

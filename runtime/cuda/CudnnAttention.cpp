@@ -5,6 +5,7 @@
 // spelled as cuDNN 9's own frontend spells them. The forward:
 //
 //   S0 = Q·Kᵀ            matmul, f32         Q (B,H,S,D), Kᵀ (B,Hkv,D,S)
+//                                            (strides: either layout)
 //   S1 = S0 · scale      scale by value
 //   S1 = c·tanh(S1 / c)  a soft cap c (by value): DIV, TANH_FWD, MUL
 //   S1 += m_h·(col − row) ALiBi, slopes m (1,H,1,1) f32: GEN_INDEX ×2,
@@ -215,6 +216,13 @@ private:
 using Dims = std::array<int64_t, 4>;
 
 Dims contiguous(Dims d) { return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1}; }
+/// The strides of a (B, heads, S, D) tensor as `layout` lays it out:
+/// contiguous, or sequence-major (B, S, heads, D).
+Dims laid_out(Dims d, HeadLayout layout) {
+  if (!layout.seq_major)
+    return contiguous(d);
+  return {d[2] * d[1] * d[3], d[3], d[1] * d[3], 1};
+}
 /// The strides of the transpose of the last two dims.
 Dims swap_last(Dims strides) {
   std::swap(strides[2], strides[3]);
@@ -511,10 +519,12 @@ Graph forward_graph(const AttentionDims &d) {
   const int64_t B = d.B, H = d.H, G = d.Hkv, S = d.S, D = d.D;
   Graph g;
   const Dims qDims{B, H, S, D}, kvDims{B, G, S, D};
-  const Desc &q = g.io(kQ, qDims, contiguous(qDims));
-  const Desc &kt = g.io(kK, {B, G, D, S}, swap_last(contiguous(kvDims)));
-  const Desc &v = g.io(kV, kvDims, contiguous(kvDims));
-  const Desc &y = g.io(kY, qDims, contiguous(qDims));
+  const Dims qStrides = laid_out(qDims, d.layout),
+             kvStrides = laid_out(kvDims, d.layout);
+  const Desc &q = g.io(kQ, qDims, qStrides);
+  const Desc &kt = g.io(kK, {B, G, D, S}, swap_last(kvStrides));
+  const Desc &v = g.io(kV, kvDims, kvStrides);
+  const Desc &y = g.io(kY, qDims, qStrides);
   const Dims rows{B, H, S, 1};
   const Desc &stats =
       g.tensor(kStats, rows, contiguous(rows), CUDNN_DATA_FLOAT, false);
@@ -568,14 +578,16 @@ Graph backward_graph(const AttentionDims &d, CudnnBackward how) {
   Graph g;
   const Dims qDims{B, H, S, D}, kvDims{B, G, S, D}, rows{B, H, S, 1};
   const Dims sDims{B, H, S, S}, tDims{B, H, S, S}; // scores, transposed
-  const Desc &q = g.io(kQ, qDims, contiguous(qDims));
-  const Desc &kt = g.io(kK, {B, G, D, S}, swap_last(contiguous(kvDims)));
-  const Desc &vt = g.io(kV, {B, G, D, S}, swap_last(contiguous(kvDims)));
-  const Desc &y = g.io(kY, qDims, contiguous(qDims));
-  const Desc &dy = g.io(kDy, qDims, contiguous(qDims));
-  const Desc &dq = g.io(kDq, qDims, contiguous(qDims));
-  const Desc &dk = g.io(kDk, kvDims, contiguous(kvDims));
-  const Desc &dv = g.io(kDv, kvDims, contiguous(kvDims));
+  const Dims qStrides = laid_out(qDims, d.layout),
+             kvStrides = laid_out(kvDims, d.layout);
+  const Desc &q = g.io(kQ, qDims, qStrides);
+  const Desc &kt = g.io(kK, {B, G, D, S}, swap_last(kvStrides));
+  const Desc &vt = g.io(kV, {B, G, D, S}, swap_last(kvStrides));
+  const Desc &y = g.io(kY, qDims, qStrides);
+  const Desc &dy = g.io(kDy, qDims, qStrides);
+  const Desc &dq = g.io(kDq, qDims, qStrides);
+  const Desc &dk = g.io(kDk, kvDims, kvStrides);
+  const Desc &dv = g.io(kDv, kvDims, kvStrides);
   const Desc &stats =
       g.tensor(kStats, rows, contiguous(rows), CUDNN_DATA_FLOAT, false);
   const Desc &rowDot =
@@ -757,7 +769,7 @@ Pass backward_pass(CudnnBackward how) {
 }
 
 using Key = std::tuple<Pass, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, float, bool, bool, int64_t>;
+                       int64_t, float, bool, bool, int64_t, bool>;
 
 /// Bytes rounded up to 256, so that what follows them stays aligned.
 int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -801,7 +813,8 @@ std::string shape_name(const AttentionDims &d) {
          (d.window > 0 ? " window=" + std::to_string(d.window) : "") +
          (d.softcap > 0 ? " softcap=" + std::to_string(d.softcap) : "") +
          (d.sinks ? " sinks" : "") + (d.alibi ? " ALiBi" : "") +
-         (d.chunk > 0 ? " chunk=" + std::to_string(d.chunk) : "");
+         (d.chunk > 0 ? " chunk=" + std::to_string(d.chunk) : "") +
+         (d.layout.seq_major ? " sequence-major" : "");
 }
 
 /// The graph of `pass` over `d`.
@@ -899,9 +912,10 @@ struct CudnnAttention::Impl {
   /// The plan for `pass` over `d`, built at the first ask, refused or not;
   /// a refusal is said on stderr then, once.
   Plan &plan(Pass pass, const AttentionDims &d) {
-    auto [it, fresh] = plans.try_emplace(
-        Key{pass, d.B, d.H, d.Hkv, d.S, d.D, d.window, d.softcap,
-            d.sinks && pass == Pass::Forward, d.alibi, d.chunk});
+    auto [it, fresh] =
+        plans.try_emplace(Key{pass, d.B, d.H, d.Hkv, d.S, d.D, d.window,
+                              d.softcap, d.sinks && pass == Pass::Forward,
+                              d.alibi, d.chunk, d.layout.seq_major});
     if (fresh) {
       try {
         const std::string why = cudnn_withholds(d, pass != Pass::Forward);

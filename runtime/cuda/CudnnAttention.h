@@ -26,6 +26,7 @@
 #ifndef MEGATRAIN_RUNTIME_CUDA_CUDNNATTENTION_H
 #define MEGATRAIN_RUNTIME_CUDA_CUDNNATTENTION_H
 
+#include "runtime/kernels/HeadLayout.h"
 #include "runtime/kernels/KeyRange.h"
 
 #include <cstdint>
@@ -37,7 +38,9 @@ namespace mtrt::cuda {
 
 /// One attention call's shape: B sequences of S positions, H query heads
 /// over Hkv key/value heads, head dim D; q and y are (B, H, S, D), k and v
-/// (B, Hkv, S, D), all contiguous bf16. A sliding window shorter than the
+/// (B, Hkv, S, D), all contiguous bf16, or each with its heads and positions
+/// swapped where layout.seq_major (HeadLayout.h; the graphs take either
+/// by their strides). A sliding window shorter than the
 /// sequence keeps keys j > i − window (KeyRange); 0 for none. A soft cap
 /// turns each scaled score s into softcap · tanh(s / softcap); 0 for none.
 /// With sinks, each query head's softmax has one more logit (H floats the
@@ -49,6 +52,7 @@ struct AttentionDims {
   float softcap = 0;
   bool sinks = false, alibi = false;
   int64_t chunk = 0;
+  HeadLayout layout = {};
 };
 
 /// The per-head arrays some forms bind, H floats each in device memory:

@@ -119,14 +119,15 @@ void CpuKernels::attention_forward(void *y, float *lse, const void *q,
                                    int64_t H, int64_t Hkv, int64_t S, int64_t D,
                                    float scale, const KeyRange &range,
                                    float softcap, const float *alibi_slopes,
-                                   const void *sinks) {
+                                   const void *sinks, HeadLayout layout) {
   cpu::attention_forward(F(y), lse, F(q), F(k), F(v), B, H, Hkv, S, D, scale,
-                         range, softcap, alibi_slopes, F(sinks));
+                         range, softcap, alibi_slopes, F(sinks), layout);
   store(y, B * H * S * D);
 }
 void CpuKernels::attention_delta(float *delta, const void *dy, const void *y,
-                                 int64_t rows, int64_t D) {
-  cpu::attention_delta(delta, F(dy), F(y), rows, D);
+                                 int64_t B, int64_t H, int64_t S, int64_t D,
+                                 HeadLayout layout) {
+  cpu::attention_delta(delta, F(dy), F(y), B, H, S, D, layout);
 }
 void CpuKernels::attention_backward(
     void *dq, void *dk, void *dv, const void *dy, const void *q, const void *k,
@@ -134,10 +135,10 @@ void CpuKernels::attention_backward(
     const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
     float scale, const KeyRange &range, float softcap,
     const float *alibi_slopes, const void *sinks, float *dsinks,
-    bool accumulate) {
+    bool accumulate, HeadLayout layout) {
   cpu::attention_backward(F(dq), F(dk), F(dv), F(dy), F(q), F(k), F(v), delta,
                           lse, B, H, Hkv, S, D, scale, range, softcap,
-                          alibi_slopes, F(sinks), dsinks, accumulate);
+                          alibi_slopes, F(sinks), dsinks, accumulate, layout);
   store(dq, B * H * S * D);
   store(dk, B * Hkv * S * D);
   store(dv, B * Hkv * S * D);

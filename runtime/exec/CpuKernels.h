@@ -52,17 +52,19 @@ public:
                          const void *v, int64_t B, int64_t H, int64_t Hkv,
                          int64_t S, int64_t D, float scale,
                          const KeyRange &range, float softcap,
-                         const float *alibi_slopes, const void *sinks) override;
-  void attention_delta(float *delta, const void *dy, const void *y,
-                       int64_t rows, int64_t D) override;
+                         const float *alibi_slopes, const void *sinks,
+                         HeadLayout layout) override;
+  void attention_delta(float *delta, const void *dy, const void *y, int64_t B,
+                       int64_t H, int64_t S, int64_t D,
+                       HeadLayout layout) override;
   void attention_backward(void *dq, void *dk, void *dv, const void *dy,
                           const void *q, const void *k, const void *v,
                           const void *y, const float *delta, const float *lse,
                           int64_t B, int64_t H, int64_t Hkv, int64_t S,
                           int64_t D, float scale, const KeyRange &range,
                           float softcap, const float *alibi_slopes,
-                          const void *sinks, float *dsinks,
-                          bool accumulate) override;
+                          const void *sinks, float *dsinks, bool accumulate,
+                          HeadLayout layout) override;
   void relu_forward(void *y, const void *x, int64_t n) override;
   void relu_backward(void *dx, const void *dy, const void *x,
                      int64_t n) override;

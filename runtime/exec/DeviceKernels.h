@@ -86,6 +86,8 @@ public:
                              const void *sin, int64_t B, int64_t H, int64_t S,
                              int64_t D, int64_t R, int seq_axis,
                              bool interleaved, bool accumulate) = 0;
+  // q, y, dy, dq: B·H·S rows of D, k, v, dk, dv: B·Hkv·S, laid out as
+  // `layout` says (HeadLayout.h).
   // range: the keys j ≤ i that query i sees (a window, chunks; KeyRange.h).
   // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
   // alibi_slopes: H host floats (query head h adds m_h · (j − i) to its
@@ -98,11 +100,13 @@ public:
                                  int64_t H, int64_t Hkv, int64_t S, int64_t D,
                                  float scale, const KeyRange &range,
                                  float softcap, const float *alibi_slopes,
-                                 const void *sinks) = 0;
-  // δ_r = dy_r · y_r for `rows` rows of D: the row term of the softmax's
-  // backward, from the forward's output y; f32 whatever the storage.
+                                 const void *sinks, HeadLayout layout) = 0;
+  // δ(b, h, i) = dy · y over the row (b, h, i) of D: the row term of the
+  // softmax's backward, from the forward's output y; B·H·S floats in
+  // (B, H, S) order whatever the layout, f32 whatever the storage.
   virtual void attention_delta(float *delta, const void *dy, const void *y,
-                               int64_t rows, int64_t D) = 0;
+                               int64_t B, int64_t H, int64_t S, int64_t D,
+                               HeadLayout layout) = 0;
   // y, lse: the forward's for the same q, k, v; delta: attention_delta's
   // from y, B·H·S floats. A backend reads δ or y, whichever its kernel
   // takes. dq, dk, dv are written, or added into where accumulate; dsinks
@@ -115,7 +119,7 @@ public:
                                   float scale, const KeyRange &range,
                                   float softcap, const float *alibi_slopes,
                                   const void *sinks, float *dsinks,
-                                  bool accumulate) = 0;
+                                  bool accumulate, HeadLayout layout) = 0;
   virtual void relu_forward(void *y, const void *x, int64_t n) = 0;
   virtual void relu_backward(void *dx, const void *dy, const void *x,
                              int64_t n) = 0;

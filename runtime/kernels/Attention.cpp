@@ -56,8 +56,9 @@ void attention_forward(float *y, float *lse, const float *q, const float *k,
                        const float *v, int64_t B, int64_t H, int64_t Hkv,
                        int64_t S, int64_t D, float scale, const KeyRange &range,
                        float softcap, const float *alibi_slopes,
-                       const float *sinks) {
+                       const float *sinks, HeadLayout layout) {
   const int64_t group = H / Hkv;
+  const int64_t ldk = layout.row_stride(Hkv, D);
 #pragma omp parallel
   {
     std::vector<float> out(D);          // (D) unnormalized output row
@@ -66,8 +67,9 @@ void attention_forward(float *y, float *lse, const float *q, const float *k,
 #pragma omp for schedule(dynamic, 16)
     for (int64_t r = 0; r < B * H * S; ++r) {
       const int64_t i = r % S, b = r / S / H, h = r / S % H;
-      const int64_t kv = (b * Hkv + h / group) * S * D;
-      const float *qi = q + r * D, *kh = k + kv, *vh = v + kv;
+      const int64_t kv = layout.head_offset(b, h / group, Hkv, S, D);
+      const int64_t row = layout.row_offset(b, h, i, H, S, D);
+      const float *qi = q + row, *kh = k + kv, *vh = v + kv;
       const float slope = alibi_slopes ? alibi_slopes[h] : 0.f;
       // The sink's exp(sink - running_max) is 1.
       float running_max = sinks ? sinks[h] : -INFINITY;
@@ -78,7 +80,7 @@ void attention_forward(float *y, float *lse, const float *q, const float *k,
         const int64_t n = std::min(kKeyTile, i + 1 - j0);
         float tile_max = -INFINITY;
         for (int64_t t = 0; t < n; ++t) {
-          score[t] = score_of(qi, kh + (j0 + t) * D, D, scale, softcap) +
+          score[t] = score_of(qi, kh + (j0 + t) * ldk, D, scale, softcap) +
                      slope * float(j0 + t - i);
           tile_max = std::max(tile_max, score[t]);
         }
@@ -91,11 +93,11 @@ void attention_forward(float *y, float *lse, const float *q, const float *k,
         for (int64_t t = 0; t < n; ++t) {
           const float p = std::exp(score[t] - new_max);
           sum += p;
-          axpy(out.data(), p, vh + (j0 + t) * D, D);
+          axpy(out.data(), p, vh + (j0 + t) * ldk, D);
         }
         running_max = new_max;
       }
-      float *yi = y + r * D;
+      float *yi = y + row;
       for (int64_t d = 0; d < D; ++d)
         yi[d] = out[d] / sum;
       if (lse)
@@ -104,11 +106,13 @@ void attention_forward(float *y, float *lse, const float *q, const float *k,
   }
 }
 
-void attention_delta(float *delta, const float *dy, const float *y,
-                     int64_t rows, int64_t D) {
+void attention_delta(float *delta, const float *dy, const float *y, int64_t B,
+                     int64_t H, int64_t S, int64_t D, HeadLayout layout) {
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    delta[r] = dot(dy + r * D, y + r * D, D);
+  for (int64_t r = 0; r < B * H * S; ++r) {
+    const int64_t row = layout.row_offset(r / S / H, r / S % H, r % S, H, S, D);
+    delta[r] = dot(dy + row, y + row, D);
+  }
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
@@ -117,10 +121,11 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
                         float scale, const KeyRange &range, float softcap,
                         const float *alibi_slopes, const float *sinks,
-                        float *dsinks, bool accumulate) {
+                        float *dsinks, bool accumulate, HeadLayout layout) {
   if (!dq && !dk && !dv && !dsinks)
     return;
   const int64_t group = H / Hkv;
+  const int64_t ldk = layout.row_stride(Hkv, D);
   // dsink of each (b, h), written by the task owning it, summed over b after.
   std::vector<double> dsink(dsinks ? B * H : 0, 0.0);
 #pragma omp parallel
@@ -134,15 +139,18 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
 #pragma omp for schedule(dynamic)
     for (int64_t bg = 0; bg < B * Hkv; ++bg) {
       const int64_t b = bg / Hkv, g = bg % Hkv;
-      const float *kh = k + bg * S * D, *vh = v + bg * S * D;
-      if (!accumulate) // the slices this task sums into; dq rows are set
+      const int64_t kv = layout.head_offset(b, g, Hkv, S, D);
+      const float *kh = k + kv, *vh = v + kv;
+      if (!accumulate) // the rows this task sums into; dq rows are set
         for (float *d : {dk, dv})
           if (d)
-            std::fill(d + bg * S * D, d + (bg + 1) * S * D, 0.f);
+            for (int64_t j = 0; j < S; ++j)
+              std::fill_n(d + kv + j * ldk, D, 0.f);
       for (int64_t h = g * group; h < (g + 1) * group; ++h)
         for (int64_t i = 0; i < S; ++i) {
-          const int64_t r = (b * H + h) * S + i;
-          const float *qi = q + r * D, *dyi = dy + r * D;
+          const int64_t r = (b * H + h) * S + i; // row statistics
+          const int64_t row = layout.row_offset(b, h, i, H, S, D);
+          const float *qi = q + row, *dyi = dy + row;
           const float slope = alibi_slopes ? alibi_slopes[h] : 0.f;
           const int64_t first = range.first_key(i);
           const float li = lse[r];   // the forward's log Σ exp(score)
@@ -150,27 +158,27 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dy,
           if (dsinks) // the sink's value is 0: its dp is 0, its ds −p · δ
             dsink[b * H + h] -= std::exp(double(sinks[h]) - li) * di;
           for (int64_t j = first; j <= i; ++j) {
-            prob[j] =
-                std::exp(score_of(qi, kh + j * D, D, scale, softcap, &dcap[j]) +
-                         slope * float(j - i) - li);
-            dprob[j] = dot(dyi, vh + j * D, D);
+            prob[j] = std::exp(
+                score_of(qi, kh + j * ldk, D, scale, softcap, &dcap[j]) +
+                slope * float(j - i) - li);
+            dprob[j] = dot(dyi, vh + j * ldk, D);
           }
           std::fill(dqi.begin(), dqi.end(), 0.f);
           for (int64_t j = first; j <= i; ++j) {
             // ds_j = d loss / d (scale · q_i · k_j)
             const float ds = prob[j] * (dprob[j] - di) * dcap[j];
             if (dq)
-              axpy(dqi.data(), ds, kh + j * D, D);
+              axpy(dqi.data(), ds, kh + j * ldk, D);
             if (dk)
-              axpy(dk + bg * S * D + j * D, scale * ds, qi, D);
+              axpy(dk + kv + j * ldk, scale * ds, qi, D);
             if (dv)
-              axpy(dv + bg * S * D + j * D, prob[j], dyi, D);
+              axpy(dv + kv + j * ldk, prob[j], dyi, D);
           }
           if (dq && accumulate)
-            axpy(dq + r * D, scale, dqi.data(), D);
+            axpy(dq + row, scale, dqi.data(), D);
           else if (dq)
             for (int64_t d = 0; d < D; ++d)
-              dq[r * D + d] = scale * dqi[d];
+              dq[row + d] = scale * dqi[d];
         }
     }
   }

@@ -25,6 +25,7 @@
 #ifndef MEGATRAIN_RUNTIME_KERNELS_KERNELS_H
 #define MEGATRAIN_RUNTIME_KERNELS_KERNELS_H
 
+#include "runtime/kernels/HeadLayout.h"
 #include "runtime/kernels/KeyRange.h"
 
 #include <cstdint>
@@ -135,35 +136,35 @@ void moe_backward(float *dx, float *drouter_x, const MoeWeightGrads &g,
                   const MoeExperts &experts);
 
 // ---- causal attention with grouped KV heads -------------------------------
-// q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0; query head h reads KV
-// head h / (H / Hkv). Memory beyond the inputs is O(S) per worker thread.
-// range: the keys each query sees (a sliding window, chunks; KeyRange.h).
-// softcap > 0: each scaled score s becomes softcap · tanh(s / softcap).
-// alibi_slopes (H values, or null): head h adds m_h · (j − i) to the score of
-// query i and key j.
-// sinks (H values, or null): head h's softmax has one more logit, sinks[h],
-// that weighs no value (gpt-oss); attention_backward adds its gradient to
-// dsinks when that is not null.
-// lse (B·H·S, or null): each row's log-sum-exp, log Σ_j exp(score_ij) with
-// the sink's logit where there is one; attention_backward reads it back.
-// attention_backward writes dq, dk and dv, or adds into them where
-// accumulate (dsinks it always adds into).
+// q, y (B, H, S, D); k, v (B, Hkv, S, D), H % Hkv == 0, or each with its
+// heads and positions swapped where layout.seq_major (HeadLayout.h); query
+// head h reads KV head h / (H / Hkv). Memory beyond the inputs is O(S) per
+// worker thread. range: the keys each query sees (a sliding window, chunks;
+// KeyRange.h). softcap > 0: each scaled score s becomes softcap · tanh(s /
+// softcap). alibi_slopes (H values, or null): head h adds m_h · (j − i) to the
+// score of query i and key j. sinks (H values, or null): head h's softmax has
+// one more logit, sinks[h], that weighs no value (gpt-oss); attention_backward
+// adds its gradient to dsinks when that is not null. lse (B·H·S, or null): each
+// row's log-sum-exp, log Σ_j exp(score_ij) with the sink's logit where there is
+// one; attention_backward reads it back. attention_backward writes dq, dk and
+// dv, or adds into them where accumulate (dsinks it always adds into).
 void attention_forward(float *y, float *lse, const float *q, const float *k,
                        const float *v, int64_t B, int64_t H, int64_t Hkv,
                        int64_t S, int64_t D, float scale, const KeyRange &range,
                        float softcap, const float *alibi_slopes,
-                       const float *sinks);
-// δ_r = dy_r · y_r for `rows` rows of D (y the forward's output): the row
-// term of the softmax's backward, which attention_backward reads.
-void attention_delta(float *delta, const float *dy, const float *y,
-                     int64_t rows, int64_t D);
+                       const float *sinks, HeadLayout layout);
+// δ(b, h, i) = dy · y over the row (b, h, i) of D (y the forward's output),
+// in (B, H, S) order: the row term of the softmax's backward, which
+// attention_backward reads.
+void attention_delta(float *delta, const float *dy, const float *y, int64_t B,
+                     int64_t H, int64_t S, int64_t D, HeadLayout layout);
 void attention_backward(float *dq, float *dk, float *dv, const float *dy,
                         const float *q, const float *k, const float *v,
                         const float *delta, const float *lse, int64_t B,
                         int64_t H, int64_t Hkv, int64_t S, int64_t D,
                         float scale, const KeyRange &range, float softcap,
                         const float *alibi_slopes, const float *sinks,
-                        float *dsinks, bool accumulate);
+                        float *dsinks, bool accumulate, HeadLayout layout);
 
 // ---- activations (n elements) ---------------------------------------------
 void relu_forward(float *y, const float *x, int64_t n);

@@ -93,12 +93,21 @@ output:
   --help                 this text
 )";
 
-const char *const kPipelinePasses[] = {
-    "mt-derive-backward",  "mt-chunk-loss",    "mt-shorten-lifetimes",
-    "mt-chunk-mlp",        "mt-split-vocab",   "mt-partition",
-    "mt-pack-weights",    "mt-schedule",        "mt-place-checkpoints",
-    "mt-insert-transfers", "mt-insert-events",  "mt-plan-memory",
-    "mt-verify-schedule", "mt-simulate"};
+const char *const kPipelinePasses[] = {"mt-fold-attention-layout",
+                                       "mt-derive-backward",
+                                       "mt-chunk-loss",
+                                       "mt-shorten-lifetimes",
+                                       "mt-chunk-mlp",
+                                       "mt-split-vocab",
+                                       "mt-partition",
+                                       "mt-pack-weights",
+                                       "mt-schedule",
+                                       "mt-place-checkpoints",
+                                       "mt-insert-transfers",
+                                       "mt-insert-events",
+                                       "mt-plan-memory",
+                                       "mt-verify-schedule",
+                                       "mt-simulate"};
 
 void writeFile(const std::string &path, const std::string &text) {
   std::ofstream out(path, std::ios::binary);
@@ -178,12 +187,10 @@ int runCompile(const std::vector<std::string> &args) {
   if (!dumpAfter.empty() && dumpAfter != "all" &&
       !llvm::is_contained(kPipelinePasses, dumpAfter))
     throw UsageError("--dump-ir-after: '" + dumpAfter +
-                     "' is not a pass of the pipeline (mt-derive-backward, "
-                     "mt-chunk-loss, mt-shorten-lifetimes, mt-chunk-mlp, "
-                     "mt-split-vocab, mt-partition, mt-pack-weights, "
-                     "mt-schedule, mt-place-checkpoints, mt-insert-transfers, "
-                     "mt-insert-events, mt-plan-memory, "
-                     "mt-verify-schedule, mt-simulate) or all");
+                     "' is not a pass of the pipeline (" +
+                     llvm::join(std::begin(kPipelinePasses),
+                                std::end(kPipelinePasses), ", ") +
+                     ") or all");
 
   onnx_import::ImportOptions options;
   options.bindings.batch = flags.positiveInt("--batch");

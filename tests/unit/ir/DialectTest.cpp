@@ -204,6 +204,36 @@ TEST_F(DialectTest, AttentionLogSumExpHasOneValuePerQueryRow) {
             std::string::npos);
 }
 
+// Sequence-major attention: heads in dim 2, positions in dim 1, the
+// log-sum-exp still [B, H, S]; the heads-major reading of the same shapes
+// fails (6 query heads over 4 KV heads), as does a layout of another name.
+TEST_F(DialectTest, AttentionSequenceMajorReadsHeadsFromDimTwo) {
+  std::string args = "%q: tensor<1x4x6x8xf32>, %k: tensor<1x4x2x8xf32>, %v: "
+                     "tensor<1x4x2x8xf32>";
+  auto body = [](const std::string &layout, const std::string &lse) {
+    return "%y, %lse = mt.attention %q, %k, %v {layout = \"" + layout +
+           "\", scale = 0.5 : f64} : (tensor<1x4x6x8xf32>, "
+           "tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> "
+           "(tensor<1x4x6x8xf32>, " +
+           lse + ")";
+  };
+  EXPECT_EQ(parseError(graphWith(args, body("bshd", "tensor<1x6x4xf32>"),
+                                 "tensor<1x4x6x8xf32>")),
+            "");
+  EXPECT_NE(parseError(graphWith(args, body("bshd", "tensor<1x4x6xf32>"),
+                                 "tensor<1x4x6x8xf32>"))
+                .find("lse has shape [1,4,6], expected [1,6,4]"),
+            std::string::npos);
+  EXPECT_NE(parseError(graphWith(args, body("bhsd", "tensor<1x4x6xf32>"),
+                                 "tensor<1x4x6x8xf32>"))
+                .find("q [1,4,6,8] and k [1,4,2,8] disagree"),
+            std::string::npos);
+  EXPECT_NE(parseError(graphWith(args, body("sbhd", "tensor<1x6x4xf32>"),
+                                 "tensor<1x4x6x8xf32>"))
+                .find("layout must be \"bhsd\" or \"bshd\", not \"sbhd\""),
+            std::string::npos);
+}
+
 // attention_grad reads the forward's output y (as cuDNN's backward does),
 // which has q's shape.
 TEST_F(DialectTest, AttentionGradReadsAnOutputOfQueriesShape) {

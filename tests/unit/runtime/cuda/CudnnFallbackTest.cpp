@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -35,6 +37,7 @@ struct Fake {
   int64_t (*workspace)() = nullptr;
   void (*version)(size_t) = nullptr;
   int (*scalars)(float *, int) = nullptr;
+  int (*strides)(int64_t, int64_t *, int) = nullptr;
 
   Fake() {
     const char *path = std::getenv("MEGATRAIN_CUDNN");
@@ -49,6 +52,15 @@ struct Fake {
         reinterpret_cast<void (*)(size_t)>(dlsym(lib, "fake_cudnn_version"));
     scalars = reinterpret_cast<int (*)(float *, int)>(
         dlsym(lib, "fake_cudnn_scalars"));
+    strides = reinterpret_cast<int (*)(int64_t, int64_t *, int)>(
+        dlsym(lib, "fake_cudnn_strides"));
+  }
+
+  /// The strides of the last tensor of unique id `uid` the runtime gave.
+  std::vector<int64_t> strides_of(int64_t uid) const {
+    std::vector<int64_t> v(4);
+    v.resize(size_t(strides(uid, v.data(), int(v.size()))));
+    return v;
   }
 
   /// The floats the last execution was passed by value.
@@ -63,7 +75,7 @@ class CudnnFallback : public ::testing::Test {
 protected:
   void SetUp() override {
     if (!fake.answer || !fake.graphs || !fake.workspace || !fake.version ||
-        !fake.scalars)
+        !fake.scalars || !fake.strides)
       GTEST_FAIL() << "MEGATRAIN_CUDNN does not name the fake cuDNN";
   }
   void TearDown() override {
@@ -259,6 +271,57 @@ TEST_F(CudnnFallback, EachFormBindsItsGraphsTensors) {
   EXPECT_NE(run_backward(cudnn, alibi).find("without its ALiBi slopes"),
             std::string::npos);
   EXPECT_NE(run_backward(cudnn, kShape, {nullptr, slopes}).find("no place for"),
+            std::string::npos);
+}
+
+// The graphs read and write q, k, v, y and their gradients through strides
+// (dims (B, heads, S, D), Kᵀ and Vᵀ with the last two swapped): contiguous
+// heads-major, or sequence-major (B, S, heads, D) where the layout says,
+// each layout a plan of its own; the row statistics are (B, H, S) in both.
+TEST_F(CudnnFallback, EachLayoutHasItsStridesAndItsPlan) {
+  // CudnnAttention.cpp's unique ids.
+  enum : int64_t { kQ = 1, kK, kV, kY, kStats, kDy = 8, kDq, kDk, kDv };
+  const int64_t H = 4, G = 2, S = 96, D = 64;
+  AttentionDims heads{2, H, G, S, D}, seq = heads;
+  seq.layout.seq_major = true;
+  using Strides = std::vector<int64_t>;
+  const Strides q_heads{H * S * D, S * D, D, 1},
+      kv_heads{G * S * D, S * D, D, 1}, q_seq{S * H * D, D, H * D, 1},
+      kv_seq{S * G * D, D, G * D, 1}, stats{H * S, S, 1, 1};
+  const auto transposed = [](Strides s) {
+    std::swap(s[2], s[3]);
+    return s;
+  };
+  CudnnAttention cudnn;
+  for (const auto &[d, q, kv] :
+       {std::tuple{heads, q_heads, kv_heads}, std::tuple{seq, q_seq, kv_seq}}) {
+    SCOPED_TRACE(d.layout.seq_major ? "sequence-major" : "heads-major");
+    const int before = fake.graphs();
+    ASSERT_TRUE(cudnn.has_forward(d));
+    EXPECT_EQ(fake.strides_of(kQ), q);
+    EXPECT_EQ(fake.strides_of(kK), transposed(kv));
+    EXPECT_EQ(fake.strides_of(kV), kv);
+    EXPECT_EQ(fake.strides_of(kY), q);
+    EXPECT_EQ(fake.strides_of(kStats), stats);
+    ASSERT_TRUE(cudnn.has_backward(d, CudnnBackward::Deterministic));
+    for (const int64_t uid : {kQ, kY, kDy, kDq})
+      EXPECT_EQ(fake.strides_of(uid), q) << "tensor " << uid;
+    EXPECT_EQ(fake.strides_of(kK), transposed(kv));
+    EXPECT_EQ(fake.strides_of(kV), transposed(kv));
+    EXPECT_EQ(fake.strides_of(kDk), kv);
+    EXPECT_EQ(fake.strides_of(kDv), kv);
+    EXPECT_EQ(fake.strides_of(kStats), stats);
+    EXPECT_EQ(fake.graphs(), before + 2); // not the other layout's plans
+    const std::string e = run_backward(cudnn, d);
+    EXPECT_NE(e.find("runs nothing"), std::string::npos) << e;
+  }
+  // A refusal names the layout.
+  seq.S = 128;
+  fake.answer('g');
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(cudnn.has_forward(seq));
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find(
+                "S=128 D=64 sequence-major (cuDNN"),
             std::string::npos);
 }
 

@@ -126,7 +126,8 @@ protected:
         (d.window ? " window=" + std::to_string(d.window) : "") +
         (d.softcap > 0 ? " softcap=" + std::to_string(d.softcap) : "") +
         (d.sinks ? " sinks" : "") + (d.alibi ? " ALiBi" : "") +
-        (d.chunk ? " chunk=" + std::to_string(d.chunk) : "");
+        (d.chunk ? " chunk=" + std::to_string(d.chunk) : "") +
+        (d.layout.seq_major ? " sequence-major" : "");
     EXPECT_EQ(p.refused, "") << which << " of " << shape;
     bool flash = false;
     for (const std::string &k : p.kernels)
@@ -232,6 +233,22 @@ TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForChunks) {
       {{1, 4, 2, 100, 256, 0, 2.f}, 33}};
   for (auto [d, chunk] : chunked) {
     d.chunk = chunk;
+    expect_every_pass(d);
+  }
+}
+
+// Sequence-major tensors (B, S, H, D; HeadLayout.h), as attention that
+// spares a projection's transposes reads them: the benchmarks' shapes and
+// kernel tests' forms (a window, a soft cap, sinks, ALiBi, chunks).
+TEST_F(CudnnPlanAhead, AnH200HasFlashKernelsForSequenceMajorTensors) {
+  AttentionDims alibi{2, 4, 2, 256, 64, 9, 2.f}, chunks{1, 4, 2, 130, 128, 9};
+  alibi.alibi = true;
+  chunks.chunk = 50;
+  for (AttentionDims d :
+       {AttentionDims{4, 32, 4, 2048, 64}, AttentionDims{4, 24, 8, 2048, 128},
+        AttentionDims{4, 32, 32, 2048, 128}, AttentionDims{2, 4, 2, 37, 16},
+        AttentionDims{1, 2, 1, 150, 64, 40, 30.f, true}, alibi, chunks}) {
+    d.layout.seq_major = true;
     expect_every_pass(d);
   }
 }

@@ -9,7 +9,7 @@
 // plan's engine configuration was still alive and whether the call bound
 // exactly the graph's tensors that are not virtual, as cuDNN checks, and
 // keeping the by-value scalars it was passed). The version it reports is
-// the test's to set.
+// the test's to set; the strides of each tensor it was given are kept.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,12 +32,15 @@ struct Descriptor {
   std::vector<void *> pointers;
   int64_t uid = 0; // a tensor's
   bool is_virtual = false;
+  std::vector<int64_t> strides; // a tensor's
 };
 
 std::set<const Descriptor *> alive;
 size_t version = CUDNN_VERSION;
 std::set<int64_t> by_value;       // unique ids of tensors passed by value
 std::map<int64_t, float> scalars; // the last execution's, by unique id
+// The strides of the last tensor finalized with each unique id.
+std::map<int64_t, std::vector<int64_t>> strides_of;
 
 /// 'e': an engine; 'g': the graph refused; 'p': engines offered, every plan
 /// refused; 'x': the graph's next descriptor fails to be made.
@@ -83,6 +86,17 @@ int fake_cudnn_scalars(float *out, int max) {
     if (n < max)
       out[n++] = value;
   return int(scalars.size());
+}
+
+/// The strides of the last tensor finalized with unique id `uid`, up to
+/// `max` into `out`; how many it had (0: no such tensor).
+int fake_cudnn_strides(int64_t uid, int64_t *out, int max) {
+  const auto it = strides_of.find(uid);
+  if (it == strides_of.end())
+    return 0;
+  for (int i = 0; i < max && i < int(it->second.size()); ++i)
+    out[i] = it->second[size_t(i)];
+  return int(it->second.size());
 }
 
 size_t cudnnGetVersion(void) { return version; }
@@ -136,6 +150,9 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d,
       self->refs.push_back(static_cast<const Descriptor *const *>(values)[i]);
   if (name == CUDNN_ATTR_TENSOR_UNIQUE_ID)
     self->uid = *static_cast<const int64_t *>(values);
+  if (name == CUDNN_ATTR_TENSOR_STRIDES)
+    self->strides.assign(static_cast<const int64_t *>(values),
+                         static_cast<const int64_t *>(values) + count);
   if (name == CUDNN_ATTR_TENSOR_IS_VIRTUAL &&
       *static_cast<const bool *>(values))
     self->is_virtual = true;
@@ -152,7 +169,11 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d,
 }
 
 cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
-  switch (reinterpret_cast<Descriptor *>(d)->type) {
+  const auto *self = reinterpret_cast<Descriptor *>(d);
+  switch (self->type) {
+  case CUDNN_BACKEND_TENSOR_DESCRIPTOR:
+    strides_of[self->uid] = self->strides;
+    return CUDNN_STATUS_SUCCESS;
   case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
     ++graphs;
     current = 'e';

@@ -462,7 +462,37 @@ void PrintTo(const AttentionShape &s, std::ostream *os) {
       << s.softcap << (s.sinks ? " sinks" : "") << " chunk" << s.chunk;
 }
 
+/// How the tensor-core backward finds dQ: a GEMM over the dK/dV pass's dSᵀ
+/// where the scratch room holds it (as the runtime prefers), else a pass of
+/// its own (no room).
+enum class DqBy { Gemm, Pass };
+void PrintTo(DqBy d, std::ostream *os) {
+  *os << (d == DqBy::Gemm ? "dQ by GEMM" : "dQ pass");
+}
+
+/// Row (b, h, i) of a tensor of `heads` heads of D, moved from `from`'s
+/// layout to `to`'s.
+std::vector<float> relaid(const std::vector<float> &x, int64_t B, int64_t heads,
+                          int64_t S, int64_t D, mtrt::HeadLayout from,
+                          mtrt::HeadLayout to) {
+  std::vector<float> out(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < S; ++i)
+        std::memcpy(&out[size_t(to.row_offset(b, h, i, heads, S, D))],
+                    &x[size_t(from.row_offset(b, h, i, heads, S, D))],
+                    size_t(D) * sizeof(float));
+  return out;
+}
+
 } // namespace
+
+// Beside the struct, where gtest's printer finds it.
+namespace mtrt {
+void PrintTo(HeadLayout l, std::ostream *os) {
+  *os << (l.seq_major ? "sequence-major" : "heads-major");
+}
+} // namespace mtrt
 
 // Beside the enum, where gtest's printer finds it.
 namespace mtrt::MT_KNS {
@@ -482,13 +512,17 @@ namespace {
 using mtrt::MT_KNS::AttentionKernels;
 using mtrt::MT_KNS::MoeKernels;
 
-class AttentionTest : public CudaKernelsTest,
-                      public ::testing::WithParamInterface<
-                          std::tuple<AttentionShape, AttentionKernels>> {};
+class AttentionTest
+    : public CudaKernelsTest,
+      public ::testing::WithParamInterface<std::tuple<
+          AttentionShape, AttentionKernels, mtrt::HeadLayout, DqBy>> {};
 
 TEST_P(AttentionTest, ForwardAndBackward) {
   const AttentionShape s = std::get<0>(GetParam());
   const AttentionKernels family = std::get<1>(GetParam());
+  const mtrt::HeadLayout layout = std::get<2>(GetParam());
+  if (std::get<3>(GetParam()) == DqBy::Pass)
+    k_->set_scratch_room(0);
 #ifdef MEGATRAIN_CUDA_EMULATION
   if (mtrt::MT_KNS::on_cudnn(family))
     GTEST_SKIP() << "cuDNN runs on a GPU only";
@@ -512,7 +546,8 @@ TEST_P(AttentionTest, ForwardAndBackward) {
         s.softcap,
         s.sinks,
         s.alibi,
-        mtrt::cuda::CudnnAttention::chunk_of({s.window, s.chunk}, s.S)};
+        mtrt::cuda::CudnnAttention::chunk_of({s.window, s.chunk}, s.S),
+        layout};
     if (mtrt::cuda::cudnn_withholds(d, false).empty())
       EXPECT_TRUE(k_->cudnn_has_forward(d)) << "no engine for the forward";
     d.sinks = false;
@@ -550,39 +585,41 @@ TEST_P(AttentionTest, ForwardAndBackward) {
   Tensor y = Tensor::output(nq), lse = Tensor::f32(rows, 59);
   k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), s.B,
                         s.H, s.Hkv, s.S, s.D, scale, range, s.softcap, alibi,
-                        sinks_dev);
+                        sinks_dev, layout);
   cpu_.attention_forward(y.host(), lse.host(), q.host(), k.host(), v.host(),
                          s.B, s.H, s.Hkv, s.S, s.D, scale, range, s.softcap,
-                         alibi, sinks_host);
+                         alibi, sinks_host, layout);
   Tensor dy = Tensor::random(nq, 63);
   Tensor dq = Tensor::grad(nq, 64), dk = Tensor::grad(nk, 65),
          dv = Tensor::grad(nk, 66);
   // Each side's δ and backward read its own forward's y and log-sum-exp,
   // as in a step.
   Tensor delta = Tensor::f32(rows, 67);
-  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, s.D);
-  cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), s.B, s.H, s.S, s.D,
+                      layout);
+  cpu_.attention_delta(delta.host(), dy.host(), y.host(), s.B, s.H, s.S, s.D,
+                       layout);
   k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                          k.dev(), v.dev(), y.dev(), delta.dev_f32(),
                          lse.dev_f32(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
                          s.softcap, alibi, sinks_dev,
-                         s.sinks ? dsinks.dev_f32() : nullptr, true);
+                         s.sinks ? dsinks.dev_f32() : nullptr, true, layout);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
                           k.host(), v.host(), y.host(), delta.host(),
                           lse.host(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
                           s.softcap, alibi, sinks_host,
-                          s.sinks ? dsinks.host() : nullptr, true);
+                          s.sinks ? dsinks.host() : nullptr, true, layout);
   // As a step runs it: the gradients written over what the buffers held.
   Tensor wq = Tensor::output(nq), wk = Tensor::output(nk),
          wv = Tensor::output(nk);
   k_->attention_backward(wq.dev(), wk.dev(), wv.dev(), dy.dev(), q.dev(),
                          k.dev(), v.dev(), y.dev(), delta.dev_f32(),
                          lse.dev_f32(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
-                         s.softcap, alibi, sinks_dev, nullptr, false);
+                         s.softcap, alibi, sinks_dev, nullptr, false, layout);
   cpu_.attention_backward(wq.host(), wk.host(), wv.host(), dy.host(), q.host(),
                           k.host(), v.host(), y.host(), delta.host(),
                           lse.host(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
-                          s.softcap, alibi, sinks_host, nullptr, false);
+                          s.softcap, alibi, sinks_host, nullptr, false, layout);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(lse.fetch(), lse.h, kUlp, kAttention)) << "lse";
@@ -649,15 +686,23 @@ const AttentionShape kAttentionShapes[] = {
     AttentionShape{1, 4, 2, 70, 512, true, 0, 0.f, false, 33},
     AttentionShape{2, 2, 1, 50, 448}};
 
-// One suite per kernel family, so that a failure names its family.
+const mtrt::HeadLayout kLayouts[] = {mtrt::HeadLayout{false},
+                                     mtrt::HeadLayout{true}};
+
+// One suite per kernel family, so that a failure names its family; every
+// shape in both layouts, and on tensor cores both ways to dQ.
 INSTANTIATE_TEST_SUITE_P(
     TensorCores, AttentionTest,
     ::testing::Combine(::testing::ValuesIn(kAttentionShapes),
-                       ::testing::Values(AttentionKernels::TensorCores)));
+                       ::testing::Values(AttentionKernels::TensorCores),
+                       ::testing::ValuesIn(kLayouts),
+                       ::testing::Values(DqBy::Gemm, DqBy::Pass)));
 INSTANTIATE_TEST_SUITE_P(
     CudaCores, AttentionTest,
     ::testing::Combine(::testing::ValuesIn(kAttentionShapes),
-                       ::testing::Values(AttentionKernels::CudaCores)));
+                       ::testing::Values(AttentionKernels::CudaCores),
+                       ::testing::ValuesIn(kLayouts),
+                       ::testing::Values(DqBy::Gemm)));
 
 /// The shapes whose attention cuDNN is given (GQA, MQA, D from 16 to 256,
 /// one token, sliding windows and chunks shorter than the sequence and as
@@ -682,11 +727,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(
         ::testing::ValuesIn(cudnn_shapes()),
         ::testing::Values(AttentionKernels::Cudnn,
-                          AttentionKernels::CudnnNondeterministic)));
+                          AttentionKernels::CudnnNondeterministic),
+        ::testing::ValuesIn(kLayouts), ::testing::Values(DqBy::Gemm)));
 
 class AttentionTilesTest
     : public CudaKernelsTest,
-      public ::testing::WithParamInterface<std::tuple<AttentionShape, int>> {};
+      public ::testing::WithParamInterface<
+          std::tuple<AttentionShape, int, mtrt::HeadLayout>> {};
 
 /// The tensor-core kernels on every other choice of tiles that the tile
 /// benchmark weighs (AttentionTileVariants.h), against the CPU reference:
@@ -697,6 +744,7 @@ TEST_P(AttentionTilesTest, ForwardAndBackward) {
   const AttentionShape s = std::get<0>(GetParam());
   const mtrt::MT_KNS::AttentionTiles tiles =
       mtrt::MT_KNS::attention_tile_variants(s.D).at(std::get<1>(GetParam()));
+  const mtrt::HeadLayout layout = std::get<2>(GetParam());
   SCOPED_TRACE(tiles.name);
   const int64_t nq = s.B * s.H * s.S * s.D, nk = s.B * s.Hkv * s.S * s.D;
   const int64_t rows = nq / s.D;
@@ -719,20 +767,22 @@ TEST_P(AttentionTilesTest, ForwardAndBackward) {
       delta.dev_f32(), lse.dev_f32(), s.B,      s.H,
       s.Hkv,           s.S,           s.D,      scale,
       range,           s.softcap,     alibi,    s.sinks ? sinks.dev() : nullptr,
-      stream_};
+      stream_,         layout};
   tiles.forward(call);
-  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, s.D);
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), s.B, s.H, s.S, s.D,
+                      layout);
   tiles.dq(call);
   tiles.dkdv(call);
   float *sinks_host = s.sinks ? sinks.host() : nullptr;
   cpu_.attention_forward(y.host(), lse.host(), q.host(), k.host(), v.host(),
                          s.B, s.H, s.Hkv, s.S, s.D, scale, range, s.softcap,
-                         alibi, sinks_host);
-  cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, s.D);
+                         alibi, sinks_host, layout);
+  cpu_.attention_delta(delta.host(), dy.host(), y.host(), s.B, s.H, s.S, s.D,
+                       layout);
   cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(), q.host(),
                           k.host(), v.host(), y.host(), delta.host(),
                           lse.host(), s.B, s.H, s.Hkv, s.S, s.D, scale, range,
-                          s.softcap, alibi, sinks_host, nullptr, true);
+                          s.softcap, alibi, sinks_host, nullptr, true, layout);
   sync();
   EXPECT_TRUE(near(y.fetch(), y.h, kUlp, kAttention)) << "y";
   EXPECT_TRUE(near(lse.fetch(), lse.h, kUlp, kAttention)) << "lse";
@@ -743,8 +793,9 @@ TEST_P(AttentionTilesTest, ForwardAndBackward) {
 
 /// Shapes that cut tiles of every size tried (16 to 128 rows) at head dims
 /// 16, 64 and 128: GQA, MQA, a window with ALiBi, a soft cap in a window,
-/// chunks, sinks; each with every choice of tiles for its head dim.
-std::vector<std::tuple<AttentionShape, int>> tile_cases() {
+/// chunks, sinks; each with every choice of tiles for its head dim, in both
+/// layouts.
+std::vector<std::tuple<AttentionShape, int, mtrt::HeadLayout>> tile_cases() {
   const AttentionShape shapes[] = {
       AttentionShape{2, 4, 2, 37, 16},
       AttentionShape{1, 2, 1, 150, 64},
@@ -753,11 +804,12 @@ std::vector<std::tuple<AttentionShape, int>> tile_cases() {
       AttentionShape{1, 2, 2, 150, 128, false, 9, 2.f},
       AttentionShape{1, 2, 1, 150, 64, false, 0, 0.f, false, 64},
       AttentionShape{1, 4, 2, 70, 64, false, 0, 0.f, true}};
-  std::vector<std::tuple<AttentionShape, int>> out;
+  std::vector<std::tuple<AttentionShape, int, mtrt::HeadLayout>> out;
   for (const AttentionShape &s : shapes)
     for (size_t i = 0; i < mtrt::MT_KNS::attention_tile_variants(s.D).size();
          ++i)
-      out.emplace_back(s, int(i));
+      for (const mtrt::HeadLayout layout : kLayouts)
+        out.emplace_back(s, int(i), layout);
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(TensorCores, AttentionTilesTest,
@@ -824,10 +876,12 @@ TEST(CudnnAttention, DescriptorsFinalize) {
   for (const AttentionDims &d :
        {AttentionDims{2, 4, 2, 37, 16}, AttentionDims{1, 32, 8, 4096, 128},
         AttentionDims{1, 2, 1, 1, 64}, AttentionDims{3, 6, 6, 70, 80},
-        AttentionDims{1, 4, 2, 130, 64, 40}}) {
+        AttentionDims{1, 4, 2, 130, 64, 40},
+        AttentionDims{2, 4, 2, 37, 16, 0, 0.f, false, false, 0, {true}}}) {
     SCOPED_TRACE(::testing::Message()
                  << "B" << d.B << " H" << d.H << " Hkv" << d.Hkv << " S" << d.S
-                 << " D" << d.D << " window" << d.window);
+                 << " D" << d.D << " window" << d.window
+                 << (d.layout.seq_major ? " sequence-major" : ""));
     try {
       mtrt::cuda::CudnnAttention::check_descriptors(d);
     } catch (const mtrt::Error &e) {
@@ -892,28 +946,38 @@ TEST_F(CudaKernelsTest, AttentionBackwardSkipsNullGradients) {
          y = Tensor::output(B * H * S * D);
   Tensor delta = Tensor::f32(B * H * S, 75), lse = Tensor::f32(B * H * S, 76);
   k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), B, H,
-                        Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr);
+                        Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr, {});
   cpu_.attention_forward(y.host(), lse.host(), q.host(), k.host(), v.host(), B,
-                         H, Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr);
-  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
-  cpu_.attention_delta(delta.host(), dy.host(), y.host(), B * H * S, D);
+                         H, Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr, {});
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B, H, S, D, {});
+  cpu_.attention_delta(delta.host(), dy.host(), y.host(), B, H, S, D, {});
   k_->attention_backward(nullptr, dk.dev(), nullptr, dy.dev(), q.dev(), k.dev(),
                          v.dev(), y.dev(), delta.dev_f32(), lse.dev_f32(), B, H,
                          Hkv, S, D, 0.25f, {}, 0.f, nullptr, nullptr, nullptr,
-                         true);
+                         true, {});
   cpu_.attention_backward(nullptr, dk.host(), nullptr, dy.host(), q.host(),
                           k.host(), v.host(), y.host(), delta.host(),
                           lse.host(), B, H, Hkv, S, D, 0.25f, {}, 0.f, nullptr,
-                          nullptr, nullptr, true);
+                          nullptr, nullptr, true, {});
   sync();
   EXPECT_TRUE(near(dk.fetch(), dk.h, kUlp, kAttention));
 }
 
 // The tensor-core backward's two ways to dQ, each against the CPU: a GEMM
 // over the dK/dV pass's dSᵀ where the kernels' scratch room holds it
-// (B·H·S² bf16), else a pass of its own, which asks for no scratch.
-TEST_F(CudaKernelsTest, AttentionDqByGemmWhereScoresFitElseByItsOwnPass) {
-  const int64_t B = 2, H = 4, Hkv = 2, S = 70, D = 64;
+// (B·H·S² bf16), else a pass of its own, which asks for no scratch. In both
+// layouts (sequence-major, the GEMMs are batched over the KV heads, or, where
+// there are more, over the sequences), on a shape of whole 16-byte rows and
+// one of odd lengths with rows of 40 (the query heads' columns of dSᵀ not
+// 4-byte aligned).
+class AttentionDqTest : public CudaKernelsTest,
+                        public ::testing::WithParamInterface<
+                            std::tuple<AttentionShape, mtrt::HeadLayout>> {};
+
+TEST_P(AttentionDqTest, AttentionDqByGemmWhereScoresFitElseByItsOwnPass) {
+  const AttentionShape sh = std::get<0>(GetParam());
+  const mtrt::HeadLayout layout = std::get<1>(GetParam());
+  const int64_t B = sh.B, H = sh.H, Hkv = sh.Hkv, S = sh.S, D = sh.D;
   const int64_t nq = B * H * S * D, nk = B * Hkv * S * D, rows = B * H * S;
   const int64_t scores = B * H * S * S * 2;
   const float scale = 0.125f;
@@ -923,11 +987,12 @@ TEST_F(CudaKernelsTest, AttentionDqByGemmWhereScoresFitElseByItsOwnPass) {
   Tensor y = Tensor::output(nq), lse = Tensor::f32(rows, 84),
          delta = Tensor::f32(rows, 85);
   k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), B, H,
-                        Hkv, S, D, scale, {}, 0.f, nullptr, nullptr);
+                        Hkv, S, D, scale, {}, 0.f, nullptr, nullptr, layout);
   cpu_.attention_forward(y.host(), lse.host(), q.host(), k.host(), v.host(), B,
-                         H, Hkv, S, D, scale, {}, 0.f, nullptr, nullptr);
-  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), rows, D);
-  cpu_.attention_delta(delta.host(), dy.host(), y.host(), rows, D);
+                         H, Hkv, S, D, scale, {}, 0.f, nullptr, nullptr,
+                         layout);
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B, H, S, D, layout);
+  cpu_.attention_delta(delta.host(), dy.host(), y.host(), B, H, S, D, layout);
   // Added into random gradients, or written over NaN.
   for (const int64_t room : {scores - 1, scores}) {
     k_->set_scratch_room(room);
@@ -938,15 +1003,15 @@ TEST_F(CudaKernelsTest, AttentionDqByGemmWhereScoresFitElseByItsOwnPass) {
         return accumulate ? Tensor::grad(n, seed) : Tensor::output(n);
       };
       Tensor dq = grad(nq, 86), dk = grad(nk, 87), dv = grad(nk, 88);
-      cpu_.attention_backward(dq.host(), dk.host(), dv.host(), dy.host(),
-                              q.host(), k.host(), v.host(), y.host(),
-                              delta.host(), lse.host(), B, H, Hkv, S, D, scale,
-                              {}, 0.f, nullptr, nullptr, nullptr, accumulate);
+      cpu_.attention_backward(
+          dq.host(), dk.host(), dv.host(), dy.host(), q.host(), k.host(),
+          v.host(), y.host(), delta.host(), lse.host(), B, H, Hkv, S, D, scale,
+          {}, 0.f, nullptr, nullptr, nullptr, accumulate, layout);
       Tensor gq = grad(nq, 86), gk = grad(nk, 87), gv = grad(nk, 88);
       k_->attention_backward(gq.dev(), gk.dev(), gv.dev(), dy.dev(), q.dev(),
                              k.dev(), v.dev(), y.dev(), delta.dev_f32(),
                              lse.dev_f32(), B, H, Hkv, S, D, scale, {}, 0.f,
-                             nullptr, nullptr, nullptr, accumulate);
+                             nullptr, nullptr, nullptr, accumulate, layout);
       sync();
       EXPECT_EQ(k_->scratch_peak() >= scores, room >= scores);
       EXPECT_TRUE(near(gq.fetch(), dq.h, kUlp, kAttention)) << "dq";
@@ -955,6 +1020,124 @@ TEST_F(CudaKernelsTest, AttentionDqByGemmWhereScoresFitElseByItsOwnPass) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    TensorCores, AttentionDqTest,
+    ::testing::Combine(::testing::Values(AttentionShape{2, 4, 2, 70, 64},
+                                         AttentionShape{3, 2, 1, 45, 40}),
+                       ::testing::ValuesIn(kLayouts)));
+
+// Sequence-major attention is heads-major attention of the same rows: the
+// results on (B, S, H, D) tensors, moved to (B, H, S, D), are the bits the
+// same kernels give for the inputs moved there (the same products in the
+// same order, only read and written elsewhere), whichever the family: an
+// oracle apart from the CPU reference. The one exception: cuBLASLt may run
+// the sequence-major dQ GEMMs (other strides, one query head each) by
+// another algorithm, so on a GPU the GEMM's dQ is held to the adds'
+// tolerance. Forms and lengths that take every path of the kernels' loads:
+// tiles cut, ALiBi, a window, a soft cap and sinks, chunks, rows of 40 and
+// 20 (not 16-byte pieces), wide heads, more sequences than KV heads.
+class AttentionLayoutTest
+    : public CudaKernelsTest,
+      public ::testing::WithParamInterface<
+          std::tuple<AttentionShape, AttentionKernels, DqBy>> {};
+
+TEST_P(AttentionLayoutTest, SequenceMajorIsHeadsMajorMoved) {
+  const AttentionShape s = std::get<0>(GetParam());
+  const AttentionKernels family = std::get<1>(GetParam());
+  const DqBy dq_by = std::get<2>(GetParam());
+  k_->set_attention_kernels(family);
+  if (dq_by == DqBy::Pass)
+    k_->set_scratch_room(0);
+  const mtrt::HeadLayout heads{false}, seq{true};
+  const int64_t nq = s.B * s.H * s.S * s.D, nk = s.B * s.Hkv * s.S * s.D;
+  const int64_t rows = s.B * s.H * s.S;
+  const float scale = 1.f / std::sqrt(float(s.D));
+  const mtrt::KeyRange range{s.window, s.chunk};
+  std::vector<float> slopes(s.H);
+  for (int64_t h = 0; h < s.H; ++h)
+    slopes[h] = std::exp2(-8.f * float(h + 1) / float(s.H));
+  const float *alibi = s.alibi ? slopes.data() : nullptr;
+  Tensor sinks = Tensor::random(s.H, 89, -1.f, 2.f);
+  // Inputs and the gradients' priors heads-major.
+  const std::vector<float> q = Tensor::random(nq, 90, -2.f, 2.f).h,
+                           k = Tensor::random(nk, 91, -2.f, 2.f).h,
+                           v = Tensor::random(nk, 92).h,
+                           dy = Tensor::random(nq, 93).h,
+                           dq0 = Tensor::grad(nq, 94).h,
+                           dk0 = Tensor::grad(nk, 95).h,
+                           dv0 = Tensor::grad(nk, 96).h;
+  // Every result of one layout, heads-major: y, lse, δ, the gradients
+  // added into the priors, then written, and the sinks'.
+  const auto results = [&](mtrt::HeadLayout layout) {
+    const auto in = [&](const std::vector<float> &x, int64_t n_heads) {
+      return Tensor::of(relaid(x, s.B, n_heads, s.S, s.D, heads, layout));
+    };
+    const auto out = [&](const Tensor &t, int64_t n_heads) {
+      return relaid(t.fetch(), s.B, n_heads, s.S, s.D, layout, heads);
+    };
+    Tensor tq = in(q, s.H), tk = in(k, s.Hkv), tv = in(v, s.Hkv),
+           tdy = in(dy, s.H);
+    Tensor y = Tensor::output(nq), lse = Tensor::f32(rows, 97),
+           delta = Tensor::f32(rows, 98), dsinks = Tensor::f32(s.H, 99);
+    Tensor dq = in(dq0, s.H), dk = in(dk0, s.Hkv), dv = in(dv0, s.Hkv);
+    Tensor wq = Tensor::output(nq), wk = Tensor::output(nk),
+           wv = Tensor::output(nk);
+    void *sinks_dev = s.sinks ? sinks.dev() : nullptr;
+    k_->attention_forward(y.dev(), lse.dev_f32(), tq.dev(), tk.dev(), tv.dev(),
+                          s.B, s.H, s.Hkv, s.S, s.D, scale, range, s.softcap,
+                          alibi, sinks_dev, layout);
+    k_->attention_delta(delta.dev_f32(), tdy.dev(), y.dev(), s.B, s.H, s.S, s.D,
+                        layout);
+    k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), tdy.dev(), tq.dev(),
+                           tk.dev(), tv.dev(), y.dev(), delta.dev_f32(),
+                           lse.dev_f32(), s.B, s.H, s.Hkv, s.S, s.D, scale,
+                           range, s.softcap, alibi, sinks_dev,
+                           s.sinks ? dsinks.dev_f32() : nullptr, true, layout);
+    k_->attention_backward(
+        wq.dev(), wk.dev(), wv.dev(), tdy.dev(), tq.dev(), tk.dev(), tv.dev(),
+        y.dev(), delta.dev_f32(), lse.dev_f32(), s.B, s.H, s.Hkv, s.S, s.D,
+        scale, range, s.softcap, alibi, sinks_dev, nullptr, false, layout);
+    sync();
+    return std::vector<std::vector<float>>{
+        out(y, s.H),    lse.fetch(),    delta.fetch(), out(dq, s.H),
+        out(dk, s.Hkv), out(dv, s.Hkv), out(wq, s.H),  out(wk, s.Hkv),
+        out(wv, s.Hkv), dsinks.fetch()};
+  };
+  const std::vector<std::vector<float>> want = results(heads),
+                                        got = results(seq);
+  const char *names[] = {"y",          "lse",   "delta",      "dq",
+                         "dk",         "dv",    "dq written", "dk written",
+                         "dv written", "dsinks"};
+  for (size_t r = 0; r < want.size(); ++r) {
+    double atol = 0.0;
+#ifndef MEGATRAIN_CUDA_EMULATION
+    const bool gemm_dq = family == AttentionKernels::TensorCores &&
+                         dq_by == DqBy::Gemm && (r == 3 || r == 6);
+    if (gemm_dq)
+      atol = kAttention;
+#endif
+    EXPECT_TRUE(near(got[r], want[r], atol > 0 ? kUlp : 0.0, atol)) << names[r];
+  }
+}
+
+const AttentionShape kLayoutShapes[] = {
+    AttentionShape{2, 4, 2, 37, 16},
+    AttentionShape{1, 4, 2, 70, 64, true, 9, 2.f, true},
+    AttentionShape{3, 2, 1, 45, 40, false, 0, 0.f, false, 20},
+    AttentionShape{1, 2, 1, 33, 20},
+    AttentionShape{1, 4, 2, 40, 256, false, 0, 2.f, true},
+    AttentionShape{2, 2, 1, 21, 512, true}};
+INSTANTIATE_TEST_SUITE_P(
+    TensorCores, AttentionLayoutTest,
+    ::testing::Combine(::testing::ValuesIn(kLayoutShapes),
+                       ::testing::Values(AttentionKernels::TensorCores),
+                       ::testing::Values(DqBy::Gemm, DqBy::Pass)));
+INSTANTIATE_TEST_SUITE_P(
+    CudaCores, AttentionLayoutTest,
+    ::testing::Combine(::testing::ValuesIn(kLayoutShapes),
+                       ::testing::Values(AttentionKernels::CudaCores),
+                       ::testing::Values(DqBy::Gemm)));
 
 // The mixture of experts' kernels against the CPU's, with and without
 // renormalized routing weights, a grid-stride loop longer than one block of
@@ -1690,8 +1873,8 @@ TEST_F(CudaKernelsTest, CudnnBackwardIsDeterministic) {
          y = Tensor::output(B * H * S * D);
   Tensor delta = Tensor::f32(B * H * S, 154), lse = Tensor::f32(B * H * S, 155);
   k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), B, H,
-                        Hkv, S, D, 0.125f, {}, 0.f, nullptr, nullptr);
-  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
+                        Hkv, S, D, 0.125f, {}, 0.f, nullptr, nullptr, {});
+  k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B, H, S, D, {});
   std::vector<std::vector<float>> runs;
   for (int run = 0; run < 2; ++run) {
     Tensor dq = Tensor::zeros(B * H * S * D),
@@ -1700,7 +1883,7 @@ TEST_F(CudaKernelsTest, CudnnBackwardIsDeterministic) {
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                            k.dev(), v.dev(), y.dev(), delta.dev_f32(),
                            lse.dev_f32(), B, H, Hkv, S, D, 0.125f, {}, 0.f,
-                           nullptr, nullptr, nullptr, false);
+                           nullptr, nullptr, nullptr, false, {});
     sync();
     std::vector<float> all = dq.fetch();
     for (const Tensor *x : {&dk, &dv}) {
@@ -1726,7 +1909,7 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
          sinks = Tensor::random(H, 148, -1.f, 2.f),
          lse = Tensor::f32(B * H * S, 146);
   k_->attention_forward(y.dev(), lse.dev_f32(), q.dev(), k.dev(), v.dev(), B, H,
-                        Hkv, S, D, 0.2f, {}, 0.f, nullptr, sinks.dev());
+                        Hkv, S, D, 0.2f, {}, 0.f, nullptr, sinks.dev(), {});
   std::vector<int32_t> ids(N);
   for (int64_t n = 0; n < N; ++n)
     ids[n] = int32_t(n % 3);
@@ -1737,11 +1920,11 @@ TEST_F(CudaKernelsTest, BackwardIsDeterministic) {
            dk = Tensor::zeros(B * Hkv * S * D);
     Tensor dv = Tensor::zeros(B * Hkv * S * D), dt = Tensor::f32(V * D, 145),
            dsinks = Tensor::f32(H, 149);
-    k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B * H * S, D);
+    k_->attention_delta(delta.dev_f32(), dy.dev(), y.dev(), B, H, S, D, {});
     k_->attention_backward(dq.dev(), dk.dev(), dv.dev(), dy.dev(), q.dev(),
                            k.dev(), v.dev(), y.dev(), delta.dev_f32(),
                            lse.dev_f32(), B, H, Hkv, S, D, 0.2f, {}, 0.f,
-                           nullptr, sinks.dev(), dsinks.dev_f32(), false);
+                           nullptr, sinks.dev(), dsinks.dev_f32(), false, {});
     k_->embed_backward(dt.dev_f32(), edy.dev(), t.dev_ids(), N, V, D);
     sync();
     std::vector<float> all = dq.fetch();

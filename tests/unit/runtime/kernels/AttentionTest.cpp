@@ -16,6 +16,7 @@ struct Dims {
   int64_t chunk = 0;             // keys of i's chunk of `chunk`; 0: all j <= i
   float softcap = 0.f;           // scores s become softcap · tanh(s / softcap)
   bool sinks = false;            // a 4th input: one softmax logit per head
+  bool seq_major = false;        // q, k, v (B, S, heads, D)
 };
 
 // The first key query i sees.
@@ -24,13 +25,18 @@ int64_t first_key(const Dims &d, int64_t i) {
   return d.chunk ? std::max(window, i / d.chunk * d.chunk) : window;
 }
 KeyRange keys_of(const Dims &d) { return {d.window, d.chunk}; }
+HeadLayout layout_of(const Dims &d) { return {d.seq_major}; }
 
+// Row (b, h, i) of a tensor of `heads` heads.
+int64_t row_at(const Dims &d, int64_t heads, int64_t b, int64_t h, int64_t i) {
+  return (d.seq_major ? (b * d.S + i) * heads + h : (b * heads + h) * d.S + i) *
+         d.D;
+}
 int64_t q_at(const Dims &d, int64_t b, int64_t h, int64_t i) {
-  return ((b * d.H + h) * d.S + i) * d.D;
+  return row_at(d, d.H, b, h, i);
 }
 int64_t kv_at(const Dims &d, int64_t b, int64_t h, int64_t j) {
-  const int64_t kv_head = h / (d.H / d.Hkv);
-  return ((b * d.Hkv + kv_head) * d.S + j) * d.D;
+  return row_at(d, d.Hkv, b, h / (d.H / d.Hkv), j);
 }
 
 // s = scale · q_i · k_j for query (b, h, i) and key j.
@@ -74,7 +80,7 @@ Doubles probabilities(const std::vector<Doubles> &in, const Dims &d, int64_t b,
   return p;
 }
 
-// inputs: q (B, H, S, D), k, v (B, Hkv, S, D).
+// inputs: q (B, H, S, D), k, v (B, Hkv, S, D), or each seq-major.
 Doubles ref_forward(const std::vector<Doubles> &in, const Dims &d) {
   Doubles y(in[0].size());
   for (int64_t b = 0; b < d.B; ++b)
@@ -196,6 +202,7 @@ TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
       d.window = form & 2 ? 2 : 0;
       d.softcap = form & 4 ? 0.5f : 0.f;
       d.chunk = form >= 12 ? 3 : 0;
+      d.seq_major = form % 3 == 0;
       const std::vector<Doubles> in = widen(inputs(d));
       const Doubles dy = widen(random_floats(in[0].size(), 54));
       EXPECT_TRUE(matches_finite_differences(
@@ -205,14 +212,18 @@ TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
     }
 }
 
-void check_kernels(const Dims &d, float range, double rtol) {
+// Heads-major and sequence-major: the same inputs, laid out each way.
+void check_kernels(Dims d, float range, double rtol);
+void check_kernels_in(const Dims &d, float range, double rtol) {
   const std::vector<Floats> in = inputs(d, range);
   Floats y(in[0].size()), lse(y.size() / d.D);
   attention_forward(y.data(), lse.data(), in[0].data(), in[1].data(),
                     in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
-                    keys_of(d), d.softcap, d.slopes, sinks_of(in));
+                    keys_of(d), d.softcap, d.slopes, sinks_of(in),
+                    layout_of(d));
   EXPECT_TRUE(close(y, ref_forward(widen(in), d), rtol))
-      << "H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
+      << "H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S
+      << " seq-major=" << d.seq_major;
   EXPECT_TRUE(close(lse, ref_lse(widen(in), d), rtol))
       << "lse, H=" << d.H << " Hkv=" << d.Hkv << " S=" << d.S;
 
@@ -224,13 +235,13 @@ void check_kernels(const Dims &d, float range, double rtol) {
   Floats dsinks = random_floats(d.H, 59);
   const Floats dq0 = dq, dk0 = dk, dv0 = dv, dsinks0 = dsinks;
   Floats delta(y.size() / d.D);
-  attention_delta(delta.data(), dy.data(), y.data(), int64_t(delta.size()),
-                  d.D);
+  attention_delta(delta.data(), dy.data(), y.data(), d.B, d.H, d.S, d.D,
+                  layout_of(d));
   attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in[0].data(),
                      in[1].data(), in[2].data(), delta.data(), lse.data(), d.B,
                      d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
                      d.slopes, sinks_of(in), d.sinks ? dsinks.data() : nullptr,
-                     /*accumulate=*/true);
+                     /*accumulate=*/true, layout_of(d));
   EXPECT_TRUE(close(added(dq, dq0), want[0], rtol)) << "dq, H=" << d.H;
   EXPECT_TRUE(close(added(dk, dk0), want[1], rtol)) << "dk, H=" << d.H;
   EXPECT_TRUE(close(added(dv, dv0), want[2], rtol)) << "dv, H=" << d.H;
@@ -241,13 +252,20 @@ void check_kernels(const Dims &d, float range, double rtol) {
   attention_backward(wq.data(), wk.data(), wv.data(), dy.data(), in[0].data(),
                      in[1].data(), in[2].data(), delta.data(), lse.data(), d.B,
                      d.H, d.Hkv, d.S, d.D, d.scale, keys_of(d), d.softcap,
-                     d.slopes, sinks_of(in), nullptr, /*accumulate=*/false);
+                     d.slopes, sinks_of(in), nullptr, /*accumulate=*/false,
+                     layout_of(d));
   EXPECT_TRUE(close(wq, want[0], rtol)) << "dq written, H=" << d.H;
   EXPECT_TRUE(close(wk, want[1], rtol)) << "dk written, H=" << d.H;
   EXPECT_TRUE(close(wv, want[2], rtol)) << "dv written, H=" << d.H;
   if (d.sinks)
     EXPECT_TRUE(close(added(dsinks, dsinks0), want[3], rtol))
         << "dsinks, H=" << d.H;
+}
+void check_kernels(Dims d, float range, double rtol) {
+  for (bool seq_major : {false, true}) {
+    d.seq_major = seq_major;
+    check_kernels_in(d, range, rtol);
+  }
 }
 
 // S = 130 spans two full key tiles of the online softmax and a partial one.
@@ -342,18 +360,27 @@ TEST(Attention, SinksMatchReference) {
     }
 }
 
-// δ of rows of 70 (a tail the vector loop leaves) against a double loop.
+// δ of rows of 70 (a tail the vector loop leaves) against a double loop,
+// in (B, H, S) order from either layout.
 TEST(Attention, DeltaMatchesNaiveLoop) {
-  const int64_t rows = 9, D = 70;
-  const Floats dy = random_floats(rows * D, 80),
-               y = random_floats(rows * D, 81);
-  Floats delta(rows);
-  attention_delta(delta.data(), dy.data(), y.data(), rows, D);
-  Doubles want(rows);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t e = 0; e < D; ++e)
-      want[r] += double(dy[r * D + e]) * y[r * D + e];
-  EXPECT_TRUE(close(delta, want, 1e-6));
+  for (bool seq_major : {false, true}) {
+    Dims d{2, 3, 3, 5, 70, 1.f};
+    d.seq_major = seq_major;
+    const int64_t rows = d.B * d.H * d.S;
+    const Floats dy = random_floats(rows * d.D, 80),
+                 y = random_floats(rows * d.D, 81);
+    Floats delta(rows);
+    attention_delta(delta.data(), dy.data(), y.data(), d.B, d.H, d.S, d.D,
+                    layout_of(d));
+    Doubles want(rows);
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t h = 0; h < d.H; ++h)
+        for (int64_t i = 0; i < d.S; ++i)
+          for (int64_t e = 0; e < d.D; ++e)
+            want[(b * d.H + h) * d.S + i] +=
+                double(dy[q_at(d, b, h, i) + e]) * y[q_at(d, b, h, i) + e];
+    EXPECT_TRUE(close(delta, want, 1e-6)) << "seq-major " << seq_major;
+  }
 }
 
 TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
@@ -364,14 +391,15 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   Floats y(in[0].size()), delta(in[0].size() / d.D), lse(delta.size());
   attention_forward(y.data(), lse.data(), in[0].data(), in[1].data(),
                     in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
-                    keys_of(d), d.softcap, d.slopes, sinks.data());
-  attention_delta(delta.data(), dy.data(), y.data(), int64_t(delta.size()),
-                  d.D);
+                    keys_of(d), d.softcap, d.slopes, sinks.data(),
+                    layout_of(d));
+  attention_delta(delta.data(), dy.data(), y.data(), d.B, d.H, d.S, d.D,
+                  layout_of(d));
   const auto backward = [&](float *dq, float *dk, float *dv, float *ds) {
     attention_backward(dq, dk, dv, dy.data(), in[0].data(), in[1].data(),
                        in[2].data(), delta.data(), lse.data(), d.B, d.H, d.Hkv,
                        d.S, d.D, d.scale, keys_of(d), d.softcap, d.slopes,
-                       sinks.data(), ds, /*accumulate=*/true);
+                       sinks.data(), ds, /*accumulate=*/true, layout_of(d));
   };
   Floats dq(in[0].size()), dk(in[1].size()), dv(in[2].size()), ds(d.H);
   expect_accumulates({&dq, &dk, &dv, &ds}, [&] {
@@ -400,7 +428,8 @@ TEST(Attention, AccumulatesSkipsNullAndDeterministic) {
   for (Floats *y : {&y1, &y2})
     attention_forward(y->data(), nullptr, in[0].data(), in[1].data(),
                       in[2].data(), d.B, d.H, d.Hkv, d.S, d.D, d.scale,
-                      keys_of(d), d.softcap, d.slopes, sinks.data());
+                      keys_of(d), d.softcap, d.slopes, sinks.data(),
+                      layout_of(d));
   EXPECT_TRUE(bitwise_equal(y1, y2));
 }
 
