@@ -552,10 +552,11 @@ def cmd_report(work, out):
                  f"{below} | {p.get('stress_same_losses', '–')} | {verdict} |")
     L += warning_lines([(p.get("name"), w) for p in parity for w in p.get("warnings", [])])
     L += ["", "## Attention kernels (causal; TFLOPS count 4·B·H·pairs·D forward, 2.5x that backward)",
-          "", "| shape | B H Hkv S D window chunk | ours fwd / bwd TFLOPS | ours bwd ms / as two passes: dQ pass + dK/dV pass "
+          "", "| shape | B H Hkv S D window chunk | ours fwd / bwd TFLOPS | ours sequence-major (B, S, H, D) fwd / bwd TFLOPS "
+          "| ours bwd ms / as two passes: dQ pass + dK/dV pass "
           "| ours on CUDA cores | cuDNN fwd / bwd / bwd nondeterministic TFLOPS (fwd: max diff vs ours) "
           "| torch SDPA fwd / bwd TFLOPS |",
-          "|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|"]
     def cudnn_cell(r):
         # A part cuDNN had no engine for is null (attention_bench.cpp).
         if all(r.get(k) is None for k in ("cudnn_fwd_tflops", "cudnn_bwd_tflops",
@@ -572,7 +573,8 @@ def cmd_report(work, out):
         two = r.get("two_pass_ms", bwd)
         split = (f"{bwd:.3f} / {dq:.3f} + {two - dq:.3f}"
                  if None not in (dq, bwd, two) else "–")
-        L.append(f"| {r.get('name')} | {dims} | {fmt(r.get('fwd_tflops'))} / {fmt(r.get('bwd_tflops'))} | {split} "
+        L.append(f"| {r.get('name')} | {dims} | {fmt(r.get('fwd_tflops'))} / {fmt(r.get('bwd_tflops'))} "
+                 f"| {fmt(r.get('seq_major_fwd_tflops'))} / {fmt(r.get('seq_major_bwd_tflops'))} | {split} "
                  f"| {fmt(r.get('cuda_cores_fwd_tflops'))} / {fmt(r.get('cuda_cores_bwd_tflops'))} "
                  f"| {cudnn_cell(r)} "
                  f"| {fmt(r.get('torch_fwd_tflops'))} / {fmt(r.get('torch_bwd_tflops'))} |")

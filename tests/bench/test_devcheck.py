@@ -107,18 +107,24 @@ def summary_of_attention(rows):
 class Report(unittest.TestCase):
     def test_attention_rows_split_the_backward(self):
         summary = summary_of_attention([attention_row("x")])
-        self.assertIn("| x | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 3.000 / 1.250 + 1.750 | – / – | – |",
+        self.assertIn("| x | 1 2 1 64 64 0 0 | 10.0 / 8.0 | – / – | 3.000 / 1.250 + 1.750 | – / – | – |",
+                      summary)
+
+    def test_attention_rows_show_the_sequence_major_layout_beside(self):
+        summary = summary_of_attention([attention_row(
+            "s", seq_major_fwd_tflops=9.5, seq_major_bwd_tflops=7.0)])
+        self.assertIn("| s | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 9.5 / 7.0 | 3.000 / 1.250 + 1.750 |",
                       summary)
 
     def test_attention_rows_set_the_gemm_backward_beside_the_two_passes(self):
         summary = summary_of_attention([attention_row("g", bwd_ms=2.5, two_pass_ms=3.0)])
-        self.assertIn("| g | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 2.500 / 1.250 + 1.750 |", summary)
+        self.assertIn("| g | 1 2 1 64 64 0 0 | 10.0 / 8.0 | – / – | 2.500 / 1.250 + 1.750 |", summary)
 
     def test_attention_rows_show_cudnn_beside_ours(self):
         summary = summary_of_attention([attention_row(
             "y", cudnn_fwd_tflops=400.0, cudnn_bwd_tflops=300.0,
             cudnn_nondeterministic_bwd_tflops=350.0, cudnn_fwd_difference=0.0031)])
-        self.assertIn("| y | 1 2 1 64 64 0 0 | 10.0 / 8.0 | 3.000 / 1.250 + 1.750 | – / – "
+        self.assertIn("| y | 1 2 1 64 64 0 0 | 10.0 / 8.0 | – / – | 3.000 / 1.250 + 1.750 | – / – "
                       "| 400.0 / 300.0 / 350.0 (3.1e-03) |", summary)
 
     def test_a_deterministic_backward_past_its_bound_is_left_blank(self):
