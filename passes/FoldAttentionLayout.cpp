@@ -44,20 +44,18 @@ struct FoldAttentionLayoutPass
       fold(a);
   }
 
-  // The sequence-major value that heads-major `v` is made from: the input of
-  // its transpose, or of a rope (along S) over such a transpose, the rope
-  // read by nothing else. Null where v is made otherwise.
-  static Operation *foldable(Value v) {
+  // Whether heads-major `v` is made from a sequence-major value: by a swap
+  // of heads and positions, or by a rope (along S) over such a swap that
+  // only attentions read.
+  static bool foldable(Value v) {
     Operation *op = v.getDefiningOp();
     if (swapsHeadsAndPositions(op))
-      return op;
+      return true;
     auto rope = dyn_cast_or_null<RopeOp>(op);
-    if (rope && rope.getSeqAxis() == 2 &&
-        swapsHeadsAndPositions(rope.getX().getDefiningOp()) &&
-        llvm::all_of(rope->getUsers(),
-                     [](Operation *u) { return isa<AttentionOp>(u); }))
-      return op;
-    return nullptr;
+    return rope && rope.getSeqAxis() == 2 &&
+           swapsHeadsAndPositions(rope.getX().getDefiningOp()) &&
+           llvm::all_of(rope->getUsers(),
+                        [](Operation *u) { return isa<AttentionOp>(u); });
   }
 
   void fold(AttentionOp a) {
@@ -65,7 +63,7 @@ struct FoldAttentionLayoutPass
         !llvm::all_of(a.getY().getUsers(), swapsHeadsAndPositions))
       return;
     Value inputs[] = {a.getQ(), a.getK(), a.getV()};
-    if (!llvm::all_of(inputs, [](Value v) { return foldable(v) != nullptr; }))
+    if (!llvm::all_of(inputs, foldable))
       return;
     // q, k and v may be one value: each is made once.
     llvm::SetVector<Operation *> makers;
